@@ -1,0 +1,416 @@
+"""Attention: queries, keys and values, scored four ways.
+
+Every attention layer in this package answers one question: for each *query* position, how much
+should it read from each *key* position, and what does it read (the *values*)? The two papers
+differ only in how they score a query against a key:
+
+* additive (Bahdanau et al. 2015, Eq. 6 and Appendix A.1.2): ``e = v^T tanh(W q + U k)``, a small
+  feed-forward network per (query, key) pair;
+* dot-product (Luong et al. 2015, "dot"): ``e = q . k``;
+* general (Luong et al. 2015, "general"): ``e = q^T W k``;
+* scaled dot-product (Vaswani et al. 2017, Eq. 1): ``e = q . k / sqrt(d_k)``.
+
+The scores become weights with a masked softmax (``alpha`` in Bahdanau et al.) and the output is
+the weighted sum of the values (the context vector ``c_i``). Self-attention and cross-attention
+are *the same module* called with different inputs: self-attention takes queries, keys and values
+from one sequence; cross-attention takes queries from the decoder and keys and values from the
+encoder.
+
+Masks are boolean, ``True`` where a query may attend to a key, broadcastable to [B, H, T, S].
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+Array = jax.Array
+Scoring = Literal["additive", "dot", "general", "scaled_dot"]
+
+# A large negative score for masked keys; finite, so a fully masked row gives no NaN.
+_MASKED_SCORE = -1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks
+# ---------------------------------------------------------------------------------------------
+
+
+def padding_mask(query_valid: Array, key_valid: Array) -> Array:
+    """Lets real query positions attend to real key positions only.
+
+    Args:
+      query_valid: [B, T] bool, True at real (non-padding) query positions.
+      key_valid: [B, S] bool, True at real key positions.
+
+    Returns:
+      [B, 1, T, S] bool mask.
+    """
+    return query_valid[:, None, :, None] & key_valid[:, None, None, :]
+
+
+def causal_mask(length: int) -> Array:
+    """Position i may attend to positions <= i (Vaswani et al. 2017, Section 3.2.3).
+
+    Returns:
+      [1, 1, T, T] bool mask.
+    """
+    return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+
+
+def segment_mask(query_segments: Array, key_segments: Array) -> Array:
+    """Keeps attention inside one packed example: equal, non-zero segment ids only.
+
+    Args:
+      query_segments: [B, T] int, segment id of each query position (0 is padding).
+      key_segments: [B, S] int, segment id of each key position (0 is padding).
+
+    Returns:
+      [B, 1, T, S] bool mask.
+    """
+    same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
+    return same & (key_segments[:, None, None, :] > 0)
+
+
+def combine_masks(*masks: Array | None) -> Array | None:
+    """Logical AND of the masks that are not None (None when all are)."""
+    present = [mask for mask in masks if mask is not None]
+    if not present:
+        return None
+    combined = present[0]
+    for mask in present[1:]:
+        combined = combined & mask
+    return combined
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring functions: one per equation
+# ---------------------------------------------------------------------------------------------
+
+
+def dot_product_scores(queries: Array, keys: Array) -> Array:
+    """Luong et al. 2015 "dot" score, per head: ``e_ts = q_t . k_s``.
+
+    Args:
+      queries: [B, T, H, K].
+      keys: [B, S, H, K].
+
+    Returns:
+      [B, H, T, S] scores.
+    """
+    return jnp.einsum("bthk,bshk->bhts", queries, keys)
+
+
+def scaled_dot_product_scores(queries: Array, keys: Array) -> Array:
+    """Vaswani et al. 2017, Eq. 1 scores: ``QK^T / sqrt(d_k)``.
+
+    Without the ``1/sqrt(d_k)`` factor the dot products grow with ``d_k`` and push the softmax
+    into regions of tiny gradients (Section 3.2.1; Britz et al. 2017 measure the damage).
+
+    Args:
+      queries: [B, T, H, K].
+      keys: [B, S, H, K].
+
+    Returns:
+      [B, H, T, S] scores.
+    """
+    d_k = queries.shape[-1]
+    return dot_product_scores(queries, keys) / math.sqrt(d_k)
+
+
+def additive_scores(projected_queries: Array, projected_keys: Array, v: Array) -> Array:
+    """Bahdanau et al. 2015, Eq. 6 / Appendix A.1.2: ``e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j)``.
+
+    The projections ``W_a s`` and ``U_a h`` are taken by the caller, so ``U_a h_j`` can be
+    computed once per sentence rather than once per decoder step (Appendix A.1.2 notes this).
+
+    Args:
+      projected_queries: [B, T, A], ``W_a s_{i-1}`` for each decoder step.
+      projected_keys: [B, S, A], ``U_a h_j`` for each source position.
+      v: [A], the vector ``v_a``.
+
+    Returns:
+      [B, 1, T, S] scores (one "head", so the masks and softmax below serve all scorings).
+    """
+    hidden = jnp.tanh(projected_queries[:, :, None, :] + projected_keys[:, None, :, :])  # [B,T,S,A]
+    return jnp.einsum("btsa,a->bts", hidden, v)[:, None]
+
+
+def general_scores(queries: Array, keys: Array, w: Array) -> Array:
+    """Luong et al. 2015 "general" score: ``e_ts = q_t^T W k_s``.
+
+    Args:
+      queries: [B, T, Dq].
+      keys: [B, S, Dk].
+      w: [Dq, Dk].
+
+    Returns:
+      [B, 1, T, S] scores.
+    """
+    return jnp.einsum("btq,qk,bsk->bts", queries, w, keys)[:, None]
+
+
+def masked_softmax(scores: Array, mask: Array | None) -> Array:
+    """Attention weights: softmax over keys, exactly zero on masked keys.
+
+    Bahdanau et al. 2015, Eq. 6: ``alpha_ij = exp(e_ij) / sum_k exp(e_ik)``. Computed in float32
+    whatever the compute dtype. A query whose keys are all masked gets all-zero weights.
+
+    Args:
+      scores: [B, H, T, S].
+      mask: bool, broadcastable to scores; True where attention is allowed. None for no mask.
+
+    Returns:
+      [B, H, T, S] float32 weights.
+    """
+    scores = scores.astype(jnp.float32)
+    if mask is None:
+        return jax.nn.softmax(scores, axis=-1)
+    weights = jax.nn.softmax(jnp.where(mask, scores, _MASKED_SCORE), axis=-1)
+    return jnp.where(mask, weights, 0.0)
+
+
+def weighted_values(weights: Array, values: Array) -> Array:
+    """The context: each query's weighted sum of the values, ``c_i = sum_j alpha_ij h_j``.
+
+    Args:
+      weights: [B, H, T, S].
+      values: [B, S, H, E].
+
+    Returns:
+      [B, T, H, E].
+    """
+    return jnp.einsum("bhts,bshe->bthe", weights.astype(values.dtype), values)
+
+
+def scaled_dot_product_attention(
+    queries: Array,
+    keys: Array,
+    values: Array,
+    mask: Array | None = None,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    return_weights: bool = False,
+    fused: bool = True,
+) -> tuple[Array, Array | None]:
+    """Vaswani et al. 2017, Eq. 1: ``Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V``.
+
+    Two implementations of one equation. The fused one, ``jax.nn.dot_product_attention``, lets a
+    GPU use its flash-attention kernel; the explicit one (scores, masked softmax, weighted values)
+    is the reference, and the one that can return the weights or drop some of them out. The fused
+    path is taken only when neither is asked for, so results never depend on which ran.
+
+    Args:
+      queries: [B, T, H, K].
+      keys: [B, S, H, K].
+      values: [B, S, H, E].
+      mask: bool, broadcastable to [B, H, T, S]; True where attention is allowed.
+      dropout_rate: dropout on the attention weights (Vaswani et al. 2017 apply none; the
+        Tensor2Tensor code does).
+      dropout_rng: PRNG key for that dropout; None means no dropout.
+      return_weights: also return the [B, H, T, S] weights.
+      fused: allow the fused implementation.
+
+    Returns:
+      ([B, T, H, E] outputs, [B, H, T, S] weights or None).
+    """
+    use_dropout = dropout_rate > 0.0 and dropout_rng is not None
+    if fused and not (return_weights or use_dropout):
+        if mask is not None:
+            mask = jnp.broadcast_to(mask, mask.shape[:2] + (queries.shape[1], keys.shape[1]))
+        outputs = jax.nn.dot_product_attention(queries, keys, values, mask=mask)
+        return outputs, None
+    weights = masked_softmax(scaled_dot_product_scores(queries, keys), mask)
+    if use_dropout:
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    return weighted_values(weights, values), (weights if return_weights else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules
+# ---------------------------------------------------------------------------------------------
+
+
+class MultiHeadAttention(nnx.Module):
+    """Vaswani et al. 2017, Section 3.2.2: ``MultiHead(Q,K,V) = Concat(head_1..head_h) W^O``.
+
+    ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``, with ``W_i^Q, W_i^K`` of shape
+    [d_model, d_k] and ``W_i^V`` of shape [d_model, d_v]. The per-head matrices are stored
+    stacked, ``w_query`` as [D, H, K], so ``w_query[:, i]`` *is* ``W_i^Q``.
+
+    Self-attention: ``mha(x, x)``. Cross-attention: ``mha(decoder_states, encoder_outputs)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_k: int,
+        d_v: int,
+        *,
+        dropout_rate: float = 0.0,
+        fused: bool = True,
+        dtype: jnp.dtype | None = None,
+        rngs: nnx.Rngs,
+    ):
+        init = nnx.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))
+
+        def per_head(width: int) -> nnx.Param:
+            return nnx.Param(init(rngs.params(), (d_model, num_heads, width)))
+
+        self.w_query = per_head(d_k)  # [D, H, K]
+        self.w_key = per_head(d_k)  # [D, H, K]
+        self.w_value = per_head(d_v)  # [D, H, E]
+        out_init = nnx.initializers.xavier_uniform(in_axis=(0, 1), out_axis=2)
+        self.w_output = nnx.Param(out_init(rngs.params(), (num_heads, d_v, d_model)))  # [H, E, D]
+        self.dropout_rate = dropout_rate
+        self.fused = fused
+        self.dtype = dtype
+
+    def project_query(self, x: Array) -> Array:
+        """[B, T, D] -> [B, T, H, K]: ``Q W_i^Q`` for every head i."""
+        return jnp.einsum("btd,dhk->bthk", x, self._cast(self.w_query))
+
+    def project_keys_values(self, x: Array) -> tuple[Array, Array]:
+        """[B, S, D] -> ([B, S, H, K], [B, S, H, E]): ``K W_i^K`` and ``V W_i^V``.
+
+        Exposed so that a decoder can project the encoder output once per sentence and cache it.
+        """
+        keys = jnp.einsum("bsd,dhk->bshk", x, self._cast(self.w_key))
+        values = jnp.einsum("bsd,dhe->bshe", x, self._cast(self.w_value))
+        return keys, values
+
+    def attend(
+        self,
+        queries: Array,
+        keys: Array,
+        values: Array,
+        mask: Array | None,
+        *,
+        dropout_rng: Array | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Array, Array | None]:
+        """Attention over projected inputs, then ``W^O``. Returns ([B, T, D], weights)."""
+        heads, weights = scaled_dot_product_attention(
+            queries,
+            keys,
+            values,
+            mask,
+            dropout_rate=self.dropout_rate,
+            dropout_rng=dropout_rng,
+            return_weights=return_weights,
+            fused=self.fused,
+        )  # [B, T, H, E]
+        outputs = jnp.einsum("bthe,hed->btd", heads, self._cast(self.w_output))
+        return outputs, weights
+
+    def __call__(
+        self,
+        query_inputs: Array,
+        key_value_inputs: Array,
+        mask: Array | None = None,
+        *,
+        dropout_rng: Array | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Array, Array | None]:
+        """Attends from ``query_inputs`` [B, T, D] to ``key_value_inputs`` [B, S, D].
+
+        Returns:
+          ([B, T, D] outputs, [B, H, T, S] weights when asked for, else None).
+        """
+        keys, values = self.project_keys_values(key_value_inputs)
+        return self.attend(
+            self.project_query(query_inputs),
+            keys,
+            values,
+            mask,
+            dropout_rng=dropout_rng,
+            return_weights=return_weights,
+        )
+
+    def _cast(self, weight: nnx.Param) -> Array:
+        return weight[...] if self.dtype is None else weight[...].astype(self.dtype)
+
+
+class AlignmentAttention(nnx.Module):
+    """Single-query attention for a recurrent decoder: the alignment model ``a(s_{i-1}, h_j)``.
+
+    Bahdanau et al. 2015 score with ``scoring="additive"``; Luong et al. 2015's alternatives are
+    ``"dot"`` (needs equal query and key widths) and ``"general"``. The keys are also the values:
+    the context is ``c_i = sum_j alpha_ij h_j`` (Eq. 5).
+    """
+
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        *,
+        scoring: Scoring = "additive",
+        hidden_size: int | None = None,
+        dtype: jnp.dtype | None = None,
+        rngs: nnx.Rngs,
+    ):
+        self.scoring = scoring
+        if scoring == "additive":
+            hidden_size = hidden_size or query_size
+            # Appendix B.1: W_a and U_a from N(0, 0.001^2), v_a initialised to zero.
+            normal = nnx.initializers.normal(0.001)
+            self.w_a = nnx.Linear(
+                query_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
+            )
+            self.u_a = nnx.Linear(
+                key_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
+            )
+            self.v_a = nnx.Param(jnp.zeros((hidden_size,)))
+        elif scoring == "general":
+            self.w_general = nnx.Linear(
+                key_size, query_size, use_bias=False, dtype=dtype, rngs=rngs
+            )
+        elif scoring == "dot":
+            if query_size != key_size:
+                raise ValueError(
+                    f"dot scoring needs equal query and key widths, got {query_size} and "
+                    f"{key_size}; use scoring='general' or 'additive'"
+                )
+        else:
+            raise ValueError(f"unknown scoring {scoring!r}; use additive, dot or general")
+
+    def precompute_keys(self, keys: Array) -> Array:
+        """The query-independent part of the score, computed once per sentence.
+
+        [B, S, Dk] -> [B, S, A]: ``U_a h_j`` (additive), ``W h_j`` (general), ``h_j`` (dot).
+        """
+        if self.scoring == "additive":
+            return self.u_a(keys)
+        if self.scoring == "general":
+            return self.w_general(keys)
+        return keys
+
+    def __call__(
+        self, query: Array, precomputed_keys: Array, values: Array, key_valid: Array
+    ) -> tuple[Array, Array]:
+        """One decoder step.
+
+        Args:
+          query: [B, Dq], the previous decoder state ``s_{i-1}``.
+          precomputed_keys: [B, S, A] from ``precompute_keys``.
+          values: [B, S, Dk], the annotations ``h_j``.
+          key_valid: [B, S] bool, True at real source positions.
+
+        Returns:
+          (context [B, Dk], weights [B, S]).
+        """
+        queries = query[:, None, :]  # [B, 1, Dq]
+        if self.scoring == "additive":
+            scores = additive_scores(self.w_a(queries), precomputed_keys, self.v_a[...])
+        else:  # dot and general are both q . (key-side projection)
+            scores = jnp.einsum("btq,bsq->bts", queries, precomputed_keys)[:, None]
+        weights = masked_softmax(scores, key_valid[:, None, None, :])[:, 0, 0]  # [B, S]
+        context = jnp.einsum("bs,bsd->bd", weights.astype(values.dtype), values)
+        return context, weights

@@ -1,0 +1,227 @@
+"""The configuration schema: every field, its meaning and unit, in one place.
+
+Experiment files in ``configs/`` start from ``default_config()`` and change what they need. The
+schema is locked, so a misspelt key (in a file or on the command line) is an error rather than a
+silently ignored new field. Only entry points and ``build_*`` functions read a config; library
+code takes explicit arguments.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import ml_collections
+
+MODEL_NAMES = ("transformer", "rnnsearch")
+DATA_SOURCES = ("synthetic", "text", "tfds")
+TOKENIZERS = ("unigram", "bpe", "word")
+OPTIMIZERS = ("adam", "adadelta")
+SCHEDULES = ("transformer", "constant", "warmup_rsqrt", "warmup_cosine")
+DTYPES = ("float32", "bfloat16")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; its message is one line naming the key and the fix."""
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every field the project reads, with its default. Locked: no new keys can be added."""
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # seeds parameters, dropout and data order
+
+    config.model = model = ml_collections.ConfigDict()
+    model.name = "transformer"  # "transformer" (Vaswani et al. 2017) or "rnnsearch" (Bahdanau)
+
+    model.transformer = t = ml_collections.ConfigDict()  # defaults: the base model, Table 3
+    t.d_model = 512  # width of embeddings and residual stream
+    t.d_ff = 2048  # inner width of the feed-forward blocks
+    t.num_heads = 8  # attention heads h
+    t.d_k = 64  # query/key width per head
+    t.d_v = 64  # value width per head
+    t.encoder_layers = 6  # N, encoder
+    t.decoder_layers = 6  # N, decoder
+    t.dropout_rate = 0.1  # P_drop: sub-layer outputs and embeddings + positions
+    t.attention_dropout_rate = 0.0  # dropout on attention weights (the paper: none)
+    t.relu_dropout_rate = 0.0  # dropout inside feed-forward blocks (the paper: none)
+    t.norm = "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LN(x))
+    t.positions = "sinusoidal"  # "sinusoidal" (the paper) or "learned" (Table 3, row E)
+    t.max_positions = 1024  # longest sequence with learned positions (tokens)
+    t.share_embeddings = True  # one embedding matrix for source and target (needs shared vocab)
+    t.tie_output = True  # pre-softmax projection = target embedding^T (three-way tying)
+    t.scale_embeddings = True  # multiply embeddings by sqrt(d_model)
+
+    model.rnnsearch = r = ml_collections.ConfigDict()  # defaults: RNNsearch, Appendix A/B
+    r.embedding_size = 620  # word embedding width m
+    r.encoder_hidden_size = 1000  # GRU units per encoder direction n
+    r.decoder_hidden_size = 1000  # decoder GRU units n
+    r.alignment_size = 1000  # hidden width n' of the additive alignment model
+    r.maxout_size = 500  # maxout units l in the deep output
+    r.scoring = "additive"  # alignment score: "additive" (Bahdanau), "dot" or "general" (Luong)
+    r.dropout_rate = 0.0  # on embeddings and the maxout output (the paper: none)
+    r.share_embeddings = False  # one embedding table for both languages (needs shared vocab)
+
+    config.data = data = ml_collections.ConfigDict()
+    data.source = "synthetic"  # "synthetic" (embedded toy pair), "text" (files) or "tfds" (WMT)
+    data.name = ""  # TFDS dataset name, e.g. "wmt14_translate/de-en" (source "tfds")
+    data.dir = ""  # folder of STEM.LANG files (source "text"); TFDS data_dir (source "tfds")
+    data.src_lang = "en"  # source language code
+    data.tgt_lang = "de"  # target language code
+    data.train_split = "train"  # split (or file stem) to train on
+    data.eval_split = "validation"  # split used for validation during training
+    data.test_split = "test"  # split ``eval.py`` scores by default
+    data.max_train_examples = 0  # use only the first N training pairs; 0 for all
+    data.tokenizer = "unigram"  # SentencePiece model type: "unigram", "bpe" or "word"
+    data.vocab_size = 8000  # SentencePiece vocabulary size (shared vocabulary: both languages)
+    data.shared_vocab = True  # one vocabulary for both languages (needed for shared embeddings)
+    data.tokenizer_sample_size = 1_000_000  # sentences sampled (seeded) to train the tokenizer
+    data.max_length = 64  # longest training sentence kept (tokens, either side, EOS included)
+    data.tokens_per_batch = 4096  # padded tokens per batch side (source or target)
+    data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
+
+    config.train = train = ml_collections.ConfigDict()
+    train.steps = 100_000  # optimizer updates
+    train.log_every_steps = 100  # steps between metrics.jsonl lines
+    train.time_budget_minutes = 0.0  # stop cleanly (with a checkpoint) after this; 0 for none
+    train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (parameters stay float32)
+    train.optimizer = "adam"  # "adam" (Vaswani et al.) or "adadelta" (Bahdanau et al.)
+    train.learning_rate = 1.0  # peak rate; a multiplier of d_model^-0.5 for schedule "transformer"
+    train.schedule = "transformer"  # "transformer" (Eq. 3), "constant", "warmup_rsqrt", "warmup_cosine"
+    train.warmup_steps = 4000  # linear warm-up steps
+    train.adam_b1 = 0.9  # Adam beta1
+    train.adam_b2 = 0.98  # Adam beta2 (Vaswani et al.: 0.98)
+    train.adam_eps = 1e-9  # Adam epsilon (Vaswani et al.: 1e-9)
+    train.adadelta_rho = 0.95  # AdaDelta decay (Bahdanau et al.: 0.95)
+    train.adadelta_eps = 1e-6  # AdaDelta epsilon (Bahdanau et al.: 1e-6)
+    train.label_smoothing = 0.1  # epsilon_ls (Vaswani et al.: 0.1)
+    train.clip_grad_norm = 0.0  # clip gradients to this global norm; 0 for none (Bahdanau: 1)
+
+    config.checkpoint = ckpt = ml_collections.ConfigDict()
+    ckpt.every_steps = 1000  # steps between checkpoints (one is always written at the end)
+    ckpt.keep = 5  # most recent checkpoints kept
+
+    config.eval = ev = ml_collections.ConfigDict()
+    ev.batch_size = 64  # sentences decoded together by eval.py
+
+    config.decode = dec = ml_collections.ConfigDict()
+    dec.max_extra_length = 50  # output may be this many tokens longer than the input (Vaswani)
+
+    config.lock()
+    return config
+
+
+def flatten(config: ml_collections.ConfigDict, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """(dotted key, value) for every leaf of the config."""
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            yield from flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def unknown_key_message(key: str, config: ml_collections.ConfigDict | None = None) -> str:
+    """``unknown config key 'train.stesp'; did you mean 'train.steps'?``"""
+    known = [name for name, _ in flatten(config or default_config())]
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown config key {key!r}{hint}"
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _choice(config: ml_collections.ConfigDict, key: str, choices: tuple[str, ...]) -> None:
+    value = dict(flatten(config))[key]
+    _require(value in choices, f"config.{key}={value!r} is not one of {', '.join(choices)}")
+
+
+def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Checks choices, ranges and combinations before any work starts; returns the config.
+
+    Raises:
+      ConfigError: one line naming the offending key and what would fix it.
+    """
+    _choice(config, "model.name", MODEL_NAMES)
+    _choice(config, "data.source", DATA_SOURCES)
+    _choice(config, "data.tokenizer", TOKENIZERS)
+    _choice(config, "train.optimizer", OPTIMIZERS)
+    _choice(config, "train.schedule", SCHEDULES)
+    _choice(config, "train.dtype", DTYPES)
+    _choice(config, "model.transformer.norm", ("post", "pre"))
+    _choice(config, "model.transformer.positions", ("sinusoidal", "learned"))
+    _choice(config, "model.rnnsearch.scoring", ("additive", "dot", "general"))
+    for key, value in flatten(config):
+        if key.endswith(("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")):
+            if key in ("train.warmup_steps",):
+                _require(value >= 0, f"config.{key}={value} must be >= 0")
+            else:
+                _require(value > 0, f"config.{key}={value} must be positive")
+        if key.endswith("dropout_rate") or key == "train.label_smoothing":
+            _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
+    data = config.data
+    _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")
+    _require(
+        data.tokens_per_batch >= data.max_length,
+        f"config.data.tokens_per_batch={data.tokens_per_batch} cannot hold one sentence of "
+        f"data.max_length={data.max_length} tokens; raise it",
+    )
+    if data.source == "tfds":
+        _require(bool(data.name), "config.data.name is empty; data.source='tfds' needs a dataset")
+    if data.source == "text":
+        _require(bool(data.dir), "config.data.dir is empty; data.source='text' needs a folder")
+    _require(data.src_lang != data.tgt_lang, "config.data.src_lang equals data.tgt_lang")
+    shares = (
+        config.model.transformer.share_embeddings
+        if config.model.name == "transformer"
+        else config.model.rnnsearch.share_embeddings
+    )
+    _require(
+        data.shared_vocab or not shares,
+        f"config.model.{config.model.name}.share_embeddings needs data.shared_vocab=True",
+    )
+    rnn = config.model.rnnsearch
+    if config.model.name == "rnnsearch" and rnn.scoring == "dot":
+        _require(
+            rnn.decoder_hidden_size == 2 * rnn.encoder_hidden_size,
+            "config.model.rnnsearch.scoring='dot' needs decoder_hidden_size == "
+            "2 * encoder_hidden_size; use 'general' or 'additive'",
+        )
+    if config.model.name == "rnnsearch" and rnn.maxout_size <= 0:
+        raise ConfigError("config.model.rnnsearch.maxout_size must be positive")
+    return config
+
+
+def save(config: ml_collections.ConfigDict, path: Path) -> None:
+    """Writes the config as JSON (the record of what a run ran with)."""
+    path.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+
+
+def load_saved(path: Path) -> ml_collections.ConfigDict:
+    """Reads a config saved by ``save`` back into the current schema (types checked).
+
+    Raises:
+      ConfigError: the file is missing, or holds a key the current schema does not know.
+    """
+    if not path.exists():
+        raise ConfigError(f"no config at {path}; is this a training work directory?")
+    config = default_config()
+    for key, value in flatten(ml_collections.ConfigDict(json.loads(path.read_text()))):
+        try:
+            _set(config, key, value)
+        except (AttributeError, KeyError) as error:
+            raise ConfigError(f"{path}: {unknown_key_message(key, config)}") from error
+    return validate(config)
+
+
+def _set(config: ml_collections.ConfigDict, key: str, value: object) -> None:
+    *parents, leaf = key.split(".")
+    node = config
+    for parent in parents:
+        node = node[parent]
+    if leaf not in node:
+        raise KeyError(key)
+    node[leaf] = value

@@ -1,0 +1,151 @@
+"""Length-bucketed, token-budgeted batches with a checkpointable position.
+
+Vaswani et al. (Section 5.1) batch "sentence pairs together by approximate sequence length", about
+25k source and 25k target tokens per batch. Here every batch is padded to a bucket length ``L``
+(a multiple of ``bucket_width``) and holds ``tokens_per_batch // L`` sentences, so the whole run
+uses a handful of array shapes and ``jax.jit`` compiles the step once per bucket.
+
+The order of one epoch is a pure function of (seed, epoch), so the iterator's state is just
+(epoch, position): saving and restoring it resumes the identical stream of batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import grain
+import numpy as np
+
+from seq2seq.models.base import PAD_ID
+
+Example = tuple[np.ndarray, np.ndarray]  # (source ids, target ids), EOS included
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketSpec:
+    """How examples are grouped: padded lengths and how many sentences fit each."""
+
+    max_length: int  # longest example, in tokens
+    bucket_width: int  # padded lengths are multiples of this
+    tokens_per_batch: int  # padded tokens per side of a batch
+    batch_multiple: int = 1  # sentences per batch are a multiple of this (data-parallel devices)
+
+    def padded_length(self, length: int) -> int:
+        width = self.bucket_width
+        return min(-(-length // width) * width, self.padded_max_length)
+
+    @property
+    def padded_max_length(self) -> int:
+        return -(-self.max_length // self.bucket_width) * self.bucket_width
+
+    def batch_size(self, padded_length: int) -> int:
+        sentences = self.tokens_per_batch // padded_length
+        return max(self.batch_multiple, sentences // self.batch_multiple * self.batch_multiple)
+
+
+def example_lengths(examples: Sequence[Example]) -> np.ndarray:
+    """[N] the longer side of each example, in tokens."""
+    return np.array([max(len(source), len(target)) for source, target in examples], np.int64)
+
+
+def plan_epoch(lengths: np.ndarray, spec: BucketSpec, seed: int, epoch: int) -> list[np.ndarray]:
+    """The batches of one epoch, as arrays of example indices, in training order.
+
+    Shuffles the examples, groups them by padded length, cuts each group into batches of that
+    bucket's size and shuffles the batches; a pure function of its arguments.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    padded = np.array([spec.padded_length(int(length)) for length in lengths[order]])
+    batches = []
+    for bucket in np.unique(padded):
+        members = order[padded == bucket]
+        size = spec.batch_size(int(bucket))
+        batches.extend(members[i : i + size] for i in range(0, len(members), size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def collate(examples: Sequence[Example], batch_size: int, length: int) -> dict[str, np.ndarray]:
+    """Pads examples into {"source": [B, L], "target": [B, L]} int32 arrays (0 = padding).
+
+    Rows beyond ``len(examples)`` stay all-padding, so every batch of a bucket has one shape;
+    padding carries no loss weight.
+    """
+    source = np.full((batch_size, length), PAD_ID, np.int32)
+    target = np.full((batch_size, length), PAD_ID, np.int32)
+    for row, (source_ids, target_ids) in enumerate(examples):
+        source[row, : len(source_ids)] = source_ids[:length]
+        target[row, : len(target_ids)] = target_ids[:length]
+    return {"source": source, "target": target}
+
+
+class BucketedBatches(grain.IterDataset):
+    """An endless stream of bucketed training batches over in-memory examples."""
+
+    def __init__(self, examples: Sequence[Example], spec: BucketSpec, seed: int):
+        super().__init__()
+        self.examples = examples
+        self.lengths = example_lengths(examples)
+        self.spec = spec
+        self.seed = seed
+
+    def __iter__(self) -> BucketedBatchIterator:
+        return BucketedBatchIterator(self)
+
+
+class BucketedBatchIterator(grain.DatasetIterator):
+    """Iterator whose state, {"epoch", "position"}, restores the exact stream."""
+
+    def __init__(self, dataset: BucketedBatches):
+        super().__init__()
+        self._dataset = dataset
+        self._epoch = 0
+        self._position = 0
+        self._plan = self._plan_for(0)
+
+    def _plan_for(self, epoch: int) -> list[np.ndarray]:
+        dataset = self._dataset
+        return plan_epoch(dataset.lengths, dataset.spec, dataset.seed, epoch)
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self._position >= len(self._plan):
+            self._epoch, self._position = self._epoch + 1, 0
+            self._plan = self._plan_for(self._epoch)
+        indices = self._plan[self._position]
+        self._position += 1
+        spec = self._dataset.spec
+        length = spec.padded_length(int(self._dataset.lengths[indices].max()))
+        examples = [self._dataset.examples[i] for i in indices]
+        return collate(examples, spec.batch_size(length), length)
+
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": self._epoch, "position": self._position}
+
+    def set_state(self, state: dict[str, int]) -> None:
+        if state["epoch"] != self._epoch:
+            self._plan = self._plan_for(state["epoch"])
+        self._epoch, self._position = int(state["epoch"]), int(state["position"])
+
+
+def inference_batches(
+    sources: Sequence[np.ndarray], batch_size: int, bucket_width: int, max_length: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Batches for decoding: (indices into ``sources``, [batch_size, L] padded source ids).
+
+    Sentences are sorted by length so each batch pads little; inputs longer than ``max_length``
+    are truncated (still translated, never dropped). The caller puts outputs back in order.
+    """
+    spec = BucketSpec(max_length, bucket_width, tokens_per_batch=batch_size * max_length)
+    lengths = np.array([min(len(s), spec.padded_max_length) for s in sources])
+    order = np.argsort(lengths, kind="stable")
+    batches = []
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        length = spec.padded_length(int(lengths[indices].max()))
+        source = np.full((batch_size, length), PAD_ID, np.int32)
+        for row, i in enumerate(indices):
+            ids = sources[i][:length]
+            source[row, : len(ids)] = ids
+        batches.append((indices, source))
+    return batches

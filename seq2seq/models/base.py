@@ -1,0 +1,149 @@
+"""The one contract both models keep, and the small pieces they share.
+
+A model is used in three ways, and both models serve all three through the same methods:
+
+* training (teacher forcing): ``logits, aux = model(source, target_inputs, dropout=...)``;
+* decoding: ``encoded = model.encode(source)``, ``cache = model.init_cache(encoded, max_length)``,
+  then ``logits, aux, cache = model.decode(encoded, tokens, cache=cache)`` one token at a time;
+* inspection: ``aux["cross_attention"]`` holds attention weights for alignment plots.
+
+``encoded`` and ``cache`` are dicts of arrays whose leading axis is the batch, so a beam search
+can expand and reorder them with one ``tree_map`` whatever the model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+Array = jax.Array
+Encoded = dict[str, Array]
+Cache = dict[str, Any]
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+
+class Seq2SeqModel(Protocol):
+    """What the loss, the trainer, the decoders and the reports rely on."""
+
+    def encode(
+        self, source: Array, *, source_segments: Array | None = None, dropout: Dropout | None = None
+    ) -> Encoded:
+        """[B, S] token ids (0 = padding) -> encoder outputs, batch-leading."""
+
+    def init_cache(self, encoded: Encoded, max_length: int) -> Cache:
+        """An empty decoding cache for up to ``max_length`` target tokens."""
+
+    def decode(
+        self,
+        encoded: Encoded,
+        target_inputs: Array,
+        *,
+        cache: Cache | None = None,
+        target_segments: Array | None = None,
+        dropout: Dropout | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Array, dict[str, Array], Cache | None]:
+        """Next-token logits [B, T, V] for a target prefix [B, T].
+
+        Without a cache the whole prefix is decoded in parallel (teacher forcing). With a cache,
+        ``target_inputs`` is the single newest token [B, 1] and the cache carries the past.
+        """
+
+    def __call__(
+        self,
+        source: Array,
+        target_inputs: Array,
+        *,
+        source_segments: Array | None = None,
+        target_segments: Array | None = None,
+        dropout: Dropout | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Array, dict[str, Array]]:
+        """Teacher-forced logits [B, T, V] and aux."""
+
+
+class Dropout:
+    """Dropout randomness for one forward pass: hands out a fresh key per dropout site.
+
+    Built inside the jitted step from a key derived with ``fold_in(rng, step)``; passing
+    ``dropout=None`` to a model means evaluation mode. Keeping the keys explicit keeps the step
+    a pure function.
+    """
+
+    def __init__(self, rng: Array):
+        self._rngs = nnx.Rngs(dropout=rng)
+
+    def next_key(self) -> Array:
+        return self._rngs.dropout()
+
+    def __call__(self, x: Array, rate: float) -> Array:
+        """Zeroes each element with probability ``rate`` and rescales the rest by 1/(1-rate)."""
+        if rate <= 0.0:
+            return x
+        keep = jax.random.bernoulli(self.next_key(), 1.0 - rate, x.shape)
+        return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
+
+
+def apply_dropout(x: Array, rate: float, dropout: Dropout | None) -> Array:
+    """``dropout(x, rate)`` in training, the identity in evaluation (``dropout is None``)."""
+    return x if dropout is None else dropout(x, rate)
+
+
+def shift_right(targets: Array, segments: Array | None = None) -> Array:
+    """Decoder inputs from targets: BOS, then the targets without their last token.
+
+    With packed examples (``segments`` given) every example starts with its own BOS, so no
+    example sees the previous example's last token.
+
+    Args:
+      targets: [B, T] token ids ending in EOS, 0-padded.
+      segments: [B, T] segment ids of packed examples, or None.
+
+    Returns:
+      [B, T] decoder inputs.
+    """
+    shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=BOS_ID)[:, :-1]
+    if segments is not None:
+        starts = segments != jnp.pad(segments, ((0, 0), (1, 0)))[:, :-1]
+        shifted = jnp.where(starts, BOS_ID, shifted)
+    return jnp.where(targets == PAD_ID, PAD_ID, shifted)
+
+
+def positions_from_segments(segments: Array) -> Array:
+    """Position of each token inside its own packed example: [B, T] -> [B, T], 0-based."""
+    index = jnp.arange(segments.shape[1])[None, :]
+    starts = segments != jnp.pad(segments, ((0, 0), (1, 0)))[:, :-1]
+    start_index = jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
+    return index - start_index
+
+
+def sinusoidal_positions(positions: Array, width: int) -> Array:
+    """Vaswani et al. 2017, Section 3.5.
+
+    ``PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`` and ``PE(pos, 2i+1) = cos(...)``, the sines
+    and cosines interleaved exactly as in the equation.
+
+    Args:
+      positions: [B, T] integer positions.
+      width: d_model (even).
+
+    Returns:
+      [B, T, D] float32 encodings.
+    """
+    two_i = jnp.arange(0, width, 2, dtype=jnp.float32)  # 2i for i = 0 .. D/2-1
+    angles = positions[..., None].astype(jnp.float32) / jnp.power(10000.0, two_i / width)
+    encodings = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [B, T, D/2, 2]
+    return encodings.reshape(*positions.shape, width)  # [B, T, D]
+
+
+def embedding_init(width: int) -> nnx.Initializer:
+    """N(0, width^-1/2): once scaled by sqrt(d_model) (Section 3.4) the embeddings have unit scale."""
+    return nnx.initializers.normal(stddev=1.0 / math.sqrt(width))

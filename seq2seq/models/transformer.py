@@ -1,0 +1,356 @@
+"""The Transformer of Vaswani et al. 2017 ("Attention Is All You Need").
+
+An encoder of N layers (self-attention, feed-forward) and a decoder of N layers (masked
+self-attention, cross-attention to the encoder, feed-forward), each sub-layer wrapped as
+``LayerNorm(x + Dropout(Sublayer(x)))`` (post-LN, Section 5.4) or, optionally, as
+``x + Dropout(Sublayer(LayerNorm(x)))`` (pre-LN, which trains without warm-up trouble at depth).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from seq2seq.attention import MultiHeadAttention, causal_mask, combine_masks, segment_mask
+from seq2seq.models.base import (
+    PAD_ID,
+    Array,
+    Cache,
+    Dropout,
+    Encoded,
+    apply_dropout,
+    embedding_init,
+    positions_from_segments,
+    sinusoidal_positions,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and switches; the defaults are the base model of Table 3."""
+
+    source_vocab_size: int
+    target_vocab_size: int
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8
+    d_k: int = 64
+    d_v: int = 64
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout_rate: float = 0.1  # P_drop on sub-layer outputs and on embeddings + positions
+    attention_dropout_rate: float = 0.0  # on attention weights
+    relu_dropout_rate: float = 0.0  # inside the feed-forward block
+    norm: str = "post"  # "post" (the paper) or "pre"
+    positions: str = "sinusoidal"  # "sinusoidal" (the paper) or "learned"
+    max_positions: int = 1024  # table size for learned positions
+    share_embeddings: bool = True  # one embedding for source and target (shared vocabulary)
+    tie_output: bool = True  # pre-softmax projection = target embedding^T
+    scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model)
+    dtype: str = "float32"  # compute dtype; parameters stay float32
+
+
+def feed_forward(x: Array, w_1: nnx.Linear, w_2: nnx.Linear, relu_dropout) -> Array:
+    """Vaswani et al. 2017, Eq. 2: ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``."""
+    return w_2(relu_dropout(jax.nn.relu(w_1(x))))
+
+
+class SubLayer(nnx.Module):
+    """A residual sub-layer with layer norm, in post-LN or pre-LN order."""
+
+    def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+        self.norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, rngs=rngs)
+        self.pre_norm = config.norm == "pre"
+        self.dropout_rate = config.dropout_rate
+
+    def __call__(self, x: Array, sublayer, dropout: Dropout | None) -> tuple[Array, object]:
+        """Returns the new residual stream and whatever extra output ``sublayer`` gave."""
+        inputs = self.norm(x) if self.pre_norm else x
+        outputs, extra = sublayer(inputs)
+        x = x + apply_dropout(outputs, self.dropout_rate, dropout)
+        return (x if self.pre_norm else self.norm(x)), extra
+
+
+class FeedForward(nnx.Module):
+    """The position-wise feed-forward block (Section 3.3)."""
+
+    def __init__(self, config: TransformerConfig, dtype, *, rngs: nnx.Rngs):
+        init = nnx.initializers.xavier_uniform()
+        self.w_1 = nnx.Linear(config.d_model, config.d_ff, kernel_init=init, dtype=dtype, rngs=rngs)
+        self.w_2 = nnx.Linear(config.d_ff, config.d_model, kernel_init=init, dtype=dtype, rngs=rngs)
+        self.relu_dropout_rate = config.relu_dropout_rate
+
+    def __call__(self, x: Array, dropout: Dropout | None) -> tuple[Array, None]:
+        def relu_dropout(h):
+            return apply_dropout(h, self.relu_dropout_rate, dropout)
+
+        return feed_forward(x, self.w_1, self.w_2, relu_dropout), None
+
+
+def _attention(config: TransformerConfig, dtype, rngs: nnx.Rngs) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        config.d_model,
+        config.num_heads,
+        config.d_k,
+        config.d_v,
+        dropout_rate=config.attention_dropout_rate,
+        dtype=dtype,
+        rngs=rngs,
+    )
+
+
+def _key(dropout: Dropout | None) -> Array | None:
+    return None if dropout is None else dropout.next_key()
+
+
+class EncoderLayer(nnx.Module):
+    """Self-attention (Q, K, V all from the previous layer), then the feed-forward block."""
+
+    def __init__(self, config: TransformerConfig, dtype, *, rngs: nnx.Rngs):
+        self.self_attention = _attention(config, dtype, rngs)
+        self.feed_forward = FeedForward(config, dtype, rngs=rngs)
+        self.attention_sublayer = SubLayer(config, rngs=rngs)
+        self.feed_forward_sublayer = SubLayer(config, rngs=rngs)
+
+    def __call__(self, x: Array, mask: Array, dropout: Dropout | None) -> Array:
+        x, _ = self.attention_sublayer(
+            x, lambda h: self.self_attention(h, h, mask, dropout_rng=_key(dropout)), dropout
+        )
+        x, _ = self.feed_forward_sublayer(x, lambda h: self.feed_forward(h, dropout), dropout)
+        return x
+
+
+class DecoderLayer(nnx.Module):
+    """Masked self-attention, cross-attention (Q from the decoder, K and V from the encoder), FFN."""
+
+    def __init__(self, config: TransformerConfig, dtype, *, rngs: nnx.Rngs):
+        self.self_attention = _attention(config, dtype, rngs)
+        self.cross_attention = _attention(config, dtype, rngs)
+        self.feed_forward = FeedForward(config, dtype, rngs=rngs)
+        self.self_sublayer = SubLayer(config, rngs=rngs)
+        self.cross_sublayer = SubLayer(config, rngs=rngs)
+        self.feed_forward_sublayer = SubLayer(config, rngs=rngs)
+
+    def __call__(
+        self,
+        x: Array,
+        self_keys_values: tuple[Array, Array] | None,
+        self_mask: Array,
+        cross_keys_values: tuple[Array, Array],
+        cross_mask: Array,
+        dropout: Dropout | None,
+        return_attention: bool,
+    ) -> tuple[Array, Array | None]:
+        """One layer. ``self_keys_values`` overrides the self-attention keys and values (cache).
+
+        Returns:
+          (x [B, T, D], cross-attention weights [B, H, T, S] or None).
+        """
+
+        def self_attend(h):
+            keys, values = self_keys_values or self.self_attention.project_keys_values(h)
+            return self.self_attention.attend(
+                self.self_attention.project_query(h),
+                keys,
+                values,
+                self_mask,
+                dropout_rng=_key(dropout),
+            )
+
+        def cross_attend(h):
+            return self.cross_attention.attend(
+                self.cross_attention.project_query(h),
+                *cross_keys_values,
+                cross_mask,
+                dropout_rng=_key(dropout),
+                return_weights=return_attention,
+            )
+
+        x, _ = self.self_sublayer(x, self_attend, dropout)
+        x, weights = self.cross_sublayer(x, cross_attend, dropout)
+        x, _ = self.feed_forward_sublayer(x, lambda h: self.feed_forward(h, dropout), dropout)
+        return x, weights
+
+
+class Transformer(nnx.Module):
+    """Encoder–decoder Transformer behind the ``Seq2SeqModel`` contract."""
+
+    def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+        if config.share_embeddings and config.source_vocab_size != config.target_vocab_size:
+            raise ValueError(
+                "share_embeddings needs one shared vocabulary, got source "
+                f"{config.source_vocab_size} and target {config.target_vocab_size} tokens"
+            )
+        self.config = config
+        dtype = jnp.dtype(config.dtype)
+        self.dtype = dtype
+
+        def embed(vocab_size):
+            init = embedding_init(config.d_model)
+            return nnx.Embed(vocab_size, config.d_model, embedding_init=init, rngs=rngs)
+
+        self.target_embedding = embed(config.target_vocab_size)
+        self.source_embedding = (
+            self.target_embedding if config.share_embeddings else embed(config.source_vocab_size)
+        )
+        if not config.tie_output:
+            self.output_projection = nnx.Linear(
+                config.d_model, config.target_vocab_size, use_bias=False, dtype=dtype, rngs=rngs
+            )
+        if config.positions == "learned":
+            self.position_embedding = nnx.Embed(
+                config.max_positions, config.d_model, embedding_init=embedding_init(1), rngs=rngs
+            )
+        self.encoder_layers = nnx.List(
+            [EncoderLayer(config, dtype, rngs=rngs) for _ in range(config.encoder_layers)]
+        )
+        self.decoder_layers = nnx.List(
+            [DecoderLayer(config, dtype, rngs=rngs) for _ in range(config.decoder_layers)]
+        )
+        if config.norm == "pre":  # pre-LN leaves the residual stream un-normalised: finish it
+            self.encoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, rngs=rngs)
+            self.decoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, rngs=rngs)
+
+    # -- embeddings ------------------------------------------------------------------------
+
+    def _embed(
+        self, embedding: nnx.Embed, tokens: Array, positions: Array, dropout: Dropout | None
+    ) -> Array:
+        """Token embedding (times sqrt(d_model), Section 3.4) plus positions, then dropout."""
+        x = embedding(tokens)
+        if self.config.scale_embeddings:
+            x = x * math.sqrt(self.config.d_model)
+        if self.config.positions == "learned":
+            x = x + self.position_embedding(positions)
+        else:
+            x = x + sinusoidal_positions(positions, self.config.d_model)
+        return apply_dropout(x.astype(self.dtype), self.config.dropout_rate, dropout)
+
+    def _logits(self, x: Array) -> Array:
+        """Pre-softmax projection, tied to the target embedding by default (Section 3.4)."""
+        if self.config.tie_output:
+            return self.target_embedding.attend(x.astype(jnp.float32))
+        return self.output_projection(x).astype(jnp.float32)
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def encode(
+        self, source: Array, *, source_segments: Array | None = None, dropout: Dropout | None = None
+    ) -> Encoded:
+        """[B, S] -> {"memory": [B, S, D], "segments": [B, S]} (segments 0 at padding)."""
+        segments = (
+            (source != PAD_ID).astype(jnp.int32) if source_segments is None else source_segments
+        )
+        x = self._embed(self.source_embedding, source, positions_from_segments(segments), dropout)
+        mask = segment_mask(segments, segments)  # [B, 1, S, S]
+        for layer in self.encoder_layers:
+            x = layer(x, mask, dropout)
+        if self.config.norm == "pre":
+            x = self.encoder_norm(x)
+        return {"memory": x, "segments": segments}
+
+    def init_cache(self, encoded: Encoded, max_length: int) -> Cache:
+        """Empty self-attention keys/values per layer, and the encoder's keys/values projected once."""
+        batch = encoded["memory"].shape[0]
+        config = self.config
+        cache: Cache = {"index": jnp.zeros((batch,), jnp.int32)}
+        for i, layer in enumerate(self.decoder_layers):
+            cache[f"self_keys_{i}"] = jnp.zeros(
+                (batch, max_length, config.num_heads, config.d_k), self.dtype
+            )
+            cache[f"self_values_{i}"] = jnp.zeros(
+                (batch, max_length, config.num_heads, config.d_v), self.dtype
+            )
+            keys, values = layer.cross_attention.project_keys_values(encoded["memory"])
+            cache[f"cross_keys_{i}"], cache[f"cross_values_{i}"] = keys, values
+        return cache
+
+    def decode(
+        self,
+        encoded: Encoded,
+        target_inputs: Array,
+        *,
+        cache: Cache | None = None,
+        target_segments: Array | None = None,
+        dropout: Dropout | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Array, dict[str, Array], Cache | None]:
+        """Logits [B, T, V]; with a cache, ``target_inputs`` is the newest token [B, 1]."""
+        if cache is None:
+            return self._decode_parallel(
+                encoded, target_inputs, target_segments, dropout, return_attention
+            )
+        return self._decode_step(encoded, target_inputs, cache, return_attention)
+
+    def __call__(
+        self,
+        source: Array,
+        target_inputs: Array,
+        *,
+        source_segments: Array | None = None,
+        target_segments: Array | None = None,
+        dropout: Dropout | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Array, dict[str, Array]]:
+        encoded = self.encode(source, source_segments=source_segments, dropout=dropout)
+        logits, aux, _ = self.decode(
+            encoded,
+            target_inputs,
+            target_segments=target_segments,
+            dropout=dropout,
+            return_attention=return_attention,
+        )
+        return logits, aux
+
+    # -- decoding, parallel (teacher forcing) and incremental ------------------------------
+
+    def _decode_parallel(self, encoded, target_inputs, target_segments, dropout, return_attention):
+        segments = (
+            (target_inputs != PAD_ID).astype(jnp.int32)
+            if target_segments is None
+            else target_segments
+        )
+        x = self._embed(
+            self.target_embedding, target_inputs, positions_from_segments(segments), dropout
+        )
+        length = target_inputs.shape[1]
+        self_mask = combine_masks(segment_mask(segments, segments), causal_mask(length))
+        cross_mask = segment_mask(segments, encoded["segments"])  # [B, 1, T, S]
+        weights = []
+        for layer in self.decoder_layers:
+            cross_kv = layer.cross_attention.project_keys_values(encoded["memory"])
+            x, w = layer(x, None, self_mask, cross_kv, cross_mask, dropout, return_attention)
+            weights.append(w)
+        return *self._finish(x, weights, return_attention), None
+
+    def _decode_step(self, encoded, tokens, cache, return_attention):
+        index = cache["index"]  # [B], the position of ``tokens``
+        max_length = cache["self_keys_0"].shape[1]
+        x = self._embed(self.target_embedding, tokens, index[:, None], None)  # [B, 1, D]
+        cache_positions = jnp.arange(max_length)[None, :]
+        self_mask = (cache_positions <= index[:, None])[:, None, None, :]  # [B, 1, 1, T]
+        cross_mask = (encoded["segments"] > 0)[:, None, None, :]  # [B, 1, 1, S]
+        write = (cache_positions == index[:, None])[:, :, None, None]  # [B, T, 1, 1]
+        new_cache = {"index": index + 1}
+        weights = []
+        for i, layer in enumerate(self.decoder_layers):
+            h = layer.self_sublayer.norm(x) if self.config.norm == "pre" else x
+            new_keys, new_values = layer.self_attention.project_keys_values(h)  # [B, 1, H, K]
+            keys = jnp.where(write, new_keys, cache[f"self_keys_{i}"])
+            values = jnp.where(write, new_values, cache[f"self_values_{i}"])
+            new_cache[f"self_keys_{i}"], new_cache[f"self_values_{i}"] = keys, values
+            cross_kv = cache[f"cross_keys_{i}"], cache[f"cross_values_{i}"]
+            new_cache[f"cross_keys_{i}"], new_cache[f"cross_values_{i}"] = cross_kv
+            x, w = layer(x, (keys, values), self_mask, cross_kv, cross_mask, None, return_attention)
+            weights.append(w)
+        return *self._finish(x, weights, return_attention), new_cache
+
+    def _finish(self, x, weights, return_attention):
+        if self.config.norm == "pre":
+            x = self.decoder_norm(x)
+        aux = {"cross_attention": jnp.stack(weights, axis=1)} if return_attention else {}
+        return self._logits(x), aux  # aux["cross_attention"]: [B, L, H, T, S]

@@ -1,0 +1,94 @@
+"""The pure training step: ``train_step(state, batch) -> (state, metrics)``.
+
+No I/O and no hidden state: dropout keys come from ``fold_in(state.rng, state.step)``, so the
+same state and batch always give the same result, which is what makes resume exact. Compilation
+(``jax.jit``) and sharding are applied by the trainer, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx, struct
+
+from seq2seq.models.base import Dropout, shift_right
+from seq2seq.training.losses import smoothed_cross_entropy
+
+Batch = dict[str, jax.Array]
+
+
+class TrainState(struct.PyTreeNode):
+    """Everything a training run needs to continue: step, parameters, optimizer state, RNG."""
+
+    step: jax.Array  # int32 scalar, updates applied so far
+    params: nnx.State  # the model's parameters
+    opt_state: optax.OptState
+    rng: jax.Array  # raw uint32 PRNG key (saved as a plain array)
+    graphdef: Any = struct.field(pytree_node=False)  # the model's structure, static
+    optimizer: optax.GradientTransformation = struct.field(pytree_node=False)
+
+    @classmethod
+    def create(
+        cls, model: nnx.Module, optimizer: optax.GradientTransformation, seed: int
+    ) -> TrainState:
+        graphdef, params = nnx.split(model)
+        return cls(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=optimizer.init(params),
+            rng=jax.random.PRNGKey(seed),
+            graphdef=graphdef,
+            optimizer=optimizer,
+        )
+
+    def model(self) -> nnx.Module:
+        return nnx.merge(self.graphdef, self.params)
+
+
+def _batch_loss(model, batch: Batch, label_smoothing: float, dropout: Dropout | None):
+    """Teacher-forced loss sums of one batch (packed batches carry segment ids)."""
+    target_segments = batch.get("target_segments")
+    logits, _ = model(
+        batch["source"],
+        shift_right(batch["target"], target_segments),
+        source_segments=batch.get("source_segments"),
+        target_segments=target_segments,
+        dropout=dropout,
+    )
+    return smoothed_cross_entropy(logits, batch["target"], label_smoothing)
+
+
+def train_step(
+    state: TrainState, batch: Batch, *, label_smoothing: float, schedule: optax.Schedule
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer update on the per-token mean of the smoothed loss."""
+    dropout_key = jax.random.fold_in(state.rng, state.step)
+
+    def loss_fn(params):
+        model = nnx.merge(state.graphdef, params)
+        loss_sum, nll_sum, tokens = _batch_loss(
+            model, batch, label_smoothing, Dropout(dropout_key)
+        )
+        return loss_sum / jnp.maximum(tokens, 1.0), (nll_sum, tokens)
+
+    (loss, (nll_sum, tokens)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = state.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {
+        "loss": loss,
+        "nll": nll_sum / jnp.maximum(tokens, 1.0),
+        "target_tokens": tokens,
+        "grad_norm": optax.global_norm(grads),
+        "learning_rate": schedule(state.step),
+    }
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    return new_state, metrics
+
+
+def eval_step(state: TrainState, batch: Batch) -> dict[str, jax.Array]:
+    """Summed unsmoothed NLL and token count of one batch (perplexity = exp(sum / tokens))."""
+    _, nll_sum, tokens = _batch_loss(state.model(), batch, 0.0, None)
+    return {"nll_sum": nll_sum, "target_tokens": tokens}

@@ -1,0 +1,31 @@
+"""Train a model from a config.
+
+    python train.py --config configs/quickstart_transformer.py --workdir runs/qs_transformer \
+        [--config.train.steps=2000 ...]
+
+Restarting with the same --workdir resumes from its latest checkpoint.
+"""
+
+from pathlib import Path
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from seq2seq import cli
+from seq2seq.config import validate
+from seq2seq.training.trainer import train
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and the tokenizer.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+@cli.exit_on_error
+def main(argv: list[str]) -> None:
+    del argv
+    summary = train(validate(_CONFIG.value), Path(_WORKDIR.value))
+    print(f"trained to step {summary.step}, loss {summary.final_loss:.4f}, {summary.seconds:.0f} s")
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=cli.parse_flags)
