@@ -16,7 +16,9 @@ from seq2seq.config import validate
 from seq2seq.training.trainer import train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and the tokenizer.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Directory for checkpoints, logs and the tokenizer."
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 

@@ -46,7 +46,8 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
 
     def wrapped(argv: list[str]) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
-        logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+        logging.basicConfig(level=logging.WARNING, format="%(message)s", force=True)
+        logging.getLogger("seq2seq").setLevel(logging.INFO)
         absl_logging.get_absl_handler().setLevel(logging.WARNING)
         try:
             main(argv)

@@ -9,6 +9,7 @@ code takes explicit arguments.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,7 +47,9 @@ def default_config() -> ml_collections.ConfigDict:
     t.dropout_rate = 0.1  # P_drop: sub-layer outputs and embeddings + positions
     t.attention_dropout_rate = 0.0  # dropout on attention weights (the paper: none)
     t.relu_dropout_rate = 0.0  # dropout inside feed-forward blocks (the paper: none)
-    t.norm = "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LN(x))
+    t.norm = (
+        "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LN(x))
+    )
     t.positions = "sinusoidal"  # "sinusoidal" (the paper) or "learned" (Table 3, row E)
     t.max_positions = 1024  # longest sequence with learned positions (tokens)
     t.share_embeddings = True  # one embedding matrix for source and target (needs shared vocab)
@@ -88,7 +91,9 @@ def default_config() -> ml_collections.ConfigDict:
     train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (parameters stay float32)
     train.optimizer = "adam"  # "adam" (Vaswani et al.) or "adadelta" (Bahdanau et al.)
     train.learning_rate = 1.0  # peak rate; a multiplier of d_model^-0.5 for schedule "transformer"
-    train.schedule = "transformer"  # "transformer" (Eq. 3), "constant", "warmup_rsqrt", "warmup_cosine"
+    train.schedule = (
+        "transformer"  # "transformer" (Eq. 3), "constant", "warmup_rsqrt", "warmup_cosine"
+    )
     train.warmup_steps = 4000  # linear warm-up steps
     train.adam_b1 = 0.9  # Adam beta1
     train.adam_b2 = 0.98  # Adam beta2 (Vaswani et al.: 0.98)
@@ -107,9 +112,21 @@ def default_config() -> ml_collections.ConfigDict:
 
     config.decode = dec = ml_collections.ConfigDict()
     dec.max_extra_length = 50  # output may be this many tokens longer than the input (Vaswani)
+    dec.max_input_length = 256  # longer inputs are truncated to this many tokens (and flagged)
 
     config.lock()
     return config
+
+
+def load_config_file(path: str | Path) -> ml_collections.ConfigDict:
+    """Runs a config file's ``get_config()`` (as ``--config FILE`` does) and validates it."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"no config file at {path}")
+    spec = importlib.util.spec_from_file_location(f"seq2seq_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return validate(module.get_config())
 
 
 def flatten(config: ml_collections.ConfigDict, prefix: str = "") -> Iterator[tuple[str, object]]:

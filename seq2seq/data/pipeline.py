@@ -14,6 +14,8 @@ from seq2seq.data import sources
 from seq2seq.data.batching import BucketedBatches, BucketSpec, Example
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, train_tokenizer
 
+logger = logging.getLogger(__name__)
+
 TOKENIZER_DIR = "tokenizer"
 
 
@@ -81,7 +83,7 @@ def build_training_data(
     )
     examples, counts = filter_examples(encoded, config.data.max_length)
     counts = {"read": len(pairs), "kept": len(examples), **counts}
-    logging.info("training examples: %s", counts)
+    logger.info("training examples: %s", counts)
     if not examples:
         raise ValueError(f"no training examples left after filtering: {counts}")
     spec = BucketSpec(

@@ -145,5 +145,5 @@ def sinusoidal_positions(positions: Array, width: int) -> Array:
 
 
 def embedding_init(width: int) -> nnx.Initializer:
-    """N(0, width^-1/2): once scaled by sqrt(d_model) (Section 3.4) the embeddings have unit scale."""
+    """N(0, 1/width): after scaling by sqrt(d_model) (Section 3.4) embeddings have unit scale."""
     return nnx.initializers.normal(stddev=1.0 / math.sqrt(width))

@@ -60,7 +60,11 @@ class GRU(nnx.Module):
         )
         orthogonal = nnx.initializers.orthogonal()  # Appendix B.1: recurrent weights orthogonal
         self.u_gates = nnx.Linear(
-            hidden_size, 2 * hidden_size, use_bias=False, kernel_init=orthogonal, dtype=dtype,
+            hidden_size,
+            2 * hidden_size,
+            use_bias=False,
+            kernel_init=orthogonal,
+            dtype=dtype,
             rngs=rngs,
         )  # [U_z U_r]
         self.u_candidate = nnx.Linear(

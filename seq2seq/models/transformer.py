@@ -125,7 +125,7 @@ class EncoderLayer(nnx.Module):
 
 
 class DecoderLayer(nnx.Module):
-    """Masked self-attention, cross-attention (Q from the decoder, K and V from the encoder), FFN."""
+    """Masked self-attention, cross-attention (Q: decoder; K, V: encoder), feed-forward."""
 
     def __init__(self, config: TransformerConfig, dtype, *, rngs: nnx.Rngs):
         self.self_attention = _attention(config, dtype, rngs)
@@ -254,7 +254,7 @@ class Transformer(nnx.Module):
         return {"memory": x, "segments": segments}
 
     def init_cache(self, encoded: Encoded, max_length: int) -> Cache:
-        """Empty self-attention keys/values per layer, and the encoder's keys/values projected once."""
+        """Empty self-attention keys/values per layer; the encoder's keys/values, projected once."""
         batch = encoded["memory"].shape[0]
         config = self.config
         cache: Cache = {"index": jnp.zeros((batch,), jnp.int32)}

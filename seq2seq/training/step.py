@@ -69,9 +69,7 @@ def train_step(
 
     def loss_fn(params):
         model = nnx.merge(state.graphdef, params)
-        loss_sum, nll_sum, tokens = _batch_loss(
-            model, batch, label_smoothing, Dropout(dropout_key)
-        )
+        loss_sum, nll_sum, tokens = _batch_loss(model, batch, label_smoothing, Dropout(dropout_key))
         return loss_sum / jnp.maximum(tokens, 1.0), (nll_sum, tokens)
 
     (loss, (nll_sum, tokens)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)

@@ -23,6 +23,8 @@ from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.training.schedules import build_optimizer, build_schedule
 from seq2seq.training.step import TrainState, train_step
 
+logger = logging.getLogger(__name__)
+
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 
@@ -122,7 +124,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> RunSummary:
     if checkpoints.latest_step() is not None:
         state, data_state = checkpoints.restore(state)
         batches.set_state(data_state)
-        logging.info("resumed from step %d", int(state.step))
+        logger.info("resumed from step %d", int(state.step))
     step_fn = jax.jit(
         functools.partial(
             train_step, label_smoothing=config.train.label_smoothing, schedule=schedule
@@ -130,7 +132,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> RunSummary:
         donate_argnums=0,
     )
     params = count_params(state.params)
-    logging.info("%s: %d parameters", config.model.name, params)
+    logger.info("%s: %d parameters", config.model.name, params)
     log = MetricsLog(workdir / METRICS_FILE)
     try:
         state, loss, seconds = _loop(config, state, batches, step_fn, checkpoints, log)
@@ -171,12 +173,12 @@ def _loop(config, state, batches, step_fn, checkpoints, log):
             log.write({"step": step, **record})
             progress.set_postfix(loss=f"{loss:.3f}")
             if progress.disable:
-                logging.info("step %d: %s", step, _short(record))
+                logger.info("step %d: %s", step, _short(record))
             step_metrics, padding, interval_start = [], [], time.monotonic()
         if step % config.checkpoint.every_steps == 0:
             checkpoints.save(step, state, batches.get_state())
         if out_of_time:
-            logging.info("time budget of %.1f minutes reached at step %d", budget / 60, step)
+            logger.info("time budget of %.1f minutes reached at step %d", budget / 60, step)
             break
     progress.close()
     return state, loss, time.monotonic() - start

@@ -1,0 +1,43 @@
+"""Greedy search: at each step take the single most probable next token."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, Seq2SeqModel
+
+
+def greedy_search(model: Seq2SeqModel, source: jax.Array, max_length: int) -> jax.Array:
+    """Decodes a batch with the model's cache, one ``jax.lax.while_loop``, no host round-trips.
+
+    Args:
+      model: any ``Seq2SeqModel``.
+      source: [B, S] token ids, 0-padded.
+      max_length: most output tokens, EOS included.
+
+    Returns:
+      [B, max_length] token ids: each row ends with EOS, then padding (unless it ran out).
+    """
+    batch = source.shape[0]
+    encoded = model.encode(source)
+    cache = model.init_cache(encoded, max_length)
+    outputs = jnp.full((batch, max_length), PAD_ID, jnp.int32)
+    previous = jnp.full((batch,), BOS_ID, jnp.int32)
+    finished = jnp.zeros((batch,), bool)
+
+    def not_done(carry):
+        step, _, _, finished, _ = carry
+        return (step < max_length) & ~jnp.all(finished)
+
+    def step_once(carry):
+        step, previous, cache, finished, outputs = carry
+        logits, _, cache = model.decode(encoded, previous[:, None], cache=cache)  # [B, 1, V]
+        token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+        token = jnp.where(finished, PAD_ID, token)
+        outputs = outputs.at[:, step].set(token)
+        return step + 1, token, cache, finished | (token == EOS_ID), outputs
+
+    carry = (jnp.zeros((), jnp.int32), previous, cache, finished, outputs)
+    *_, outputs = jax.lax.while_loop(not_done, step_once, carry)
+    return outputs

@@ -1,0 +1,1 @@
+"""Evaluation: decoding a split, and scoring it with sacreBLEU."""

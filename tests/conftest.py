@@ -1,0 +1,48 @@
+"""Shared test set-up: JAX's persistent compilation cache, tiny configs and session fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+# Compile each jitted function once per machine, not once per test session.
+jax.config.update("jax_compilation_cache_dir", str(REPO / ".jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def tiny_config(model_name: str = "transformer"):
+    """A model of a few thousand parameters on the synthetic task, for fast tests."""
+    from seq2seq.config import default_config
+
+    config = default_config()
+    config.model.name = model_name
+    t = config.model.transformer
+    t.d_model, t.d_ff, t.num_heads, t.d_k, t.d_v = 32, 64, 4, 8, 8
+    t.encoder_layers = t.decoder_layers = 2
+    r = config.model.rnnsearch
+    r.embedding_size, r.encoder_hidden_size, r.decoder_hidden_size = 16, 24, 24
+    r.alignment_size, r.maxout_size = 16, 12
+    config.data.source = "synthetic"
+    config.data.tokenizer = "word"
+    config.data.vocab_size = 1000
+    config.data.max_length = 48
+    config.data.tokens_per_batch = 512
+    config.train.steps = 20
+    config.train.log_every_steps = 5
+    config.train.warmup_steps = 10
+    config.checkpoint.every_steps = 10
+    return config
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    if not (MULTI30K / "train.de").exists():
+        pytest.skip(f"Multi30k not found at {MULTI30K} (shared data is absent on this machine)")
+    return MULTI30K

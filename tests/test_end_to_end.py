@@ -1,0 +1,85 @@
+"""One small run per model through the real entry points: train.py, then eval.py."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from sacrebleu.metrics import BLEU
+
+from seq2seq.data import synthetic
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+SHRINK = {
+    "transformer": [
+        "--config.model.transformer.d_model=32",
+        "--config.model.transformer.d_ff=64",
+        "--config.model.transformer.d_k=8",
+        "--config.model.transformer.d_v=8",
+        "--config.model.transformer.encoder_layers=1",
+        "--config.model.transformer.decoder_layers=1",
+    ],
+    "rnnsearch": [
+        "--config.model.rnnsearch.embedding_size=16",
+        "--config.model.rnnsearch.encoder_hidden_size=16",
+        "--config.model.rnnsearch.decoder_hidden_size=16",
+        "--config.model.rnnsearch.alignment_size=16",
+        "--config.model.rnnsearch.maxout_size=8",
+    ],
+}
+
+
+def _run(*args):
+    result = subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module", params=["transformer", "rnnsearch"])
+def trained(request, tmp_path_factory):
+    name = request.param
+    workdir = tmp_path_factory.mktemp(name)
+    _run(
+        "train.py",
+        "--config",
+        f"configs/quickstart_{name}.py",
+        "--workdir",
+        str(workdir),
+        "--config.train.steps=12",
+        "--config.train.log_every_steps=4",
+        "--config.checkpoint.every_steps=8",
+        "--config.data.tokens_per_batch=512",
+        *SHRINK[name],
+    )
+    evaluation = _run("eval.py", "--workdir", str(workdir), "--split", "test")
+    return workdir, json.loads(evaluation.stdout.strip().splitlines()[-1])
+
+
+def test_metrics_log_has_a_line_per_logged_step(trained):
+    workdir, _ = trained
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [4, 8, 12]
+    for record in records:
+        assert record["loss"] > 0 and record["learning_rate"] > 0
+        assert record["target_tokens_per_second"] > 0
+
+
+def test_eval_bleu_equals_sacrebleu_on_its_hypothesis_file(trained):
+    workdir, result = trained
+    hypotheses = (workdir / "eval" / "test.hyp.txt").read_text().splitlines()
+    references = [target for _, target in synthetic.load_split("test")]
+    assert len(hypotheses) == len(references) == result["n"]
+    metric = BLEU()
+    expected = metric.corpus_score(hypotheses, [references])
+    assert result["bleu"] == pytest.approx(expected.score, abs=1e-9)
+    assert result["signature"] == str(metric.get_signature())
+
+
+def test_run_saved_its_config_and_final_checkpoint(trained):
+    workdir, _ = trained
+    assert json.loads((workdir / "config.json").read_text())["train"]["steps"] == 12
+    assert (workdir / "checkpoints" / "12").is_dir()
