@@ -1,0 +1,174 @@
+"""Beam search with a length penalty, for any ``Seq2SeqModel``, as one ``jax.lax.while_loop``.
+
+Each step extends every live hypothesis of a sentence by every token and keeps the ``N`` most
+probable extensions (Bahdanau et al. 2015, Section 3: "we use a beam search to find a
+translation that approximately maximizes the conditional probability"). An extension that ends
+(EOS, or the sentence's length limit) leaves the beam and competes for the answer with the score
+
+    s(Y, X) = log P(Y | X) / lp(Y),    lp(Y) = ((5 + |Y|) / 6)^alpha      (Wu et al. 2016)
+
+which Vaswani et al. 2017 (Section 6.1) use with beam size 4 and alpha 0.6. A sentence stops
+early when none of its live hypotheses can beat its best finished one any more.
+
+Because finished hypotheses leave the beam rather than being replaced, a beam of one is exactly
+greedy search. With a beam wide enough to hold every prefix, the search is exact: it returns the
+highest-scoring output under the rule above (``tests/test_decoding.py`` checks both).
+
+The model is used only through its contract: ``encode``, ``init_cache`` and ``decode``. Encoder
+outputs and the cache are batch-leading, so one ``tree.map`` repeats them for the beams and
+reorders them after each step, whether they hold key/value tensors (Transformer) or a recurrent
+state (RNNsearch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from seq2seq.decoding.common import expand_to_beams, next_token_log_probs, select_beams
+from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, Encoded, Seq2SeqModel
+
+Array = jax.Array
+
+
+def length_penalty(length: Array, alpha: float) -> Array:
+    """Wu et al. 2016, Section 7: ``lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha``.
+
+    Args:
+      length: |Y|, output tokens including EOS (any shape, int or float).
+      alpha: strength; 0 gives lp = 1 (raw log-probabilities), larger favours longer outputs.
+
+    Returns:
+      lp(Y), float32, the shape of ``length``.
+    """
+    return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+class BeamState(NamedTuple):
+    """The while-loop carry."""
+
+    step: Array  # [] int32, tokens decoded so far
+    live_tokens: Array  # [B, N, T] live hypotheses, PAD after their newest token
+    live_log_probs: Array  # [B, N] log P(prefix | x); -inf marks an empty slot
+    best_tokens: Array  # [B, T] best finished hypothesis, EOS then PAD (or cut at the limit)
+    best_scores: Array  # [B] its score log P / lp; -inf until one finishes
+    cache: Any  # the model's cache, rows [B * N, ...]; None when decoding without a cache
+
+
+def beam_search(
+    model: Seq2SeqModel,
+    source: Array,
+    max_length: int,
+    *,
+    beam_size: int,
+    alpha: float,
+    limits: Array | None = None,
+    use_cache: bool = True,
+) -> tuple[Array, Array]:
+    """Decodes a batch of sentences together; trace it inside ``jax.jit``.
+
+    Args:
+      model: any ``Seq2SeqModel``.
+      source: [B, S] token ids, 0-padded.
+      max_length: most output tokens, EOS included (the size of the output buffer).
+      beam_size: N, hypotheses kept per sentence; 1 is greedy search.
+      alpha: length-penalty exponent (``length_penalty``), >= 0.
+      limits: [B] most output tokens per sentence (at most ``max_length``); default
+        ``max_length`` for every sentence. An output that reaches its limit ends there.
+      use_cache: False re-decodes the whole prefix at each step instead of using the cache
+        (slow; it exists to test that the cache changes nothing).
+
+    Returns:
+      (tokens [B, max_length]: the best output per sentence, EOS then padding;
+       scores [B]: its ``log P(Y | X) / lp(Y)``).
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size} must be at least 1")
+    if isinstance(alpha, int | float) and alpha < 0:
+        raise ValueError(f"alpha={alpha} must be >= 0 (a negative length penalty favours stopping)")
+    batch = source.shape[0]
+    if limits is None:
+        limits = jnp.full((batch,), max_length, jnp.int32)
+    limits = jnp.minimum(limits, max_length)  # [B]
+    encoded = model.encode(source)
+    cache = expand_to_beams(model.init_cache(encoded, max_length), beam_size) if use_cache else None
+    encoded = expand_to_beams(encoded, beam_size)  # rows [B * N, ...]
+    first_slot = jnp.arange(beam_size) == 0  # every sentence starts from one empty hypothesis
+    state = BeamState(
+        step=jnp.zeros((), jnp.int32),
+        live_tokens=jnp.full((batch, beam_size, max_length), PAD_ID, jnp.int32),
+        live_log_probs=jnp.broadcast_to(jnp.where(first_slot, 0.0, -jnp.inf), (batch, beam_size)),
+        best_tokens=jnp.full((batch, max_length), PAD_ID, jnp.int32),
+        best_scores=jnp.full((batch,), -jnp.inf, jnp.float32),
+        cache=cache,
+    )
+
+    def searching(state: BeamState) -> Array:
+        return (state.step < max_length) & jnp.any(state.live_log_probs > -jnp.inf)
+
+    def step_once(state: BeamState) -> BeamState:
+        log_probs, cache = _next_log_probs(model, encoded, state)  # [B, N, V]
+        return _advance(state, log_probs, cache, limits, alpha)
+
+    state = jax.lax.while_loop(searching, step_once, state)
+    return state.best_tokens, state.best_scores
+
+
+def _next_log_probs(model: Seq2SeqModel, encoded: Encoded, state: BeamState):
+    """log p(y_t | y_<t, x) for every live hypothesis: ([B, N, V], the advanced cache)."""
+    batch, beam_size, max_length = state.live_tokens.shape
+    tokens = state.live_tokens.reshape(batch * beam_size, max_length)  # [B * N, T]
+    if state.cache is not None:
+        newest = jnp.take(tokens, jnp.maximum(state.step - 1, 0), axis=1)  # [B * N]
+        previous = jnp.where(state.step == 0, BOS_ID, newest)
+        logits, _, cache = model.decode(encoded, previous[:, None], cache=state.cache)
+        logits = logits[:, 0]  # [B * N, V]
+    else:  # the whole prefix again: decoder input t is y_{t-1}, and input 0 is BOS
+        inputs = jnp.concatenate(
+            [jnp.full((batch * beam_size, 1), BOS_ID, jnp.int32), tokens[:, :-1]], axis=1
+        )  # [B * N, T]
+        all_logits, _, cache = model.decode(encoded, inputs)  # [B * N, T, V]
+        logits = jnp.take(all_logits, state.step, axis=1)  # [B * N, V]
+    return next_token_log_probs(logits).reshape(batch, beam_size, -1), cache
+
+
+def _advance(
+    state: BeamState, log_probs: Array, cache: Any, limits: Array, alpha: float
+) -> BeamState:
+    """Keeps the N most probable extensions; those that end compete for the best output."""
+    batch, beam_size, vocab_size = log_probs.shape
+    step = state.step
+    candidates = state.live_log_probs[:, :, None] + log_probs  # [B, N, V]
+    top_log_probs, top_index = jax.lax.top_k(
+        candidates.reshape(batch, beam_size * vocab_size), beam_size
+    )  # [B, N], [B, N]
+    origin = top_index // vocab_size  # [B, N] the hypothesis each extension extends
+    token = (top_index % vocab_size).astype(jnp.int32)  # [B, N]
+    tokens = jnp.take_along_axis(state.live_tokens, origin[:, :, None], axis=1)  # [B, N, T]
+    tokens = tokens.at[:, :, step].set(token)
+
+    ends = (token == EOS_ID) | (step + 1 >= limits)[:, None]  # [B, N]
+    scores = jnp.where(ends, top_log_probs / length_penalty(step + 1, alpha), -jnp.inf)  # [B, N]
+    winner = jnp.argmax(scores, axis=1)  # [B]
+    winner_score = jnp.take_along_axis(scores, winner[:, None], axis=1)[:, 0]  # [B]
+    improved = winner_score > state.best_scores  # [B]
+    winner_tokens = jnp.take_along_axis(tokens, winner[:, None, None], axis=1)[:, 0]  # [B, T]
+    best_tokens = jnp.where(improved[:, None], winner_tokens, state.best_tokens)  # [B, T]
+    best_scores = jnp.where(improved, winner_score, state.best_scores)  # [B]
+
+    live_log_probs = jnp.where(ends, -jnp.inf, top_log_probs)  # [B, N]
+    # Early termination: log P only falls as a hypothesis grows and lp only rises up to the
+    # sentence's limit (alpha >= 0), so log P / lp(limit) bounds every score a live hypothesis
+    # can still reach. A sentence none of whose hypotheses can beat its best finished one stops.
+    bound = jnp.max(live_log_probs, axis=1) / length_penalty(limits, alpha)  # [B]
+    live_log_probs = jnp.where((bound > best_scores)[:, None], live_log_probs, -jnp.inf)
+    return BeamState(
+        step=step + 1,
+        live_tokens=tokens,
+        live_log_probs=live_log_probs,
+        best_tokens=best_tokens,
+        best_scores=best_scores,
+        cache=None if cache is None else select_beams(cache, origin),
+    )

@@ -1,0 +1,259 @@
+"""Beam search: exact on a space small enough to enumerate, greedy at width one, cache-blind."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from seq2seq.decoding.beam_search import beam_search, length_penalty
+from seq2seq.decoding.common import expand_to_beams, output_limits, select_beams
+from seq2seq.decoding.greedy import greedy_search
+from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerConfig
+from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+VOCAB = 6  # PAD, UNK, BOS, EOS and two words: small enough to enumerate every output
+WORDS = (UNK_ID, 4, 5)  # what may precede EOS (a translation never holds PAD or BOS)
+SOURCES = np.array(
+    [[4, 5, 1, 3], [5, 3, 0, 0], [1, 1, 4, 3], [5, 4, 4, 3], [4, 3, 0, 0], [1, 5, 3, 0]], np.int32
+)
+
+
+def _transformer():
+    config = TransformerConfig(
+        VOCAB, VOCAB, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
+        encoder_layers=1, decoder_layers=1, tie_output=False,
+    )  # fmt: skip
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    # A sharper output layer than at initialisation, so outputs differ in probability and the
+    # best one is often not the greedy one (checked below: the test would be vacuous otherwise).
+    kernel = model.output_projection.kernel
+    kernel[...] = np.random.default_rng(1).normal(size=kernel.shape).astype(np.float32)
+    return model
+
+
+def _rnnsearch():
+    config = RNNSearchConfig(
+        VOCAB, VOCAB, embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8,
+        alignment_size=8, maxout_size=4,
+    )  # fmt: skip
+    graphdef, params = nnx.split(RNNSearch(config, rngs=nnx.Rngs(0)))
+    rng = np.random.default_rng(0)  # N(0, 1.5^2) everywhere: far from uniform
+    params = jax.tree.map(lambda p: rng.normal(0.0, 1.5, p.shape).astype(np.float32), params)
+    return nnx.merge(graphdef, params)
+
+
+class RandomTree(nnx.Module):
+    """A stand-in model whose next-token logits are drawn at random for each source and prefix.
+
+    A small network at initialisation ranks outputs in simple patterns (one token repeated, or
+    EOS at once); this one follows none, so greedy search is often wrong and the winner is often
+    not the beam's leader at every step: the hard case for a search. It keeps the model contract,
+    with the prefix (as a number) for its cache.
+    """
+
+    SOURCES = 64  # distinct sources before codes wrap around
+    TABLE = 4096  # distinct prefixes before codes wrap around (only long outputs ever do)
+
+    def __init__(self, seed: int = 0):
+        logits = np.random.default_rng(seed).normal(0.0, 2.0, (self.SOURCES, self.TABLE, VOCAB))
+        logits[..., EOS_ID] -= 2.0  # longer outputs, so that most searches go deep
+        self.logits = nnx.Param(jnp.asarray(logits, jnp.float32))  # [source, prefix, V]
+
+    def encode(self, source, **unused):
+        code = jnp.zeros(source.shape[:1], jnp.int32)
+        for s in range(source.shape[1]):
+            code = jnp.where(source[:, s] == PAD_ID, code, (code * VOCAB + source[:, s]))
+        return {"key": code % self.SOURCES}  # [B]
+
+    def init_cache(self, encoded, max_length):
+        return {"prefix": jnp.zeros_like(encoded["key"])}  # [B]
+
+    def decode(self, encoded, target_inputs, *, cache=None, **unused):
+        prefix = jnp.zeros_like(encoded["key"]) if cache is None else cache["prefix"]
+        codes = []
+        for t in range(target_inputs.shape[1]):
+            prefix = (prefix * VOCAB + target_inputs[:, t]) % self.TABLE
+            codes.append(prefix)
+        logits = self.logits[...][encoded["key"][:, None], jnp.stack(codes, axis=1)]  # [B, T, V]
+        return logits, {}, None if cache is None else {"prefix": prefix}
+
+    def __call__(self, source, target_inputs, **unused):
+        logits, aux, _ = self.decode(self.encode(source), target_inputs)
+        return logits, aux
+
+
+MODELS = {"transformer": _transformer, "rnnsearch": _rnnsearch, "random_tree": RandomTree}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def model(request):
+    return MODELS[request.param]()
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_length", "beam_size", "use_cache"))
+def _beam(graphdef, params, source, limits, alpha, *, max_length, beam_size, use_cache=True):
+    model = nnx.merge(graphdef, params)
+    return beam_search(
+        model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
+        use_cache=use_cache,
+    )  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_length"))
+def _greedy(graphdef, params, source, limits, *, max_length):
+    return greedy_search(nnx.merge(graphdef, params), source, max_length, limits=limits)
+
+
+@functools.partial(jax.jit, static_argnames="graphdef")
+def _teacher_forced(graphdef, params, source, target_inputs):
+    logits, _ = nnx.merge(graphdef, params)(source, target_inputs)
+    return logits
+
+
+def _search(model, source, limits, alpha=0.6, **static):
+    graphdef, params = nnx.split(model)
+    return _beam(graphdef, params, jnp.asarray(source), jnp.asarray(limits), alpha, **static)
+
+
+def _all_outputs(limit: int) -> list[list[int]]:
+    """Every output of at most ``limit`` tokens: words then EOS, or ``limit`` tokens cut there."""
+    outputs = []
+    for length in range(1, limit + 1):
+        for words in itertools.product(WORDS, repeat=length - 1):
+            outputs.append([*words, EOS_ID])
+            if length == limit:
+                outputs.extend([*words, last] for last in WORDS)
+    return outputs
+
+
+def _log_probs(model, outputs: list[list[int]], width: int) -> np.ndarray:
+    """[sentence, output] log P(Y | x) by one teacher-forced pass (no cache, no search code)."""
+    targets = np.full((len(outputs), width), PAD_ID, np.int32)
+    for row, output in enumerate(outputs):
+        targets[row, : len(output)] = output
+    targets = np.tile(targets, (len(SOURCES), 1))  # [sentence * output, T]
+    inputs = np.concatenate([np.full((len(targets), 1), BOS_ID), targets[:, :-1]], axis=1)
+    sources = np.repeat(SOURCES, len(outputs), axis=0)
+    logits = _teacher_forced(*nnx.split(model), jnp.asarray(sources), jnp.asarray(inputs))
+    log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+    picked = np.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    return np.where(targets != PAD_ID, picked, 0.0).sum(axis=1).reshape(len(SOURCES), -1)
+
+
+@pytest.fixture(scope="module")
+def enumerated(model):
+    """Every output for length limits 2 to 4, and its log-probability for each sentence."""
+    outputs = sorted({tuple(output) for limit in (2, 3, 4) for output in _all_outputs(limit)})
+    outputs = [list(output) for output in outputs]
+    return outputs, _log_probs(model, outputs, width=4)
+
+
+def _as_list(tokens: np.ndarray) -> list[int]:
+    return [int(t) for t in tokens if t != PAD_ID]
+
+
+def test_length_penalty_is_wu_et_al():
+    # lp(Y) = ((5 + |Y|) / 6)^alpha: one token gives 1; seven give 2^alpha.
+    np.testing.assert_allclose(length_penalty(1, 0.6), 1.0)
+    np.testing.assert_allclose(length_penalty(7, 0.6), 2.0**0.6, rtol=1e-6)
+    np.testing.assert_allclose(length_penalty(jnp.arange(1, 9), 0.0), np.ones(8))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_wide_beam_finds_the_best_output_by_exhaustive_search(model, enumerated, alpha):
+    max_length = 4
+    limits = np.array([4, 3, 4, 2, 4, 3], np.int32)
+    # Width 36 holds every candidate until the last step: 4 tokens follow each of 3^2 prefixes.
+    tokens, scores = _search(model, SOURCES, limits, alpha, max_length=max_length, beam_size=36)
+    narrow_tokens, narrow_scores = _search(
+        model, SOURCES, limits, alpha, max_length=max_length, beam_size=2
+    )
+    greedy = _search(model, SOURCES, limits, alpha, max_length=max_length, beam_size=1)[0]
+    all_outputs, log_probs = enumerated
+    greedy_differs = 0
+    for b, limit in enumerate(limits):
+        outputs = _all_outputs(int(limit))
+        rows = [all_outputs.index(output) for output in outputs]
+        lengths = np.array([len(output) for output in outputs])
+        exact = log_probs[b, rows] / np.asarray(length_penalty(lengths, alpha))
+        best = int(np.argmax(exact))
+        assert _as_list(tokens[b]) == outputs[best], f"sentence {b}"
+        np.testing.assert_allclose(scores[b], exact[best], rtol=1e-5, atol=1e-5)
+        # A narrow beam may miss the best output, but reports the true score of what it found.
+        narrow = outputs.index(_as_list(narrow_tokens[b]))
+        np.testing.assert_allclose(narrow_scores[b], exact[narrow], rtol=1e-5, atol=1e-5)
+        assert narrow_scores[b] <= scores[b] + 1e-5
+        greedy_differs += _as_list(greedy[b]) != outputs[best]
+    if alpha > 0:
+        assert greedy_differs > 0, "a case where greedy search is already optimal proves little"
+
+
+def test_beam_of_one_is_greedy_search(model):
+    source = np.random.default_rng(0).integers(1, VOCAB, (8, 7)).astype(np.int32)
+    source[:, -1] = EOS_ID
+    source[3, 4:] = PAD_ID
+    limits = output_limits(jnp.asarray(source), 3)  # 6 to 10 tokens
+    graphdef, params = nnx.split(model)
+    greedy = _greedy(graphdef, params, jnp.asarray(source), limits, max_length=10)
+    tokens, _ = _search(model, source, limits, 0.6, max_length=10, beam_size=1)
+    np.testing.assert_array_equal(tokens, greedy)
+
+
+def test_decoding_with_the_cache_equals_rerunning_the_whole_prefix(model):
+    source = np.random.default_rng(1).integers(1, VOCAB, (5, 6)).astype(np.int32)
+    source[1, 3:] = PAD_ID
+    limits = np.array([8, 5, 8, 2, 7], np.int32)
+    cached = _search(model, source, limits, max_length=8, beam_size=3)
+    uncached = _search(model, source, limits, max_length=8, beam_size=3, use_cache=False)
+    np.testing.assert_array_equal(cached[0], uncached[0])
+    np.testing.assert_allclose(cached[1], uncached[1], rtol=1e-5)
+
+
+def test_a_reordered_cache_continues_the_reordered_prefixes(model):
+    beam_size, steps = 3, 3
+    rng = np.random.default_rng(2)
+    prefixes = rng.integers(1, VOCAB, (2 * beam_size, steps)).astype(np.int32)  # [B * N, 3]
+    prefixes[:, 0] = BOS_ID
+    newest = rng.integers(1, VOCAB, (2 * beam_size, 1)).astype(np.int32)  # [B * N, 1]
+    origin = np.array([[2, 0, 0], [1, 2, 1]])  # [B, N]: beams copied, dropped and moved
+    reordered = prefixes[(np.arange(2)[:, None] * beam_size + origin).reshape(-1)]
+    graphdef, params = nnx.split(model)
+
+    @jax.jit
+    def cached_and_full(params):
+        model = nnx.merge(graphdef, params)
+        encoded = model.encode(jnp.asarray(SOURCES[:2]))
+        cache = expand_to_beams(model.init_cache(encoded, steps + 1), beam_size)
+        encoded = expand_to_beams(encoded, beam_size)
+        for t in range(steps):
+            _, _, cache = model.decode(encoded, prefixes[:, t : t + 1], cache=cache)
+        cache = select_beams(cache, jnp.asarray(origin))
+        cached, _, _ = model.decode(encoded, newest, cache=cache)  # [B * N, 1, V]
+        full, _, _ = model.decode(encoded, np.concatenate([reordered, newest], axis=1))
+        return cached[:, 0], full[:, steps]
+
+    cached, full = cached_and_full(params)
+    np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
+
+
+def test_a_sentence_translates_the_same_alone_or_in_a_batch(model):
+    limits = np.full((len(SOURCES),), 6, np.int32)
+    together, _ = _search(model, SOURCES, limits, max_length=6, beam_size=3)
+    for b in (1, 5):  # padded in the batch, unpadded alone
+        alone_source = SOURCES[b : b + 1, : int((SOURCES[b] != PAD_ID).sum())]
+        alone, _ = _search(model, alone_source, limits[:1], max_length=6, beam_size=3)
+        np.testing.assert_array_equal(alone[0], together[b])
+
+
+@pytest.mark.parametrize(
+    ("beam_size", "alpha", "message"), [(0, 0.6, "beam_size=0"), (2, -1.0, "alpha=-1.0")]
+)
+def test_bad_search_settings_are_named(beam_size, alpha, message):
+    with pytest.raises(ValueError, match=message):
+        beam_search(_transformer(), jnp.asarray(SOURCES), 4, beam_size=beam_size, alpha=alpha)
