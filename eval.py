@@ -1,8 +1,12 @@
-"""Translate and score a split with a trained model.
+"""Translate and score a split with a trained model, or translate any file.
 
-    python eval.py --workdir runs/qs_transformer [--split test]
+    python eval.py --workdir runs/qs_transformer [--split test] [--beam_size 4] [--alpha 0.6]
+                   [--checkpoint latest|STEP|average:K]
+    python eval.py --workdir runs/qs_transformer --input FILE --output FILE [--reference FILE]
 
-The last line printed is one JSON object: bleu, signature, n, ...
+Prints sacreBLEU (detokenized, cased, with its signature), chrF and the papers' tokenized BLEU,
+and writes WORKDIR/eval/SPLIT.hyp.txt and WORKDIR/eval/SPLIT.json. The last line printed is one
+JSON object: bleu, signature, chrf, tok_bleu, n, bleu_by_source_length, ...
 """
 
 import json
@@ -11,17 +15,41 @@ from pathlib import Path
 from absl import app, flags
 
 from seq2seq import cli
-from seq2seq.evaluation.evaluate import evaluate
+from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training work directory to evaluate.")
 _SPLIT = flags.DEFINE_string("split", None, "Split to translate (default: the config's test).")
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", "latest", "'latest', a step number, or 'average:K' (mean of the last K)."
+)
+_BEAM_SIZE = flags.DEFINE_integer(
+    "beam_size", None, "Beam width (default: the config's); 1: greedy."
+)
+_ALPHA = flags.DEFINE_float("alpha", None, "Length-penalty exponent (default: the config's).")
+_INPUT = flags.DEFINE_string("input", None, "Translate this file (one sentence per line).")
+_OUTPUT = flags.DEFINE_string("output", None, "Where --input's translations go.")
+_REFERENCE = flags.DEFINE_string("reference", None, "Optional references to score --input with.")
 flags.mark_flags_as_required(["workdir"])
 
 
 @cli.exit_on_error
 def main(argv: list[str]) -> None:
     del argv
-    print(json.dumps(evaluate(Path(_WORKDIR.value), _SPLIT.value)))
+    workdir = Path(_WORKDIR.value)
+    decode = {"checkpoint": _CHECKPOINT.value, "beam_size": _BEAM_SIZE.value, "alpha": _ALPHA.value}
+    if (_INPUT.value is None) != (_OUTPUT.value is None):
+        raise ValueError("--input and --output go together: pass both to translate a file")
+    if _REFERENCE.value and not _INPUT.value:
+        raise ValueError("--reference scores --input; pass --input and --output with it")
+    if _INPUT.value:
+        reference = Path(_REFERENCE.value) if _REFERENCE.value else None
+        result = translate_file(
+            workdir, Path(_INPUT.value), Path(_OUTPUT.value), reference_path=reference, **decode
+        )
+    else:
+        result = evaluate(workdir, _SPLIT.value, **decode)
+    print(format_report(result))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -109,10 +109,13 @@ def default_config() -> ml_collections.ConfigDict:
 
     config.eval = ev = ml_collections.ConfigDict()
     ev.batch_size = 64  # sentences decoded together by eval.py
+    ev.length_bucket_size = 10  # source words per bucket of BLEU by length (Bahdanau, Fig. 2)
 
     config.decode = dec = ml_collections.ConfigDict()
     dec.max_extra_length = 50  # output may be this many tokens longer than the input (Vaswani)
     dec.max_input_length = 256  # longer inputs are truncated to this many tokens (and flagged)
+    dec.beam_size = 4  # hypotheses kept per sentence (Vaswani et al.: 4); 1 is greedy search
+    dec.alpha = 0.6  # length-penalty exponent, ((5 + |Y|) / 6)^alpha (Wu et al. 2016); 0: none
 
     config.lock()
     return config
@@ -179,6 +182,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                 _require(value > 0, f"config.{key}={value} must be positive")
         if key.endswith("dropout_rate") or key == "train.label_smoothing":
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
+    _require(
+        config.decode.alpha >= 0,
+        f"config.decode.alpha={config.decode.alpha} must be >= 0 (0 turns the length penalty off)",
+    )
     data = config.data
     _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")
     _require(

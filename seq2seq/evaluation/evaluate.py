@@ -1,4 +1,4 @@
-"""Translate a split with a trained model and score it: what ``eval.py`` runs."""
+"""Translate a split (or any file) with a trained model and score it: what ``eval.py`` runs."""
 
 from __future__ import annotations
 
@@ -7,85 +7,164 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import jax
-import ml_collections
-from flax import nnx
+from seq2seq.data.pipeline import load_pairs
+from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
+from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
+from seq2seq.evaluation.translator import Translator
 
-from seq2seq import config as config_lib
-from seq2seq.data.batching import inference_batches
-from seq2seq.data.pipeline import TOKENIZER_DIR, load_pairs
-from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
-from seq2seq.decoding.greedy import greedy_search
-from seq2seq.evaluation.bleu import sacrebleu_score
-from seq2seq.training.checkpoints import Checkpoints
-from seq2seq.training.trainer import CONFIG_FILE, create_state
+EVAL_DIR = "eval"
 
 
-class Translator:
-    """A restored model with its tokenizer, translating lists of sentences."""
-
-    def __init__(self, config: ml_collections.ConfigDict, tokenizer: Tokenizer, params, graphdef):
-        self.config = config
-        self.tokenizer = tokenizer
-        self.params = params
-
-        def search(params, source, max_length):
-            return greedy_search(nnx.merge(graphdef, params), source, max_length)
-
-        self._search = jax.jit(search, static_argnums=2)
-
-    @classmethod
-    def restore(cls, workdir: Path, step: int | None = None) -> Translator:
-        """Loads config, tokenizer and (latest, or ``step``) parameters from a work directory."""
-        config = config_lib.load_saved(workdir / CONFIG_FILE)
-        tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
-        if tokenizer is None:
-            raise FileNotFoundError(f"no tokenizer in {workdir / TOKENIZER_DIR}; train first")
-        template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
-        checkpoints = Checkpoints(workdir, keep=config.checkpoint.keep)
-        if checkpoints.latest_step() is None:
-            raise FileNotFoundError(f"no checkpoint in {workdir}; train first")
-        state, _ = checkpoints.restore(template, step)
-        checkpoints.close()
-        return cls(config, tokenizer, state.params, state.graphdef)
-
-    def translate(self, sentences: Sequence[str]) -> tuple[list[str], int]:
-        """Translations in input order, and how many inputs had to be truncated."""
-        limit = self.config.decode.max_input_length
-        sources = self.tokenizer.encode_source(sentences)
-        truncated = sum(len(ids) > limit for ids in sources)
-        outputs: list[str] = [""] * len(sources)
-        batches = inference_batches(
-            sources, self.config.eval.batch_size, self.config.data.bucket_width, limit
-        )
-        for indices, source in batches:
-            max_length = source.shape[1] + self.config.decode.max_extra_length
-            tokens = jax.device_get(self._search(self.params, source, max_length))
-            for row, index in enumerate(indices):
-                outputs[index] = self.tokenizer.decode_target(tokens[row])
-        return outputs, truncated
+def score(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    target_lang: str,
+    bucket_size: int,
+) -> dict[str, object]:
+    """Every score of one set of translations (see ``eval.py`` for what each means)."""
+    return {
+        **sacrebleu_score(hypotheses, references),
+        **chrf_score(hypotheses, references),
+        **tokenized_bleu(hypotheses, references, target_lang),
+        "n": len(hypotheses),
+        "bleu_by_source_length": bleu_by_source_length(
+            sources, hypotheses, references, bucket_size
+        ),
+    }
 
 
-def evaluate(workdir: Path, split: str | None = None, step: int | None = None) -> dict:
+def _translate(translator: Translator, sources: Sequence[str]) -> tuple[list[str], dict]:
+    start = time.monotonic()
+    translations = translator.translate(sources)
+    seconds = time.monotonic() - start
+    decode = translator.config.decode
+    facts = {
+        "checkpoint": translator.checkpoint.describe() if translator.checkpoint else "given",
+        "beam_size": decode.beam_size,
+        "alpha": decode.alpha,
+        "truncated_inputs": len(translations.truncated),
+        "truncated_lines": [i + 1 for i in translations.truncated],  # 1-based line numbers
+        "max_input_length": decode.max_input_length,
+        "decode_seconds": seconds,
+        "sentences_per_second": len(sources) / max(seconds, 1e-9),
+    }
+    return translations.hypotheses, facts
+
+
+def _write_lines(path: Path, lines: Sequence[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def read_lines(path: Path, what: str = "input") -> list[str]:
+    """One sentence per line (``\\n`` only: other line separators stay inside sentences)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} file at {path}")
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return [line.removesuffix("\r") for line in lines]
+
+
+def evaluate(
+    workdir: Path,
+    split: str | None = None,
+    *,
+    checkpoint: str = "latest",
+    beam_size: int | None = None,
+    alpha: float | None = None,
+) -> dict[str, object]:
     """Translates ``split`` (default: the config's test split), writes and scores it.
 
     Writes ``eval/SPLIT.hyp.txt`` (line i translates source line i) and ``eval/SPLIT.json``.
     """
-    translator = Translator.restore(workdir, step)
-    split = split or translator.config.data.test_split
-    pairs = load_pairs(translator.config, split)
-    start = time.monotonic()
-    hypotheses, truncated = translator.translate([source for source, _ in pairs])
-    seconds = time.monotonic() - start
+    translator = Translator.restore(workdir, checkpoint, beam_size=beam_size, alpha=alpha)
+    config = translator.config
+    split = split or config.data.test_split
+    pairs = load_pairs(config, split)
+    sources = [source for source, _ in pairs]
+    hypotheses, facts = _translate(translator, sources)
     result = {
-        **sacrebleu_score(hypotheses, [target for _, target in pairs]),
-        "n": len(pairs),
+        **score(
+            sources,
+            hypotheses,
+            [target for _, target in pairs],
+            target_lang=config.data.tgt_lang,
+            bucket_size=config.eval.length_bucket_size,
+        ),
         "split": split,
-        "truncated_inputs": truncated,
-        "decode_seconds": seconds,
+        **facts,
     }
-    out_dir = workdir / "eval"
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / f"{split}.hyp.txt").write_text("".join(h + "\n" for h in hypotheses))
+    out_dir = workdir / EVAL_DIR
+    _write_lines(out_dir / f"{split}.hyp.txt", hypotheses)
     (out_dir / f"{split}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def translate_file(
+    workdir: Path,
+    input_path: Path,
+    output_path: Path,
+    *,
+    reference_path: Path | None = None,
+    checkpoint: str = "latest",
+    beam_size: int | None = None,
+    alpha: float | None = None,
+) -> dict[str, object]:
+    """Translates ``input_path`` line by line into ``output_path``; scores it given references."""
+    sources = read_lines(input_path)
+    references = read_lines(reference_path, "reference") if reference_path else None
+    if references is not None and len(references) != len(sources):
+        raise ValueError(
+            f"{reference_path} has {len(references)} lines but {input_path} has {len(sources)}; "
+            "a reference file must align line by line with the input"
+        )
+    translator = Translator.restore(workdir, checkpoint, beam_size=beam_size, alpha=alpha)
+    hypotheses, facts = _translate(translator, sources)
+    _write_lines(output_path, hypotheses)
+    result: dict[str, object] = {"input": str(input_path), "output": str(output_path)}
+    if references is not None:
+        config = translator.config
+        result.update(
+            score(
+                sources,
+                hypotheses,
+                references,
+                target_lang=config.data.tgt_lang,
+                bucket_size=config.eval.length_bucket_size,
+            )
+        )
+    else:
+        result["n"] = len(hypotheses)
+    return {**result, **facts}
+
+
+def format_report(result: dict[str, object]) -> str:
+    """The scores as a few readable lines (the JSON line follows them in ``eval.py``)."""
+    what = result.get("split") or result.get("input")
+    lines = [
+        f"{what}: {result['n']} sentences, beam {result['beam_size']}, alpha {result['alpha']}, "
+        f"{result['checkpoint']}, {result['decode_seconds']:.1f} s"
+    ]
+    if result["truncated_inputs"]:
+        lines.append(
+            f"  {result['truncated_inputs']} inputs over {result['max_input_length']} tokens were "
+            "cut to fit (see truncated_lines)"
+        )
+    if "bleu" in result:
+        lines += [
+            f"  sacreBLEU       {result['bleu']:6.2f}  {result['signature']}",
+            f"  chrF2           {result['chrf']:6.2f}  {result['chrf_signature']}",
+            f"  tokenized BLEU  {result['tok_bleu']:6.2f}  {result['tok_bleu_method']}",
+            "  sacreBLEU by source length (words): "
+            + ", ".join(
+                f"{row['min_words']}-{row['max_words']}: {row['bleu']:.1f} (n={row['n']})"
+                for row in result["bleu_by_source_length"]
+            ),
+        ]
+    else:
+        lines.append(f"  translations written to {result['output']}")
+    return "\n".join(lines)

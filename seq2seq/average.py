@@ -1,0 +1,35 @@
+"""Average the last K checkpoints of a run into a new run directory (Vaswani et al. 2017, §6.1).
+
+    python -m seq2seq.average --workdir runs/base --last 5 --output runs/base_avg5
+    python eval.py --workdir runs/base_avg5
+
+(``python eval.py --workdir runs/base --checkpoint average:5`` scores the same average without
+writing it.) The last line printed is one JSON object: workdir, steps, output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from absl import app, flags
+
+from seq2seq import cli
+from seq2seq.evaluation.averaging import write_averaged_run
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training work directory whose checkpoints to use.")
+_LAST = flags.DEFINE_integer(
+    "last", 5, "How many of the newest checkpoints to average.", lower_bound=1
+)
+_OUTPUT = flags.DEFINE_string("output", None, "New directory for the averaged run.")
+flags.mark_flags_as_required(["workdir", "output"])
+
+
+@cli.exit_on_error
+def main(argv: list[str]) -> None:
+    del argv
+    print(json.dumps(write_averaged_run(Path(_WORKDIR.value), _LAST.value, Path(_OUTPUT.value))))
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=cli.parse_flags)

@@ -1,0 +1,133 @@
+"""A trained model with its tokenizer, translating lists of sentences with greedy or beam search."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from seq2seq import config as config_lib
+from seq2seq.data.batching import inference_batches
+from seq2seq.data.pipeline import TOKENIZER_DIR
+from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
+from seq2seq.decoding.beam_search import beam_search
+from seq2seq.decoding.common import output_limits
+from seq2seq.decoding.greedy import greedy_search
+from seq2seq.evaluation.averaging import CheckpointChoice, choose_checkpoints, restore_params
+from seq2seq.models.base import EOS_ID
+from seq2seq.training.checkpoints import Checkpoints
+from seq2seq.training.trainer import CONFIG_FILE, create_state
+
+
+@dataclasses.dataclass
+class Translations:
+    hypotheses: list[str]  # hypothesis i translates sentence i
+    truncated: list[int]  # indices of the sentences whose input was cut to the length limit
+
+
+def truncate_source(ids: np.ndarray, limit: int) -> np.ndarray:
+    """The first ``limit - 1`` tokens and EOS: a cut input still ends as training inputs did."""
+    if len(ids) <= limit:
+        return ids
+    return np.concatenate([ids[: limit - 1], np.array([EOS_ID], ids.dtype)])
+
+
+def one_line(text: str) -> str:
+    """A hypothesis as one line of a file, whatever characters the model produced."""
+    return " ".join(text.splitlines())
+
+
+def load_work_config(workdir: Path) -> ml_collections.ConfigDict:
+    """The config a training run saved (checks that ``workdir`` is one)."""
+    if not workdir.is_dir():
+        raise FileNotFoundError(f"no work directory at {workdir}; pass the --workdir of a run")
+    return config_lib.load_saved(workdir / CONFIG_FILE)
+
+
+def restore_model(workdir: Path, config: ml_collections.ConfigDict, checkpoint: str = "latest"):
+    """A run's (tokenizer, graphdef, params, CheckpointChoice): ``latest``, ``STEP``, ``average:K``."""
+    tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
+    if tokenizer is None:
+        raise FileNotFoundError(f"no tokenizer in {workdir / TOKENIZER_DIR}; train first")
+    template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
+    checkpoints = Checkpoints(workdir, keep=config.checkpoint.keep)
+    try:
+        choice = choose_checkpoints(checkpoint, checkpoints.manager.all_steps(), workdir)
+        state, _ = restore_params(checkpoints, template, choice, workdir)
+    finally:
+        checkpoints.close()
+    return tokenizer, state.graphdef, state.params, choice
+
+
+class Translator:
+    """Translates sentences in batches; one compiled search per padded source length."""
+
+    def __init__(
+        self,
+        config: ml_collections.ConfigDict,
+        tokenizer: Tokenizer,
+        params: nnx.State,
+        graphdef: nnx.GraphDef,
+        *,
+        checkpoint: CheckpointChoice | None = None,
+    ):
+        """Decodes with ``config.decode`` (beam size, alpha, length limits) and ``config.eval``."""
+        self.config = config
+        self.tokenizer = tokenizer
+        self.params = params
+        self.checkpoint = checkpoint
+        decode = config.decode
+        beam_size, alpha, extra = decode.beam_size, decode.alpha, decode.max_extra_length
+
+        def search(params, source):
+            model = nnx.merge(graphdef, params)
+            max_length = source.shape[1] + extra
+            limits = output_limits(source, extra)  # [B] input length + extra, per sentence
+            if beam_size == 1:
+                return greedy_search(model, source, max_length, limits=limits)
+            tokens, _ = beam_search(
+                model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits
+            )
+            return tokens
+
+        self._search = jax.jit(search)
+
+    @classmethod
+    def restore(
+        cls, workdir: Path, checkpoint: str = "latest", **decode_overrides: object
+    ) -> Translator:
+        """Loads a run's config, tokenizer and parameters (``latest``, ``STEP`` or ``average:K``).
+
+        ``decode_overrides`` replace fields of ``config.decode`` (e.g. ``beam_size=1``).
+        """
+        config = load_work_config(workdir)
+        for key, value in decode_overrides.items():
+            if value is not None:
+                config.decode[key] = value
+        config_lib.validate(config)
+        tokenizer, graphdef, params, choice = restore_model(workdir, config, checkpoint)
+        return cls(config, tokenizer, params, graphdef, checkpoint=choice)
+
+    def translate(self, sentences: Sequence[str]) -> Translations:
+        """Translations in input order; inputs over ``decode.max_input_length`` are cut."""
+        limit = self.config.decode.max_input_length
+        sources = self.tokenizer.encode_source(sentences)
+        truncated = [i for i, ids in enumerate(sources) if len(ids) > limit]
+        sources = [truncate_source(ids, limit) for ids in sources]
+        outputs: list[str | None] = [None] * len(sources)
+        batches = inference_batches(
+            sources, self.config.eval.batch_size, self.config.data.bucket_width, limit
+        )
+        for indices, source in batches:
+            tokens = jax.device_get(self._search(self.params, source))
+            for row, index in enumerate(indices):
+                outputs[index] = one_line(self.tokenizer.decode_target(tokens[row]))
+        missing = [i for i, output in enumerate(outputs) if output is None]
+        if missing:  # inference_batches must cover every sentence; never write a short file
+            raise RuntimeError(f"{len(missing)} sentences were not translated, first {missing[0]}")
+        return Translations(outputs, truncated)
