@@ -50,7 +50,7 @@ def load_work_config(workdir: Path) -> ml_collections.ConfigDict:
 
 
 def restore_model(workdir: Path, config: ml_collections.ConfigDict, checkpoint: str = "latest"):
-    """A run's (tokenizer, graphdef, params, CheckpointChoice): ``latest``, ``STEP``, ``average:K``."""
+    """A run's tokenizer, graphdef, parameters and CheckpointChoice (see ``averaging``)."""
     tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
     if tokenizer is None:
         raise FileNotFoundError(f"no tokenizer in {workdir / TOKENIZER_DIR}; train first")
