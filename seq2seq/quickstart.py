@@ -41,6 +41,7 @@ def run_one(name: str, config_path: str, workdir: Path) -> dict:
         "steps": summary.step,
         "train_seconds": train_seconds,
         "eval_seconds": result["decode_seconds"],
+        "beam_size": result["beam_size"],
     }
 
 
@@ -63,7 +64,8 @@ def main(argv: list[str]) -> None:
     del argv
     root = Path(_WORKDIR.value)
     rows = [run_one(name, path, root / name) for name, path in CONFIGS.items()]
-    print("\nSynthetic task, test split (sacreBLEU, greedy decoding):")
+    beams = ", ".join(sorted({f"beam {row['beam_size']}" for row in rows}))
+    print(f"\nSynthetic task, test split (sacreBLEU, {beams}):")
     print(format_table(rows))
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
 
 from seq2seq import config as config_lib
 from seq2seq.data.pipeline import TOKENIZER_DIR
@@ -81,21 +83,57 @@ def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> Ch
     return CheckpointChoice(tuple(available[-count:]))
 
 
-def restore_state(checkpoints: Checkpoints, template: TrainState, step: int, workdir: Path):
-    """The train state and data state of checkpoint ``step``, or one line saying why not."""
-    try:
-        return checkpoints.restore(template, step)
-    except ValueError as error:  # orbax: tree structures or shapes differ from the template
-        reason = str(error).strip().splitlines()[0].split(". ")[0][:160]
-        raise CheckpointError(
-            f"checkpoint {step} in {workdir} does not fit the model in its config.json "
-            f"({reason}); was config.json edited, or do the checkpoints come from another run?"
-        ) from error
-
-
 def _leaf_names(tree) -> list[str]:
     paths, _ = jax.tree_util.tree_flatten_with_path(tree)
     return [jax.tree_util.keystr(path) for path, _ in paths]
+
+
+def _plain_name(path) -> str:
+    """``params/decoder_layers/0/feed_forward/w_1/kernel``, from any kind of tree path."""
+    parts = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+    return "/".join(part for part in parts if part != "value")
+
+
+def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
+    paths, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {_plain_name(path): tuple(leaf.shape) for path, leaf in paths}
+
+
+def check_fits(workdir: Path, step: int, template: TrainState) -> None:
+    """Compares the parameter shapes stored in checkpoint ``step`` with the model's.
+
+    Done from the checkpoint's metadata before reading any array, so that a mismatch is one
+    line naming the parameter rather than an error from deep inside the array store.
+    """
+    # Checkpoints keeps the train state as item "state" of step directory STEP (orbax layout).
+    item = epath.Path(workdir / CHECKPOINT_DIR / str(step) / "state")
+    handler = ocp.StandardCheckpointHandler()
+    try:
+        stored_tree = handler.metadata(item).tree
+    finally:
+        handler.close()
+    stored = {k: v for k, v in _param_shapes(stored_tree).items() if k.startswith("params/")}
+    wanted = _param_shapes({"params": template.params})
+    hint = "was config.json edited, or do the checkpoints come from another run?"
+    for name in sorted(wanted.keys() | stored.keys()):
+        if name not in stored:
+            problem = f"lacks {name}, which the model in its config.json has"
+        elif name not in wanted:
+            problem = f"has {name}, which the model in its config.json lacks"
+        elif stored[name] != wanted[name]:
+            problem = (
+                f"has {name} of shape {stored[name]} where the model in its config.json "
+                f"needs {wanted[name]}"
+            )
+        else:
+            continue
+        raise CheckpointError(f"checkpoint {step} in {workdir} {problem}; {hint}")
+
+
+def restore_state(checkpoints: Checkpoints, template: TrainState, step: int, workdir: Path):
+    """The train state and data state of checkpoint ``step``, or one line saying why not."""
+    check_fits(workdir, step, template)
+    return checkpoints.restore(template, step)
 
 
 def add_params(total, params, step: int, first_step: int):

@@ -1,0 +1,277 @@
+"""Scores equal sacreBLEU and hand computation; eval.py keeps every line in order; averaging."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from sacrebleu.metrics import BLEU, CHRF
+
+from seq2seq import config as config_lib
+from seq2seq.data import synthetic
+from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.evaluation.averaging import (
+    CheckpointError,
+    add_params,
+    choose_checkpoints,
+    restore_params,
+    write_averaged_run,
+)
+from seq2seq.evaluation.bleu import bleu_by_source_length
+from seq2seq.evaluation.evaluate import read_lines, translate_file
+from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
+from seq2seq.evaluation.translator import restore_model, truncate_source
+from seq2seq.models.base import EOS_ID
+from seq2seq.training.checkpoints import Checkpoints
+from seq2seq.training.trainer import create_state, train
+from tests.conftest import REPO, tiny_config
+
+# -- the papers' tokenized BLEU -------------------------------------------------------------
+
+
+def test_tokenized_bleu_matches_a_hand_computed_case():
+    hypotheses = ["Der Hund bellt.", "Ein Fünf-Sterne-Hotel, bitte."]
+    references = ["Der Hund bellt laut.", "Ein Vier-Sterne-Hotel, bitte."]
+    # Moses splits off "." and ","; compound splitting turns each "-" into "##AT##-##AT##" (@):
+    #   hyp 1: Der Hund bellt .                      ref 1: Der Hund bellt laut .
+    #   hyp 2: Ein Fünf @ Sterne @ Hotel , bitte .   ref 2: Ein Vier @ Sterne @ Hotel , bitte .
+    # Matches / n-grams, sentence 1 + sentence 2:
+    #   1-grams: 4/4 + 8/9 ("Fünf" misses)
+    #   2-grams: 2/3 ("bellt ." misses) + 6/8 ("Ein Fünf", "Fünf @" miss)
+    #   3-grams: 1/2 + 5/7
+    #   4-grams: 0/1 + 4/6
+    precisions = [12 / 13, 8 / 11, 6 / 9, 4 / 7]
+    brevity_penalty = math.exp(1 - 14 / 13)  # 13 hypothesis tokens, 14 reference tokens
+    expected = 100 * brevity_penalty * math.exp(sum(math.log(p) for p in precisions) / 4)
+    result = tokenized_bleu(hypotheses, references, "de")
+    assert result["tok_bleu"] == pytest.approx(expected, rel=1e-9)
+    assert "compound splitting" in result["tok_bleu_method"]
+
+
+def test_compound_splitting_is_perl_s_non_overlapping_substitution():
+    assert split_compounds("Fünf-Sterne-Hotel") == "Fünf ##AT##-##AT## Sterne ##AT##-##AT## Hotel"
+    assert split_compounds("a-b-c") == "a ##AT##-##AT## b-c"  # "b" went to the first match
+    assert split_compounds("Juni - Juli") == "Juni - Juli"
+
+
+def test_only_german_targets_are_compound_split():
+    assert papers_tokenize(["E-Mail."], "de") == ["E ##AT##-##AT## Mail ."]
+    assert papers_tokenize(["e-mail."], "en") == ["e-mail ."]
+
+
+# -- BLEU by source length ------------------------------------------------------------------
+
+
+def test_bleu_by_source_length_groups_sentences_by_source_words():
+    sources = ["one two three", " ".join(["w"] * 10), " ".join(["w"] * 11), "", "x " * 25]
+    hypotheses = ["a b c d", "a b c", "d e f g h", "a", "p q r s t"]
+    references = ["a b c d", "a b x", "d e f g", "b", "p q r s t u"]
+    rows = bleu_by_source_length(sources, hypotheses, references, bucket_size=10)
+    assert [(r["min_words"], r["max_words"], r["n"]) for r in rows] == [
+        (1, 10, 3),
+        (11, 20, 1),
+        (21, 30, 1),
+    ]
+    first = BLEU().corpus_score(
+        [hypotheses[i] for i in (0, 1, 3)], [[references[i] for i in (0, 1, 3)]]
+    )
+    assert rows[0]["bleu"] == pytest.approx(first.score)
+
+
+# -- inputs ---------------------------------------------------------------------------------
+
+
+def test_read_lines_keeps_empty_lines_and_splits_on_newlines_only(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text("first\r\n\nthird has a \u2028 inside\nlast without newline", encoding="utf-8")
+    assert read_lines(path) == ["first", "", "third has a \u2028 inside", "last without newline"]
+    with pytest.raises(FileNotFoundError, match="no input file at"):
+        read_lines(tmp_path / "missing.txt")
+
+
+def test_a_truncated_input_still_ends_with_eos():
+    ids = np.array([5, 6, 7, 8, EOS_ID], np.int32)
+    np.testing.assert_array_equal(truncate_source(ids, 3), [5, 6, EOS_ID])
+    np.testing.assert_array_equal(truncate_source(ids, 5), ids)
+
+
+# -- choosing and averaging checkpoints -----------------------------------------------------
+
+
+def test_checkpoint_choices(tmp_path):
+    steps = [10, 30, 20]
+    assert choose_checkpoints("latest", steps, tmp_path).steps == (30,)
+    assert choose_checkpoints("20", steps, tmp_path).steps == (20,)
+    assert choose_checkpoints("average:2", steps, tmp_path).steps == (20, 30)
+    for spec, message in [
+        ("15", "no checkpoint at step 15 .*saved steps: 10, 20, 30"),
+        ("average:4", "needs 4 checkpoints but .* holds 3"),
+        ("avg:2", "not understood"),
+        ("average:0", "not understood"),
+    ]:
+        with pytest.raises(CheckpointError, match=message):
+            choose_checkpoints(spec, steps, tmp_path)
+    with pytest.raises(CheckpointError, match="no checkpoint in"):
+        choose_checkpoints("latest", [], tmp_path)
+
+
+def test_parameters_of_different_models_cannot_be_added():
+    total = {"w": np.zeros((2, 3)), "b": np.zeros(3)}
+    with pytest.raises(CheckpointError, match=r"\['w'\] has shape \(3, 2\) in checkpoint 20"):
+        add_params(total, {"w": np.zeros((3, 2)), "b": np.zeros(3)}, 20, 10)
+    with pytest.raises(CheckpointError, match="other parameters than checkpoint 10"):
+        add_params(total, {"w": np.zeros((2, 3)), "c": np.zeros(3)}, 20, 10)
+
+
+# -- a trained tiny model -------------------------------------------------------------------
+
+STEPS = (50, 100, 150)
+
+
+def _run(*args, check=True):
+    result = subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A tiny Transformer trained long enough to translate a few words right (BLEU > 0)."""
+    config = tiny_config("transformer")
+    config.train.steps = STEPS[-1]
+    config.train.schedule = "constant"
+    config.train.learning_rate = 3e-3
+    config.train.log_every_steps = 50
+    config.checkpoint.every_steps = STEPS[0]
+    config.decode.beam_size = 2
+    config.eval.batch_size = 128
+    path = tmp_path_factory.mktemp("run")
+    train(config, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def evaluated(workdir):
+    result = _run("eval.py", "--workdir", str(workdir), "--checkpoint", "average:2")
+    return result.stdout.strip().splitlines()
+
+
+@pytest.mark.slow
+def test_bleu_and_chrf_equal_sacrebleu_on_the_hypothesis_file(workdir, evaluated):
+    result = json.loads(evaluated[-1])
+    hypotheses = (workdir / "eval" / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
+    assert hypotheses.pop() == ""  # the file ends with a newline
+    references = [target for _, target in synthetic.load_split("test")]
+    assert len(hypotheses) == len(references) == result["n"]
+    bleu, chrf = BLEU(), CHRF()
+    assert result["bleu"] == pytest.approx(bleu.corpus_score(hypotheses, [references]).score)
+    assert result["signature"] == str(bleu.get_signature())
+    assert result["chrf"] == pytest.approx(chrf.corpus_score(hypotheses, [references]).score)
+    assert result["bleu"] > 0, "a model that gets nothing right makes this test vacuous"
+
+
+@pytest.mark.slow
+def test_printed_scores_and_json_file_agree(workdir, evaluated):
+    printed = json.loads(evaluated[-1])
+    saved = json.loads((workdir / "eval" / "test.json").read_text())
+    assert printed == saved
+    for key in ("bleu", "signature", "chrf", "tok_bleu", "tok_bleu_method", "n"):
+        assert key in printed
+    assert 0 <= printed["tok_bleu"] <= 100
+    assert sum(row["n"] for row in printed["bleu_by_source_length"]) == printed["n"]
+    assert printed["checkpoint"] == f"average of the last 2: steps {STEPS[1]}, {STEPS[2]}"
+    assert printed["beam_size"] == 2 and printed["truncated_inputs"] == 0
+    report = "\n".join(evaluated[:-1])
+    assert "sacreBLEU" in report and "chrF2" in report and "tokenized BLEU" in report
+
+
+@pytest.mark.slow
+def test_a_file_is_translated_line_for_line_in_order(workdir, tmp_path):
+    sources = [source for source, _ in synthetic.load_split("validation")[:12]]
+    too_long = " ".join(sources) + " " + " ".join(sources)  # over 256 tokens
+    lines = [*sources[:6], "", too_long, *sources[6:]]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "reversed.txt").write_text("\n".join(lines[::-1]), encoding="utf-8")
+    result = translate_file(workdir, tmp_path / "in.txt", tmp_path / "out.txt")
+    backwards = translate_file(workdir, tmp_path / "reversed.txt", tmp_path / "back.txt")
+    output = read_lines(tmp_path / "out.txt")
+    assert len(output) == len(lines) == result["n"]
+    assert read_lines(tmp_path / "back.txt") == output[::-1]
+    assert result["truncated_inputs"] == 1 and result["truncated_lines"] == [8]
+    assert backwards["truncated_lines"] == [len(lines) - 7]
+
+
+def _restored_params(workdir, step):
+    config = config_lib.load_saved(workdir / "config.json")
+    tokenizer = load_tokenizer(workdir / "tokenizer")
+    template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
+    checkpoints = Checkpoints(workdir, keep=5)
+    state, _ = checkpoints.restore(template, step)
+    checkpoints.close()
+    return state.params
+
+
+@pytest.mark.slow
+def test_averaged_run_holds_the_mean_of_the_last_checkpoints(workdir, tmp_path):
+    record = write_averaged_run(workdir, 2, tmp_path / "averaged")
+    assert record["steps"] == list(STEPS[1:])
+    config = config_lib.load_saved(workdir / "config.json")
+    _, _, averaged, choice = restore_model(tmp_path / "averaged", config)
+    assert "the average of steps 100, 150" in choice.describe()
+    _, _, on_the_fly, _ = restore_model(workdir, config, "average:2")
+    first, second = (_restored_params(workdir, step) for step in STEPS[1:])
+    expected = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / 2, first, second)
+    for got in (averaged, on_the_fly):
+        jax.tree.map(
+            lambda g, e: np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7), got, expected
+        )
+    differs = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - b).max()), first, expected)
+    assert max(jax.tree.leaves(differs)) > 0, "the two checkpoints must differ for this to test"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_does_not_fit_the_config_is_one_clear_line(workdir, tmp_path):
+    edited = tmp_path / "edited"
+    shutil.copytree(workdir, edited, ignore=shutil.ignore_patterns("eval"))
+    saved = json.loads((edited / "config.json").read_text())
+    saved["model"]["transformer"]["d_ff"] *= 2
+    (edited / "config.json").write_text(json.dumps(saved))
+    config = config_lib.load_saved(edited / "config.json")
+    template, _ = create_state(
+        config, *[load_tokenizer(edited / "tokenizer").source_vocab_size] * 2
+    )
+    checkpoints = Checkpoints(edited, keep=5)
+    with pytest.raises(CheckpointError, match=r"feed_forward/w_1/bias of shape \(64,\) where"):
+        restore_params(
+            checkpoints, template, choose_checkpoints("average:2", STEPS, edited), edited
+        )
+    checkpoints.close()
+    result = _run("eval.py", "--workdir", str(edited), check=False)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "where the model in its config.json needs (128,)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workdir", "/nonexistent/run"], "no work directory at /nonexistent/run"),
+        (["--input", "/nonexistent/in.txt", "--output", "out.txt"], "no input file at"),
+    ],
+)
+def test_missing_paths_end_eval_with_one_line(args, message, tmp_path):
+    if "--workdir" not in args:
+        args = ["--workdir", str(tmp_path), *args]
+    result = _run("eval.py", *args, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"]
+    assert message in result.stderr
