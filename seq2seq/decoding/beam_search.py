@@ -1,9 +1,9 @@
 """Beam search with a length penalty, for any ``Seq2SeqModel``, as one ``jax.lax.while_loop``.
 
 Each step extends every live hypothesis of a sentence by every token and keeps the ``N`` most
-probable extensions (Bahdanau et al. 2015, Section 3: "we use a beam search to find a
-translation that approximately maximizes the conditional probability"). An extension that ends
-(EOS, or the sentence's length limit) leaves the beam and competes for the answer with the score
+probable extensions: an approximate search for the most probable translation, as Bahdanau et
+al. 2015 (Section 3.2) use at test time. An extension that ends (EOS, or the sentence's length
+limit) leaves the beam and competes for the answer with the score
 
     s(Y, X) = log P(Y | X) / lp(Y),    lp(Y) = ((5 + |Y|) / 6)^alpha      (Wu et al. 2016)
 
@@ -11,7 +11,9 @@ which Vaswani et al. 2017 (Section 6.1) use with beam size 4 and alpha 0.6. A se
 early when none of its live hypotheses can beat its best finished one any more.
 
 Because finished hypotheses leave the beam rather than being replaced, a beam of one is exactly
-greedy search. With a beam wide enough to hold every prefix, the search is exact: it returns the
+greedy search. (tensor2tensor, which produced Vaswani et al.'s numbers, refills the beam from
+the 2N best extensions so that N hypotheses stay live; its beam of one is not greedy search.)
+With a beam wide enough to keep every extension, the search is exact: it returns the
 highest-scoring output under the rule above (``tests/test_decoding.py`` checks both).
 
 The model is used only through its contract: ``encode``, ``init_cache`` and ``decode``. Encoder
