@@ -91,7 +91,9 @@ def _leaf_names(tree) -> list[str]:
 def _plain_name(path) -> str:
     """``params/decoder_layers/0/feed_forward/w_1/kernel``, from any kind of tree path."""
     parts = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
-    return "/".join(part for part in parts if part != "value")
+    if parts and parts[-1] == "value":  # a Variable's payload, however the tree spells it
+        parts.pop()
+    return "/".join(parts)
 
 
 def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
