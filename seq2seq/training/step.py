@@ -134,7 +134,7 @@ def train_step(
         "loss": loss_sum / tokens,
         "nll": nll_sum / tokens,
         "target_tokens": tokens,
-        "grad_norm": optax.global_norm(grads),
+        "grad_norm": optax.tree.norm(grads),
         "learning_rate": schedule(state.step),
     }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
