@@ -72,8 +72,10 @@ def packed_batches(
         .repeat()
         .map(_Lookup(corpus))
     )
+    # Reading in this thread: grain's prefetching threads cost more than the lookups they run.
+    reading = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
     packed = grain.experimental.FirstFitPackIterDataset(
-        examples.to_iter_dataset(),
+        examples.to_iter_dataset(reading),
         length_struct={"source": row_length, "target": row_length},
         num_packing_bins=rows,  # one packing round fills one batch
         seed=seed,
