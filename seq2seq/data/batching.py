@@ -151,6 +151,11 @@ class BucketedBatchIterator(grain.DatasetIterator):
         return {"epoch": self._epoch, "position": self._position}
 
     def set_state(self, state: dict[str, int]) -> None:
+        if set(state) != {"epoch", "position"}:
+            raise ValueError(
+                f"data iterator state {state} is not a bucketed-batch position; the checkpoint "
+                "was written with other data settings (data.pack?); use the original config"
+            )
         if state["epoch"] != self._epoch:
             self._plan = self._plan_for(state["epoch"])
         self._epoch, self._position = int(state["epoch"]), int(state["position"])

@@ -188,9 +188,8 @@ class TfdsCorpus(ParallelCorpus):
                     f"(it has {', '.join(languages)})"
                 )
         build = (
-            f"`tfds build {name.split('/')[0]} --config={name.split('/')[-1]} "
-            f"--data_dir={builder.data_dir_root} --file_format=array_record` where the internet "
-            "is reachable"
+            f"`tfds build {name} --data_dir={builder.data_dir_root} --file_format=array_record` "
+            "where the internet is reachable"
         )
         try:
             self._records = builder.as_data_source(split=split)
