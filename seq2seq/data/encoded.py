@@ -21,8 +21,10 @@ FILTER_REASONS = ("empty", "too_long", "length_ratio")  # in the order they are 
 
 @dataclasses.dataclass(frozen=True)
 class EncodedCorpus:
-    """Token ids of N sentence pairs, EOS included: pair i's source is
-    ``source_ids[source_offsets[i] : source_offsets[i + 1]]``."""
+    """Token ids of N sentence pairs, EOS included, one flat array per side.
+
+    Pair i's source is ``source_ids[source_offsets[i] : source_offsets[i + 1]]``.
+    """
 
     source_ids: np.ndarray  # [source tokens] uint16 (or int32 for vocabularies over 65536)
     source_offsets: np.ndarray  # [N + 1] int64

@@ -1,5 +1,4 @@
-"""From a config to tokenized, bucketed (or packed) batches: the one place that reads
-``config.data``."""
+"""From a config to tokenized, bucketed or packed batches: the one reader of ``config.data``."""
 
 from __future__ import annotations
 

@@ -152,11 +152,11 @@ class TextCorpus(ParallelCorpus):
 
 
 class TfdsCorpus(ParallelCorpus):
-    """A translation dataset of TFDS (e.g. ``wmt14_translate/de-en``) read through
-    ``tfds.data_source``: random access to array_record files, no TensorFlow needed.
+    """A TFDS translation dataset (e.g. ``wmt14_translate/de-en``), read with random access.
 
-    Each record is a dict keyed by language code (``{"de": b"...", "en": b"..."}``), so either
-    translation direction reads the same prepared data.
+    The data must be prepared as array_record files, which TFDS's data source reads without
+    TensorFlow (tfrecord files need ``tf.data``). Each record is a dict keyed by language code
+    (``{"de": b"...", "en": b"..."}``), so either translation direction reads the same data.
     """
 
     def __init__(

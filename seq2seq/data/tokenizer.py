@@ -111,8 +111,10 @@ def _processor(model: bytes) -> spm.SentencePieceProcessor:
 
 
 def _write_atomically(path: Path, content: bytes) -> None:
-    """Writes via a temporary file and a rename, so a crash never leaves half a model behind
-    (and hosts of a multi-host run writing the same bytes do not interleave)."""
+    """Writes via a temporary file and a rename: a crash never leaves half a model behind.
+
+    Hosts of a multi-host run, which all train the same model, then never interleave writes.
+    """
     temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
     temporary.write_bytes(content)
     os.replace(temporary, path)
