@@ -20,6 +20,8 @@ import numpy as np
 from seq2seq.data.encoded import EncodedCorpus
 from seq2seq.models.base import PAD_ID
 
+Example = tuple[np.ndarray, np.ndarray]  # (source ids, target ids), EOS included
+
 
 @dataclasses.dataclass(frozen=True)
 class BucketSpec:
@@ -65,17 +67,15 @@ def plan_epoch(lengths: np.ndarray, spec: BucketSpec, seed: int, epoch: int) -> 
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def collate(
-    sources: Sequence[np.ndarray], targets: Sequence[np.ndarray], batch_size: int, length: int
-) -> dict[str, np.ndarray]:
-    """Pads sentences into {"source": [B, L], "target": [B, L]} int32 arrays (0 = padding).
+def collate(examples: Sequence[Example], batch_size: int, length: int) -> dict[str, np.ndarray]:
+    """Pads examples into {"source": [B, L], "target": [B, L]} int32 arrays (0 = padding).
 
-    Rows beyond ``len(sources)`` stay all-padding, so every batch of a bucket has one shape;
+    Rows beyond ``len(examples)`` stay all-padding, so every batch of a bucket has one shape;
     padding carries no loss weight.
     """
     source = np.full((batch_size, length), PAD_ID, np.int32)
     target = np.full((batch_size, length), PAD_ID, np.int32)
-    for row, (source_ids, target_ids) in enumerate(zip(sources, targets, strict=True)):
+    for row, (source_ids, target_ids) in enumerate(examples):
         source[row, : len(source_ids)] = source_ids[:length]
         target[row, : len(target_ids)] = target_ids[:length]
     return {"source": source, "target": target}
@@ -120,9 +120,8 @@ class BucketedBatches(grain.IterDataset):
         length = spec.padded_length(int(self.lengths[members].max()))
         rows = spec.batch_size(length) // self.shard_count
         mine = self.indices[members[self.shard_index * rows : (self.shard_index + 1) * rows]]
-        sources = [self.corpus.source(i) for i in mine]
-        targets = [self.corpus.target(i) for i in mine]
-        return collate(sources, targets, rows, length)
+        examples = [(self.corpus.source(i), self.corpus.target(i)) for i in mine]
+        return collate(examples, rows, length)
 
 
 class BucketedBatchIterator(grain.DatasetIterator):
