@@ -104,13 +104,22 @@ def default_config() -> ml_collections.ConfigDict:
     train.adadelta_eps = 1e-6  # AdaDelta epsilon (Bahdanau et al.: 1e-6)
     train.label_smoothing = 0.1  # epsilon_ls (Vaswani et al.: 0.1)
     train.clip_grad_norm = 0.0  # clip gradients to this global norm; 0 for none (Bahdanau: 1)
+    train.grad_accum_steps = 1  # micro-batches per update (same update as one big batch)
+
+    config.mesh = mesh = ml_collections.ConfigDict()
+    mesh.data = -1  # devices along the "data" axis; -1: all that fsdp leaves
+    mesh.fsdp = 1  # devices along the "fsdp" axis: large parameters are split over them
+    mesh.distributed = False  # call jax.distributed.initialize() (multi-host runs)
 
     config.checkpoint = ckpt = ml_collections.ConfigDict()
     ckpt.every_steps = 1000  # steps between checkpoints (one is always written at the end)
-    ckpt.keep = 5  # most recent checkpoints kept
+    ckpt.keep = 5  # most recent checkpoints kept (plus the best by validation BLEU)
 
     config.eval = ev = ml_collections.ConfigDict()
     ev.batch_size = 64  # sentences decoded together by eval.py
+    ev.every_steps = 0  # validation (loss, perplexity, BLEU) every this many steps; 0: at the end
+    ev.num_examples = 500  # validation sentences scored during training (the first N); 0: all
+    ev.num_samples = 3  # sample translations written to the log at each validation
 
     config.decode = dec = ml_collections.ConfigDict()
     dec.max_extra_length = 50  # output may be this many tokens longer than the input (Vaswani)
@@ -175,7 +184,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "model.rnnsearch.scoring", ("additive", "dot", "general"))
     for key, value in flatten(config):
         if key.endswith(("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")):
-            if key in ("train.warmup_steps",):
+            if key in ("train.warmup_steps", "eval.every_steps"):
                 _require(value >= 0, f"config.{key}={value} must be >= 0")
             else:
                 _require(value > 0, f"config.{key}={value} must be positive")
@@ -218,8 +227,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "config.model.rnnsearch.scoring='dot' needs decoder_hidden_size == "
             "2 * encoder_hidden_size; use 'general' or 'additive'",
         )
-    if config.model.name == "rnnsearch" and rnn.maxout_size <= 0:
-        raise ConfigError("config.model.rnnsearch.maxout_size must be positive")
+    _require(
+        config.train.grad_accum_steps >= 1,
+        f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
+    )
     return config
 
 
