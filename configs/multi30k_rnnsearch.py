@@ -61,4 +61,6 @@ def get_config():
     train.clip_grad_norm = 1.0  # as in the paper
     config.checkpoint.every_steps = 500
     config.checkpoint.keep = 2
+    config.eval.every_steps = 500  # validation BLEU every ~10 minutes (and at the end)
+    config.eval.num_examples = 500  # of the 1,014 val captions: ~30 s of greedy decoding
     return config

@@ -100,6 +100,7 @@ def test_multi30k_configs_train_from_any_directory(multi30k, tmp_path, path):
             "--config.train.log_every_steps=1",
             "--config.data.max_train_examples=3000",
             "--config.data.tokens_per_batch=512",
+            "--config.eval.num_examples=8",
         ],
         cwd=tmp_path,  # not the repository: the config finds the data on its own
         capture_output=True,
