@@ -79,10 +79,12 @@ def default_config() -> ml_collections.ConfigDict:
     data.tokenizer = "unigram"  # SentencePiece model type: "unigram", "bpe" or "word"
     data.vocab_size = 8000  # SentencePiece vocabulary size (shared vocabulary: both languages)
     data.shared_vocab = True  # one vocabulary for both languages (needed for shared embeddings)
-    data.tokenizer_sample_size = 1_000_000  # sentences sampled (seeded) to train the tokenizer
+    data.tokenizer_sample_size = 1_000_000  # sentence pairs sampled (seeded) to train the tokenizer
     data.max_length = 64  # longest training sentence kept (tokens, either side, EOS included)
-    data.tokens_per_batch = 4096  # padded tokens per batch side (source or target)
+    data.max_length_ratio = 9.0  # drop pairs with longer/shorter side (tokens) above this; 0: never
+    data.tokens_per_batch = 4096  # padded tokens per batch side (source or target), all hosts
     data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
+    data.pack = False  # pack several pairs per row of max_length tokens (Transformer only)
 
     config.train = train = ml_collections.ConfigDict()
     train.steps = 100_000  # optimizer updates
@@ -194,6 +196,15 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         data.tokens_per_batch >= data.max_length,
         f"config.data.tokens_per_batch={data.tokens_per_batch} cannot hold one sentence of "
         f"data.max_length={data.max_length} tokens; raise it",
+    )
+    _require(
+        data.max_length_ratio == 0 or data.max_length_ratio >= 1,
+        f"config.data.max_length_ratio={data.max_length_ratio} must be 0 (no limit) or >= 1",
+    )
+    _require(
+        not data.pack or config.model.name == "transformer",
+        "config.data.pack=True needs model.name='transformer' (RNNsearch reads each row as one "
+        "sentence); set data.pack=False",
     )
     if data.source == "tfds":
         _require(bool(data.name), "config.data.name is empty; data.source='tfds' needs a dataset")
