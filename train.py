@@ -1,11 +1,13 @@
 """Train a model from a config.
 
-    python train.py --config configs/quickstart_transformer.py --workdir runs/qs_transformer \
+    python train.py --config configs/quickstart_transformer.py --workdir runs/qs_transformer \\
         [--config.train.steps=2000 ...]
 
-Restarting with the same --workdir resumes from its latest checkpoint.
+Restarting with the same --workdir resumes from its latest checkpoint. SIGTERM saves a checkpoint
+and exits with status 143; rerun the same command to continue.
 """
 
+import sys
 from pathlib import Path
 
 from absl import app, flags
@@ -13,6 +15,7 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.config import validate
+from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.training.trainer import train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).")
@@ -25,7 +28,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 @cli.exit_on_error
 def main(argv: list[str]) -> None:
     del argv
-    summary = train(validate(_CONFIG.value), Path(_WORKDIR.value))
+    summary = train(validate(_CONFIG.value), Path(_WORKDIR.value), make_validate_fn)
+    if summary.preempted:
+        print(f"preempted at step {summary.step}; checkpoint saved, rerun to resume")
+        sys.exit(143)
     print(f"trained to step {summary.step}, loss {summary.final_loss:.4f}, {summary.seconds:.0f} s")
 
 

@@ -79,10 +79,12 @@ def default_config() -> ml_collections.ConfigDict:
     data.tokenizer = "unigram"  # SentencePiece model type: "unigram", "bpe" or "word"
     data.vocab_size = 8000  # SentencePiece vocabulary size (shared vocabulary: both languages)
     data.shared_vocab = True  # one vocabulary for both languages (needed for shared embeddings)
-    data.tokenizer_sample_size = 1_000_000  # sentences sampled (seeded) to train the tokenizer
+    data.tokenizer_sample_size = 1_000_000  # sentence pairs sampled (seeded) to train the tokenizer
     data.max_length = 64  # longest training sentence kept (tokens, either side, EOS included)
-    data.tokens_per_batch = 4096  # padded tokens per batch side (source or target)
+    data.max_length_ratio = 9.0  # drop pairs with longer/shorter side (tokens) above this; 0: never
+    data.tokens_per_batch = 4096  # padded tokens per batch side (source or target), all hosts
     data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
+    data.pack = False  # pack several pairs per row of max_length tokens (Transformer only)
 
     config.train = train = ml_collections.ConfigDict()
     train.steps = 100_000  # optimizer updates
@@ -102,13 +104,22 @@ def default_config() -> ml_collections.ConfigDict:
     train.adadelta_eps = 1e-6  # AdaDelta epsilon (Bahdanau et al.: 1e-6)
     train.label_smoothing = 0.1  # epsilon_ls (Vaswani et al.: 0.1)
     train.clip_grad_norm = 0.0  # clip gradients to this global norm; 0 for none (Bahdanau: 1)
+    train.grad_accum_steps = 1  # micro-batches per update (same update as one big batch)
+
+    config.mesh = mesh = ml_collections.ConfigDict()
+    mesh.data = -1  # devices along the "data" axis; -1: all that fsdp leaves
+    mesh.fsdp = 1  # devices along the "fsdp" axis: large parameters are split over them
+    mesh.distributed = False  # call jax.distributed.initialize() (multi-host runs)
 
     config.checkpoint = ckpt = ml_collections.ConfigDict()
     ckpt.every_steps = 1000  # steps between checkpoints (one is always written at the end)
-    ckpt.keep = 5  # most recent checkpoints kept
+    ckpt.keep = 5  # most recent checkpoints kept (plus the best by validation BLEU)
 
     config.eval = ev = ml_collections.ConfigDict()
     ev.batch_size = 64  # sentences decoded together by eval.py
+    ev.every_steps = 0  # validation (loss, perplexity, BLEU) every this many steps; 0: at the end
+    ev.num_examples = 500  # validation sentences scored during training (the first N); 0: all
+    ev.num_samples = 3  # sample translations written to the log at each validation
     ev.length_bucket_size = 10  # source words per bucket of BLEU by length (Bahdanau, Fig. 2)
 
     config.decode = dec = ml_collections.ConfigDict()
@@ -176,7 +187,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "model.rnnsearch.scoring", ("additive", "dot", "general"))
     for key, value in flatten(config):
         if key.endswith(("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")):
-            if key in ("train.warmup_steps",):
+            if key in ("train.warmup_steps", "eval.every_steps"):
                 _require(value >= 0, f"config.{key}={value} must be >= 0")
             else:
                 _require(value > 0, f"config.{key}={value} must be positive")
@@ -192,6 +203,15 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         data.tokens_per_batch >= data.max_length,
         f"config.data.tokens_per_batch={data.tokens_per_batch} cannot hold one sentence of "
         f"data.max_length={data.max_length} tokens; raise it",
+    )
+    _require(
+        data.max_length_ratio == 0 or data.max_length_ratio >= 1,
+        f"config.data.max_length_ratio={data.max_length_ratio} must be 0 (no limit) or >= 1",
+    )
+    _require(
+        not data.pack or config.model.name == "transformer",
+        "config.data.pack=True needs model.name='transformer' (RNNsearch reads each row as one "
+        "sentence); set data.pack=False",
     )
     if data.source == "tfds":
         _require(bool(data.name), "config.data.name is empty; data.source='tfds' needs a dataset")
@@ -214,8 +234,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "config.model.rnnsearch.scoring='dot' needs decoder_hidden_size == "
             "2 * encoder_hidden_size; use 'general' or 'additive'",
         )
-    if config.model.name == "rnnsearch" and rnn.maxout_size <= 0:
-        raise ConfigError("config.model.rnnsearch.maxout_size must be positive")
+    _require(
+        config.train.grad_accum_steps >= 1,
+        f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
+    )
     return config
 
 

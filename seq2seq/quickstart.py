@@ -16,6 +16,7 @@ from absl import app, flags
 from seq2seq import cli
 from seq2seq.config import load_config_file
 from seq2seq.evaluation.evaluate import evaluate
+from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.training.trainer import train
 
 CONFIGS = {
@@ -30,7 +31,7 @@ def run_one(name: str, config_path: str, workdir: Path) -> dict:
     """Trains, then evaluates on the test split; returns one row of the comparison."""
     print(f"== {name}: training ({config_path})", flush=True)
     start = time.monotonic()
-    summary = train(load_config_file(config_path), workdir)
+    summary = train(load_config_file(config_path), workdir, make_validate_fn)
     train_seconds = time.monotonic() - start
     print(f"== {name}: decoding the test split", flush=True)
     result = evaluate(workdir)

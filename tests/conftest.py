@@ -46,3 +46,45 @@ def multi30k() -> Path:
     if not (MULTI30K / "train.de").exists():
         pytest.skip(f"Multi30k not found at {MULTI30K} (shared data is absent on this machine)")
     return MULTI30K
+
+
+# Tiny models for end-to-end runs of the real entry points.
+SHRINK = {
+    "transformer": [
+        "--config.model.transformer.d_model=32",
+        "--config.model.transformer.d_ff=64",
+        "--config.model.transformer.d_k=8",
+        "--config.model.transformer.d_v=8",
+        "--config.model.transformer.encoder_layers=1",
+        "--config.model.transformer.decoder_layers=1",
+    ],
+    "rnnsearch": [
+        "--config.model.rnnsearch.embedding_size=16",
+        "--config.model.rnnsearch.encoder_hidden_size=16",
+        "--config.model.rnnsearch.decoder_hidden_size=16",
+        "--config.model.rnnsearch.alignment_size=16",
+        "--config.model.rnnsearch.maxout_size=8",
+    ],
+}
+
+
+def subprocess_env(devices: int = 1) -> dict[str, str]:
+    """Environment for entry-point subprocesses: shared compilation cache, simulated devices."""
+    env = dict(os.environ)
+    env["JAX_COMPILATION_CACHE_DIR"] = str(REPO / ".jax_cache")
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+    env["JAX_PLATFORMS"] = "cpu"
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return env
+
+
+def train_command(workdir, model: str = "transformer", *overrides: str) -> list[str]:
+    """``python train.py`` on the quickstart config, shrunk to a tiny model."""
+    import sys
+
+    return [
+        sys.executable, "train.py", "--config", f"configs/quickstart_{model}.py",
+        "--workdir", str(workdir), "--config.data.tokens_per_batch=512",
+        "--config.train.time_budget_minutes=0", *SHRINK[model], *overrides,
+    ]  # fmt: skip

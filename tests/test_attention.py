@@ -134,3 +134,14 @@ def test_self_and_cross_attention_are_one_module():
     _, cross_weights = mha(x, memory, return_weights=True)
     assert self_weights.shape == (1, 2, 3, 3)
     assert cross_weights.shape == (1, 2, 3, 5)
+
+
+def test_scaling_keeps_attention_from_saturating_as_width_grows():
+    from seq2seq.report.attention_demos import softmax_entropy_by_width
+
+    widths = [4, 64, 1024]
+    unscaled = softmax_entropy_by_width(widths, scaled=False)
+    scaled = softmax_entropy_by_width(widths, scaled=True)
+    assert unscaled[0] > unscaled[1] > unscaled[2]  # collapses onto single keys
+    assert unscaled[2] < 0.5
+    assert max(scaled) - min(scaled) < 0.2  # the same spread whatever d_k

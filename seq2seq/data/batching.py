@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
+from seq2seq.data.encoded import EncodedCorpus
 from seq2seq.models.base import PAD_ID
 
 Example = tuple[np.ndarray, np.ndarray]  # (source ids, target ids), EOS included
@@ -28,12 +29,17 @@ class BucketSpec:
 
     max_length: int  # longest example, in tokens
     bucket_width: int  # padded lengths are multiples of this
-    tokens_per_batch: int  # padded tokens per side of a batch
-    batch_multiple: int = 1  # sentences per batch are a multiple of this (data-parallel devices)
+    tokens_per_batch: int  # padded tokens per side of a (global) batch
+    batch_multiple: int = 1  # sentences per batch are a multiple of this (devices, hosts)
 
     def padded_length(self, length: int) -> int:
         width = self.bucket_width
         return min(-(-length // width) * width, self.padded_max_length)
+
+    def padded_lengths(self, lengths: np.ndarray) -> np.ndarray:
+        """[N] -> [N] ``padded_length`` of each length."""
+        width = self.bucket_width
+        return np.minimum(-(-lengths // width) * width, self.padded_max_length)
 
     @property
     def padded_max_length(self) -> int:
@@ -44,20 +50,15 @@ class BucketSpec:
         return max(self.batch_multiple, sentences // self.batch_multiple * self.batch_multiple)
 
 
-def example_lengths(examples: Sequence[Example]) -> np.ndarray:
-    """[N] the longer side of each example, in tokens."""
-    return np.array([max(len(source), len(target)) for source, target in examples], np.int64)
-
-
 def plan_epoch(lengths: np.ndarray, spec: BucketSpec, seed: int, epoch: int) -> list[np.ndarray]:
-    """The batches of one epoch, as arrays of example indices, in training order.
+    """The batches of one epoch, as arrays of indices into ``lengths``, in training order.
 
     Shuffles the examples, groups them by padded length, cuts each group into batches of that
     bucket's size and shuffles the batches; a pure function of its arguments.
     """
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(lengths))
-    padded = np.array([spec.padded_length(int(length)) for length in lengths[order]])
+    padded = spec.padded_lengths(lengths[order])
     batches = []
     for bucket in np.unique(padded):
         members = order[padded == bucket]
@@ -81,17 +82,46 @@ def collate(examples: Sequence[Example], batch_size: int, length: int) -> dict[s
 
 
 class BucketedBatches(grain.IterDataset):
-    """An endless stream of bucketed training batches over in-memory examples."""
+    """An endless stream of bucketed training batches over a tokenized corpus.
 
-    def __init__(self, examples: Sequence[Example], spec: BucketSpec, seed: int):
+    With several hosts (``shard_count > 1``) every host plans the same global batches and
+    collates only its own slice of rows: all hosts agree on each step's padded length (one
+    compiled shape per step across the job) and every example is read by exactly one host.
+    """
+
+    def __init__(
+        self,
+        corpus: EncodedCorpus,
+        indices: np.ndarray,
+        spec: BucketSpec,
+        seed: int,
+        shard_index: int = 0,
+        shard_count: int = 1,
+    ):
         super().__init__()
-        self.examples = examples
-        self.lengths = example_lengths(examples)
+        if spec.batch_multiple % shard_count:
+            raise ValueError(
+                f"batch_multiple={spec.batch_multiple} is not a multiple of {shard_count} hosts"
+            )
+        self.corpus = corpus
+        self.indices = np.asarray(indices, np.int64)  # [N] corpus indices of the kept pairs
+        self.lengths = np.maximum(corpus.source_lengths, corpus.target_lengths)[self.indices]
         self.spec = spec
         self.seed = seed
+        self.shard_index = shard_index
+        self.shard_count = shard_count
 
     def __iter__(self) -> BucketedBatchIterator:
         return BucketedBatchIterator(self)
+
+    def batch(self, members: np.ndarray) -> dict[str, np.ndarray]:
+        """This host's rows of the global batch made of ``members`` (indices into ``indices``)."""
+        spec = self.spec
+        length = spec.padded_length(int(self.lengths[members].max()))
+        rows = spec.batch_size(length) // self.shard_count
+        mine = self.indices[members[self.shard_index * rows : (self.shard_index + 1) * rows]]
+        examples = [(self.corpus.source(i), self.corpus.target(i)) for i in mine]
+        return collate(examples, rows, length)
 
 
 class BucketedBatchIterator(grain.DatasetIterator):
@@ -112,17 +142,19 @@ class BucketedBatchIterator(grain.DatasetIterator):
         if self._position >= len(self._plan):
             self._epoch, self._position = self._epoch + 1, 0
             self._plan = self._plan_for(self._epoch)
-        indices = self._plan[self._position]
+        members = self._plan[self._position]
         self._position += 1
-        spec = self._dataset.spec
-        length = spec.padded_length(int(self._dataset.lengths[indices].max()))
-        examples = [self._dataset.examples[i] for i in indices]
-        return collate(examples, spec.batch_size(length), length)
+        return self._dataset.batch(members)
 
     def get_state(self) -> dict[str, int]:
         return {"epoch": self._epoch, "position": self._position}
 
     def set_state(self, state: dict[str, int]) -> None:
+        if set(state) != {"epoch", "position"}:
+            raise ValueError(
+                f"data iterator state {state} is not a bucketed-batch position; the checkpoint "
+                "was written with other data settings (data.pack?); use the original config"
+            )
         if state["epoch"] != self._epoch:
             self._plan = self._plan_for(state["epoch"])
         self._epoch, self._position = int(state["epoch"]), int(state["position"])

@@ -1,29 +1,37 @@
-"""From a config to tokenized, bucketed batches: the one place that reads ``config.data``."""
+"""From a config to tokenized, bucketed or packed batches: the one reader of ``config.data``."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
-from collections.abc import Sequence
+import math
 from pathlib import Path
 
+import grain
+import jax
 import ml_collections
 import numpy as np
 
 from seq2seq.data import sources
-from seq2seq.data.batching import BucketedBatches, BucketSpec, Example
-from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, train_tokenizer
+from seq2seq.data.batching import BucketedBatches, BucketSpec
+from seq2seq.data.encoded import EncodedCorpus, encode_corpus, filter_pairs
+from seq2seq.data.packing import packed_batches
+from seq2seq.data.sources import DataError, ParallelCorpus
+from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, sample_indices, train_tokenizer
+from seq2seq.models.base import PAD_ID
 
 logger = logging.getLogger(__name__)
 
 TOKENIZER_DIR = "tokenizer"
+REPORT_BATCHES = 20  # batches drawn at start-up to report padding and packing efficiency
 
 
 @dataclasses.dataclass
 class TrainingData:
     tokenizer: Tokenizer
-    batches: BucketedBatches
-    counts: dict[str, int]  # examples read, kept and filtered (by reason)
+    batches: grain.IterDataset  # endless; its iterator has get_state/set_state
+    counts: dict[str, int]  # pairs read, kept, and dropped by each filter
 
 
 def load_pairs(config: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
@@ -32,70 +40,117 @@ def load_pairs(config: ml_collections.ConfigDict, split: str) -> list[tuple[str,
 
 
 def build_tokenizer(
-    config: ml_collections.ConfigDict, workdir: Path, train_pairs: Sequence[tuple[str, str]]
+    config: ml_collections.ConfigDict, workdir: Path, corpus: ParallelCorpus
 ) -> Tokenizer:
-    """The work directory's tokenizer; trained on a seeded sample of the data the first time."""
+    """The work directory's tokenizer; trained on a seeded sample of ``corpus`` the first time."""
     directory = workdir / TOKENIZER_DIR
     tokenizer = load_tokenizer(directory)
     if tokenizer is not None:
         return tokenizer
     data = config.data
+    sample = corpus.take(sample_indices(len(corpus), data.tokenizer_sample_size, config.seed))
+    logger.info("training a %s tokenizer on %d sampled pairs", data.tokenizer, len(sample))
     return train_tokenizer(
-        train_pairs,
+        sample,
         model_type=data.tokenizer,
         vocab_size=data.vocab_size,
         shared=data.shared_vocab,
-        sample_size=data.tokenizer_sample_size,
-        seed=config.seed,
         directory=directory,
     )
 
 
-def filter_examples(
-    examples: Sequence[Example], max_length: int
-) -> tuple[list[Example], dict[str, int]]:
-    """Drops pairs with an empty side or a side longer than ``max_length`` tokens; counts why."""
-    kept, counts = [], {"empty": 0, "too_long": 0}
-    for source, target in examples:
-        if len(source) <= 1 or len(target) <= 1:  # EOS alone: the sentence was empty
-            counts["empty"] += 1
-        elif max(len(source), len(target)) > max_length:
-            counts["too_long"] += 1
-        else:
-            kept.append((source, target))
-    return kept, counts
+def padding_share(batch: dict[str, np.ndarray]) -> float:
+    """Fraction of padded positions in a batch (both sides), packed or not."""
+    real, total = 0, 0
+    for side in ("source", "target"):
+        segments = batch.get(f"{side}_segments")
+        tokens = batch[side] != PAD_ID if segments is None else segments > 0
+        real += int(np.count_nonzero(tokens))
+        total += tokens.size
+    return 1.0 - real / total
+
+
+def _examples_per_row(batch: dict[str, np.ndarray]) -> float:
+    segments = batch.get("target_segments")
+    if segments is None:
+        return float(np.mean(np.any(batch["target"] != PAD_ID, axis=1)))
+    return float(np.mean(segments.max(axis=1)))
+
+
+def report_efficiency(batches: grain.IterDataset, count: int = REPORT_BATCHES) -> dict[str, float]:
+    """Mean padding share and examples per row of the first ``count`` batches."""
+    first = list(itertools.islice(iter(batches), count))
+    return {
+        "padding_share": float(np.mean([padding_share(b) for b in first])),
+        "examples_per_row": float(np.mean([_examples_per_row(b) for b in first])),
+    }
+
+
+def make_batches(
+    config: ml_collections.ConfigDict,
+    corpus: EncodedCorpus,
+    indices: np.ndarray,
+    batch_multiple: int = 1,
+) -> grain.IterDataset:
+    """Bucketed or packed (``config.data.pack``) batches of this host's share of the data."""
+    data = config.data
+    hosts, host = jax.process_count(), jax.process_index()
+    spec = BucketSpec(
+        max_length=data.max_length,
+        bucket_width=data.bucket_width,
+        tokens_per_batch=data.tokens_per_batch,
+        batch_multiple=math.lcm(batch_multiple, hosts),
+    )
+    if not data.pack:
+        return BucketedBatches(corpus, indices, spec, config.seed, host, hosts)
+    row_length = spec.padded_max_length
+    return packed_batches(
+        corpus,
+        indices,
+        row_length=row_length,
+        rows=spec.batch_size(row_length) // hosts,
+        seed=config.seed,
+        shard_index=host,
+        shard_count=hosts,
+    )
 
 
 def build_training_data(
     config: ml_collections.ConfigDict, workdir: Path, batch_multiple: int = 1
 ) -> TrainingData:
-    """Reads, tokenizes, filters and batches the training split."""
-    pairs = load_pairs(config, config.data.train_split)
-    if config.data.max_train_examples:
-        pairs = pairs[: config.data.max_train_examples]
-    tokenizer = build_tokenizer(config, workdir, pairs)
-    encoded = list(
-        zip(
-            tokenizer.encode_source([s for s, _ in pairs]),
-            tokenizer.encode_target([t for _, t in pairs]),
-            strict=True,
+    """Reads, tokenizes, filters and batches the training split; logs what was dropped and why.
+
+    Args:
+      config: the full config (reads ``config.data`` and ``config.seed``).
+      workdir: holds (or receives) the tokenizer.
+      batch_multiple: sentences per global batch are a multiple of this (data-parallel devices).
+
+    Raises:
+      DataError: the data is missing or unreadable, or no pair survives the filters.
+    """
+    data = config.data
+    corpus = sources.open_corpus(
+        data, data.train_split, seed=config.seed, limit=data.max_train_examples
+    )
+    tokenizer = build_tokenizer(config, workdir, corpus)
+    encoded = encode_corpus(corpus, tokenizer)
+    indices, dropped = filter_pairs(
+        encoded.source_lengths, encoded.target_lengths, data.max_length, data.max_length_ratio
+    )
+    counts = {"read": len(encoded), "kept": len(indices), **dropped}
+    logger.info("training pairs: %s", counts)
+    if not len(indices):
+        raise DataError(
+            f"no training pairs left after filtering ({counts}); raise data.max_length or "
+            "data.max_length_ratio, or check the data"
         )
+    batches = make_batches(config, encoded, indices, batch_multiple)
+    report = report_efficiency(batches)
+    logger.info(
+        "%s batches: %.1f%% padding, %.2f examples per row (first %d batches)",
+        "packed" if data.pack else "bucketed",
+        100 * report["padding_share"],
+        report["examples_per_row"],
+        REPORT_BATCHES,
     )
-    examples, counts = filter_examples(encoded, config.data.max_length)
-    counts = {"read": len(pairs), "kept": len(examples), **counts}
-    logger.info("training examples: %s", counts)
-    if not examples:
-        raise ValueError(f"no training examples left after filtering: {counts}")
-    spec = BucketSpec(
-        max_length=config.data.max_length,
-        bucket_width=config.data.bucket_width,
-        tokens_per_batch=config.data.tokens_per_batch,
-        batch_multiple=batch_multiple,
-    )
-    return TrainingData(tokenizer, BucketedBatches(examples, spec, seed=config.seed), counts)
-
-
-def padding_share(batch: dict[str, np.ndarray]) -> float:
-    """Fraction of padded positions in a batch (both sides)."""
-    total = batch["source"].size + batch["target"].size
-    return 1.0 - (np.count_nonzero(batch["source"]) + np.count_nonzero(batch["target"])) / total
+    return TrainingData(tokenizer, batches, counts)

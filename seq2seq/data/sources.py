@@ -1,24 +1,265 @@
-"""Where sentence pairs come from: the embedded synthetic task, text files, or TFDS."""
+"""Where sentence pairs come from: the embedded synthetic task, text files, or TFDS.
+
+Every source is opened as a ``ParallelCorpus``: a known number of (source, target) string pairs
+that can be read in order, chunk by chunk, without holding the whole corpus as Python strings
+(WMT14 EN-FR has 36M pairs), and from which a sorted set of indices can be taken (the
+tokenizer's random sample).
+"""
 
 from __future__ import annotations
 
+import abc
+import gzip
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
 import ml_collections
+import numpy as np
 
 from seq2seq.data import synthetic
 
+Pair = tuple[str, str]  # (source sentence, target sentence)
+
 # The synthetic task's own split names, for the configs' generic ones.
 _SYNTHETIC_SPLITS = {"train": "train", "validation": "validation", "test": "test"}
+CHUNK_SIZE = 20_000  # pairs read at a time when streaming a corpus
 
 
-def load_pairs(
-    data: ml_collections.ConfigDict, split: str, *, seed: int = 0
-) -> list[tuple[str, str]]:
-    """All (source, target) pairs of ``split`` from the source named by ``data.source``."""
+class DataError(ValueError):
+    """Data that cannot be used; the message is one line naming the file or key and the fix."""
+
+
+class ParallelCorpus(abc.ABC):
+    """A sequence of sentence pairs, read in order and in chunks."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Number of pairs."""
+
+    @abc.abstractmethod
+    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[list[Pair]]:
+        """All pairs in order, as lists of at most ``size`` pairs."""
+
+    def take(self, indices: Sequence[int]) -> list[Pair]:
+        """The pairs at ``indices`` (sorted ascending), read in one pass."""
+        wanted = np.asarray(indices, np.int64)
+        pairs: list[Pair] = []
+        start = 0
+        for chunk in self.chunks():
+            low, high = np.searchsorted(wanted, [start, start + len(chunk)])
+            pairs.extend(chunk[i - start] for i in wanted[low:high])
+            start += len(chunk)
+            if high == len(wanted):
+                break
+        return pairs
+
+    def pairs(self) -> list[Pair]:
+        """Every pair, in memory (for the small evaluation splits)."""
+        return list(itertools.chain.from_iterable(self.chunks()))
+
+
+class ListCorpus(ParallelCorpus):
+    """Pairs already in memory (the synthetic task)."""
+
+    def __init__(self, pairs: Sequence[Pair]):
+        self._pairs = list(pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[list[Pair]]:
+        for start in range(0, len(self._pairs), size):
+            yield self._pairs[start : start + size]
+
+
+def _open_text(path: Path):
+    """A binary file handle, decompressing ``.gz`` files."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _count_lines(path: Path) -> int:
+    with _open_text(path) as file:
+        return sum(1 for _ in file)
+
+
+def _find_file(folder: Path, stem: str, language: str) -> Path:
+    """``STEM.LANG`` or ``STEM.LANG.gz`` in ``folder``; a one-line error naming what is there."""
+    for name in (f"{stem}.{language}", f"{stem}.{language}.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    present = sorted(p.name for p in folder.iterdir() if p.is_file())
+    shown = ", ".join(present[:12]) + (", ..." if len(present) > 12 else "")
+    raise DataError(
+        f"no {stem}.{language} (or {stem}.{language}.gz) in {folder} (found: {shown or 'nothing'});"
+        " check config.data.dir, the split stem and the language codes"
+    )
+
+
+class TextCorpus(ParallelCorpus):
+    """Line-aligned UTF-8 files ``FOLDER/STEM.SRC`` and ``FOLDER/STEM.TGT`` (optionally ``.gz``).
+
+    The constructor counts both files' lines, so misaligned or empty corpora stop before any
+    work is done.
+    """
+
+    def __init__(self, folder: Path, stem: str, source_lang: str, target_lang: str, limit: int = 0):
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise DataError(
+                f"data folder {folder} does not exist; set config.data.dir to the folder holding "
+                f"{stem}.{source_lang} and {stem}.{target_lang}"
+            )
+        self.source_path = _find_file(folder, stem, source_lang)
+        self.target_path = _find_file(folder, stem, target_lang)
+        source_lines = _count_lines(self.source_path)
+        target_lines = _count_lines(self.target_path)
+        if source_lines != target_lines:
+            raise DataError(
+                f"{self.source_path} has {source_lines} lines but {self.target_path} has "
+                f"{target_lines}; the two sides of a split must be line-aligned"
+            )
+        if source_lines == 0:
+            raise DataError(
+                f"{self.source_path} and {self.target_path} are empty; split {stem!r} needs "
+                "sentence pairs"
+            )
+        self._length = min(source_lines, limit) if limit else source_lines
+
+    def __len__(self) -> int:
+        return self._length
+
+    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[list[Pair]]:
+        with _open_text(self.source_path) as sources, _open_text(self.target_path) as targets:
+            lines = itertools.islice(zip(sources, targets, strict=True), self._length)
+            for start in itertools.count(0, size):
+                chunk = list(itertools.islice(lines, size))
+                if not chunk:
+                    return
+                yield [self._decode(pair, start + i) for i, pair in enumerate(chunk)]
+
+    def _decode(self, pair: tuple[bytes, bytes], index: int) -> Pair:
+        texts = []
+        for raw, path in zip(pair, (self.source_path, self.target_path), strict=True):
+            try:
+                texts.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{path} line {index + 1} is not UTF-8 ({error.reason}); convert the file to "
+                    "UTF-8"
+                ) from None
+        return texts[0], texts[1]
+
+
+class TfdsCorpus(ParallelCorpus):
+    """A TFDS translation dataset (e.g. ``wmt14_translate/de-en``), read with random access.
+
+    The data must be prepared as array_record files, which TFDS's data source reads without
+    TensorFlow (tfrecord files need ``tf.data``). Each record is a dict keyed by language code
+    (``{"de": b"...", "en": b"..."}``), so either translation direction reads the same data.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        split: str,
+        source_lang: str,
+        target_lang: str,
+        data_dir: str = "",
+        limit: int = 0,
+    ):
+        import tensorflow_datasets as tfds
+
+        # Registers the WMT builders; the package does so only when TensorFlow is installed.
+        import tensorflow_datasets.translate  # noqa: F401
+
+        try:
+            builder = tfds.builder(name, data_dir=data_dir or None, file_format="array_record")
+        except ValueError as error:  # includes tfds' DatasetNotFoundError
+            raise DataError(
+                f"config.data.name={name!r} is not a TFDS dataset here: "
+                f"{str(error).splitlines()[0]}"
+            ) from None
+        languages = list(builder.info.features.keys())
+        for key, language in (("src_lang", source_lang), ("tgt_lang", target_lang)):
+            if language not in languages:
+                raise DataError(
+                    f"config.data.{key}={language!r} is not a language of {name} "
+                    f"(it has {', '.join(languages)})"
+                )
+        build = (
+            f"`tfds build {name} --data_dir={builder.data_dir_root} --file_format=array_record` "
+            "where the internet is reachable"
+        )
+        try:
+            self._records = builder.as_data_source(split=split)
+        except KeyError:
+            raise DataError(
+                f"{name} is not prepared in {builder.data_dir_root}; prepare it with {build}, or "
+                "point config.data.dir at a folder that holds it"
+            ) from None
+        except NotImplementedError:
+            raise DataError(
+                f"{name} in {builder.data_dir_root} is stored without random access "
+                f"(tfrecord); prepare it again with {build}"
+            ) from None
+        except ValueError as error:
+            raise DataError(
+                f"{name} has no split {split!r} ({str(error).splitlines()[0]}); "
+                "check config.data.train_split/eval_split/test_split"
+            ) from None
+        self.source_lang, self.target_lang = source_lang, target_lang
+        self._length = min(len(self._records), limit) if limit else len(self._records)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _read(self, indices: Sequence[int]) -> list[Pair]:
+        read_many = getattr(self._records, "__getitems__", None)
+        records = read_many(list(indices)) if read_many else [self._records[i] for i in indices]
+        return [(_text(r[self.source_lang]), _text(r[self.target_lang])) for r in records]
+
+    def chunks(self, size: int = CHUNK_SIZE) -> Iterator[list[Pair]]:
+        for start in range(0, self._length, size):
+            yield self._read(range(start, min(start + size, self._length)))
+
+    def take(self, indices: Sequence[int]) -> list[Pair]:
+        return self._read([int(i) for i in indices])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def open_corpus(
+    data: ml_collections.ConfigDict, split: str, *, seed: int = 0, limit: int = 0
+) -> ParallelCorpus:
+    """The pairs of ``split`` from the source named by ``data.source``.
+
+    Args:
+      data: the ``config.data`` section.
+      split: a split name (``tfds``, ``synthetic``) or file stem (``text``).
+      seed: the synthetic task's seed.
+      limit: read only the first ``limit`` pairs; 0 for all.
+
+    Raises:
+      DataError: the data is missing, misaligned, empty or unreadable (one line).
+    """
+    if data.source == "text":
+        return TextCorpus(Path(data.dir), split, data.src_lang, data.tgt_lang, limit=limit)
+    if data.source == "tfds":
+        return TfdsCorpus(data.name, split, data.src_lang, data.tgt_lang, data.dir, limit=limit)
     if data.source == "synthetic":
         if split not in _SYNTHETIC_SPLITS:
-            raise ValueError(
+            raise DataError(
                 f"unknown split {split!r} for data.source='synthetic'; "
                 f"use one of {', '.join(_SYNTHETIC_SPLITS)}"
             )
-        return synthetic.load_split(_SYNTHETIC_SPLITS[split], seed=seed)
-    raise NotImplementedError(f"data.source={data.source!r} is not implemented yet")
+        pairs = synthetic.load_split(_SYNTHETIC_SPLITS[split], seed=seed)
+        return ListCorpus(pairs[:limit] if limit else pairs)
+    raise DataError(f"config.data.source={data.source!r} is not one of synthetic, text, tfds")
+
+
+def load_pairs(data: ml_collections.ConfigDict, split: str, *, seed: int = 0) -> list[Pair]:
+    """All (source, target) pairs of ``split``, in memory (for evaluation splits)."""
+    return open_corpus(data, split, seed=seed).pairs()

@@ -8,6 +8,8 @@ run and ``eval.py`` reuse exactly the tokenizer training used.
 from __future__ import annotations
 
 import io
+import itertools
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +47,14 @@ class Tokenizer:
         """Token ids of each sentence, EOS appended, as int32 arrays."""
         return _encode(self.target, texts)
 
+    def encode_source_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All sentences' ids (EOS appended) concatenated, and each sentence's length."""
+        return encode_flat(self.source, texts)
+
+    def encode_target_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All sentences' ids (EOS appended) concatenated, and each sentence's length."""
+        return encode_flat(self.target, texts)
+
     def decode_target(self, ids: Sequence[int]) -> str:
         """Detokenized text of one output, read up to its first EOS (padding dropped)."""
         ids = [int(i) for i in ids]
@@ -54,15 +64,27 @@ class Tokenizer:
 
 
 def _encode(processor: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[np.ndarray]:
-    return [np.asarray(ids + [EOS_ID], np.int32) for ids in processor.encode(list(texts))]
+    return [np.asarray(ids, np.int32) for ids in processor.encode(list(texts), add_eos=True)]
 
 
-def sample_sentences(sentences: Sequence[str], sample_size: int, seed: int) -> list[str]:
-    """A seeded uniform sample without replacement (not the first lines, which may be atypical)."""
-    if len(sentences) <= sample_size:
-        return list(sentences)
-    indices = random.Random(seed).sample(range(len(sentences)), sample_size)
-    return [sentences[i] for i in sorted(indices)]
+def encode_flat(
+    processor: spm.SentencePieceProcessor, texts: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """([total tokens] int32 ids of all sentences, EOS after each; [N] int64 lengths)."""
+    ids = processor.encode(list(texts), add_eos=True)
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def sample_indices(total: int, sample_size: int, seed: int) -> list[int]:
+    """Sorted indices of a seeded uniform sample without replacement of ``range(total)``.
+
+    A random sample rather than the first lines, which may be atypical (one domain, one year).
+    """
+    if total <= sample_size:
+        return list(range(total))
+    return sorted(random.Random(seed).sample(range(total), sample_size))
 
 
 def _train_model(sentences: Sequence[str], model_type: str, vocab_size: int) -> bytes:
@@ -88,34 +110,42 @@ def _processor(model: bytes) -> spm.SentencePieceProcessor:
     return spm.SentencePieceProcessor(model_proto=model)
 
 
+def _write_atomically(path: Path, content: bytes) -> None:
+    """Writes via a temporary file and a rename: a crash never leaves half a model behind.
+
+    Hosts of a multi-host run, which all train the same model, then never interleave writes.
+    """
+    temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    temporary.write_bytes(content)
+    os.replace(temporary, path)
+
+
 def train_tokenizer(
-    pairs: Sequence[tuple[str, str]],
+    sample: Sequence[tuple[str, str]],
     *,
     model_type: str,
     vocab_size: int,
     shared: bool,
-    sample_size: int,
-    seed: int,
     directory: Path,
 ) -> Tokenizer:
-    """Trains SentencePiece on a seeded sample of ``pairs`` and saves it in ``directory``.
+    """Trains SentencePiece on ``sample`` (sentence pairs) and saves it in ``directory``.
 
     With ``shared=True`` one model is trained on both sides' sentences together (Vaswani et al.
-    use a shared source-target vocabulary for EN-DE), otherwise one model per language.
+    use a shared source-target vocabulary for EN-DE), otherwise one model per language. The
+    sample is the caller's choice: ``sample_indices`` draws a seeded random one.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    sample = sample_sentences(pairs, sample_size, seed)
     sources = [source for source, _ in sample]
     targets = [target for _, target in sample]
     if shared:
         model = _train_model(sources + targets, model_type, vocab_size)
-        (directory / SHARED_MODEL).write_bytes(model)
+        _write_atomically(directory / SHARED_MODEL, model)
         processor = _processor(model)
         return Tokenizer(processor, processor)
     source_model = _train_model(sources, model_type, vocab_size)
     target_model = _train_model(targets, model_type, vocab_size)
-    (directory / SOURCE_MODEL).write_bytes(source_model)
-    (directory / TARGET_MODEL).write_bytes(target_model)
+    _write_atomically(directory / SOURCE_MODEL, source_model)
+    _write_atomically(directory / TARGET_MODEL, target_model)
     return Tokenizer(_processor(source_model), _processor(target_model))
 
 

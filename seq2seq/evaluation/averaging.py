@@ -17,8 +17,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
-from etils import epath
 
 from seq2seq import config as config_lib
 from seq2seq.data.pipeline import TOKENIZER_DIR
@@ -83,93 +81,21 @@ def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> Ch
     return CheckpointChoice(tuple(available[-count:]))
 
 
-def _leaf_names(tree) -> list[str]:
-    paths, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return [jax.tree_util.keystr(path) for path, _ in paths]
-
-
-def _plain_name(path) -> str:
-    """``params/decoder_layers/0/feed_forward/w_1/kernel``, from any kind of tree path."""
-    parts = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
-    if parts and parts[-1] == "value":  # a Variable's payload, however the tree spells it
-        parts.pop()
-    return "/".join(parts)
-
-
-def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
-    paths, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return {_plain_name(path): tuple(leaf.shape) for path, leaf in paths}
-
-
-def check_fits(workdir: Path, step: int, template: TrainState) -> None:
-    """Compares the parameter shapes stored in checkpoint ``step`` with the model's.
-
-    Done from the checkpoint's metadata before reading any array, so that a mismatch is one
-    line naming the parameter rather than an error from deep inside the array store.
-    """
-    # Checkpoints keeps the train state as item "state" of step directory STEP (orbax layout).
-    item = epath.Path(workdir / CHECKPOINT_DIR / str(step) / "state")
-    handler = ocp.StandardCheckpointHandler()
-    try:
-        stored_tree = handler.metadata(item).tree
-    finally:
-        handler.close()
-    stored = {k: v for k, v in _param_shapes(stored_tree).items() if k.startswith("params/")}
-    wanted = _param_shapes({"params": template.params})
-    hint = "was config.json edited, or do the checkpoints come from another run?"
-    for name in sorted(wanted.keys() | stored.keys()):
-        if name not in stored:
-            problem = f"lacks {name}, which the model in its config.json has"
-        elif name not in wanted:
-            problem = f"has {name}, which the model in its config.json lacks"
-        elif stored[name] != wanted[name]:
-            problem = (
-                f"has {name} of shape {stored[name]} where the model in its config.json "
-                f"needs {wanted[name]}"
-            )
-        else:
-            continue
-        raise CheckpointError(f"checkpoint {step} in {workdir} {problem}; {hint}")
-
-
-def restore_state(checkpoints: Checkpoints, template: TrainState, step: int, workdir: Path):
-    """The train state and data state of checkpoint ``step``, or one line saying why not."""
-    check_fits(workdir, step, template)
-    return checkpoints.restore(template, step)
-
-
-def add_params(total, params, step: int, first_step: int):
-    """``total + params``, leaf by leaf, after checking both hold the same arrays."""
-    total_names, names = _leaf_names(total), _leaf_names(params)
-    if total_names != names:
-        missing = sorted(set(total_names) ^ set(names))
-        raise CheckpointError(
-            f"checkpoint {step} has other parameters than checkpoint {first_step} "
-            f"(differing: {', '.join(missing[:3])}); only checkpoints of one model can be averaged"
-        )
-    for name, a, b in zip(names, jax.tree.leaves(total), jax.tree.leaves(params), strict=True):
-        if np.shape(a) != np.shape(b):
-            raise CheckpointError(
-                f"parameter {name} has shape {tuple(np.shape(b))} in checkpoint {step} but "
-                f"{tuple(np.shape(a))} in checkpoint {first_step}; only checkpoints of one model "
-                "can be averaged"
-            )
-    return jax.tree.map(lambda a, b: a + b, total, params)
-
-
 def restore_params(
-    checkpoints: Checkpoints, template: TrainState, choice: CheckpointChoice, workdir: Path
+    checkpoints: Checkpoints, template: TrainState, choice: CheckpointChoice
 ) -> tuple[TrainState, dict]:
     """The state of the newest chosen checkpoint, its parameters replaced by the chosen mean.
 
     Checkpoints are read one at a time and summed, so memory holds two copies of the
-    parameters whatever K is. Returns the state and the newest checkpoint's data state.
+    parameters whatever K is. Each is restored into ``template``, so all share its structure,
+    and one that does not fit it raises ``IncompatibleCheckpointError`` (one line naming the
+    parameter). Returns the state and the newest checkpoint's data state.
     """
     total = None
     for step in choice.steps:
-        state, data_state = restore_state(checkpoints, template, step, workdir)
+        state, data_state = checkpoints.restore(template, step)
         params = jax.tree.map(lambda x: np.asarray(x, np.float32), state.params)
-        total = params if total is None else add_params(total, params, step, choice.steps[0])
+        total = params if total is None else jax.tree.map(np.add, total, params)
     mean = jax.tree.map(lambda x: x / len(choice.steps), total)
     mean = jax.tree.map(lambda x, like: np.asarray(x, like.dtype), mean, state.params)
     return state.replace(params=mean), data_state
@@ -193,8 +119,8 @@ def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, obj
     template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
     source = Checkpoints(workdir, keep=config.checkpoint.keep)
     try:
-        choice = choose_checkpoints(f"average:{count}", source.manager.all_steps(), workdir)
-        state, data_state = restore_params(source, template, choice, workdir)
+        choice = choose_checkpoints(f"average:{count}", source.all_steps(), workdir)
+        state, data_state = restore_params(source, template, choice)
     finally:
         source.close()
     output.mkdir(parents=True, exist_ok=True)

@@ -57,8 +57,8 @@ def restore_model(workdir: Path, config: ml_collections.ConfigDict, checkpoint: 
     template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
     checkpoints = Checkpoints(workdir, keep=config.checkpoint.keep)
     try:
-        choice = choose_checkpoints(checkpoint, checkpoints.manager.all_steps(), workdir)
-        state, _ = restore_params(checkpoints, template, choice, workdir)
+        choice = choose_checkpoints(checkpoint, checkpoints.all_steps(), workdir)
+        state, _ = restore_params(checkpoints, template, choice)
     finally:
         checkpoints.close()
     return tokenizer, state.graphdef, state.params, choice

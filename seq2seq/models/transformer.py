@@ -63,7 +63,8 @@ class SubLayer(nnx.Module):
     """A residual sub-layer with layer norm, in post-LN or pre-LN order."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
-        self.norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, rngs=rngs)
+        dtype = jnp.dtype(config.dtype)  # statistics are still computed in float32
+        self.norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, dtype=dtype, rngs=rngs)
         self.pre_norm = config.norm == "pre"
         self.dropout_rate = config.dropout_rate
 
@@ -212,8 +213,8 @@ class Transformer(nnx.Module):
             [DecoderLayer(config, dtype, rngs=rngs) for _ in range(config.decoder_layers)]
         )
         if config.norm == "pre":  # pre-LN leaves the residual stream un-normalised: finish it
-            self.encoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, rngs=rngs)
-            self.decoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, rngs=rngs)
+            self.encoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, dtype=dtype, rngs=rngs)
+            self.decoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, dtype=dtype, rngs=rngs)
 
     # -- embeddings ------------------------------------------------------------------------
 

@@ -1,16 +1,32 @@
-"""Checkpoints with orbax-checkpoint: the train state plus the data iterator's position."""
+"""Checkpoints with orbax-checkpoint: the train state plus the data iterator's position.
+
+Each checkpoint holds parameters, optimizer state, step and RNG key (``state``) and the data
+iterator's position (``data``, JSON), so a restored run continues exactly where it stopped.
+Saving is asynchronous: training goes on while the arrays are written. Orbax writes into a
+temporary folder and renames it when complete, so a crash mid-save leaves no half checkpoint;
+a checkpoint damaged later is skipped, with a warning, in favour of the previous one.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
 
 from seq2seq.training.step import TrainState
 
+logger = logging.getLogger(__name__)
+
 CHECKPOINT_DIR = "checkpoints"
+BEST_METRIC = "bleu"  # validation metric that picks the best checkpoint (higher is better)
+
+
+class IncompatibleCheckpointError(ValueError):
+    """A checkpoint's arrays do not fit the configured model."""
 
 
 def _saveable(state: TrainState) -> dict[str, Any]:
@@ -23,35 +39,72 @@ def _saveable(state: TrainState) -> dict[str, Any]:
     }
 
 
+def _path_name(path) -> str:
+    """``decoder_layers/0/w_key/value`` for a key path, whether keys are dict keys,
+    attributes or indices (saved metadata and live states spell them differently)."""
+    parts = (getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in path)
+    return "/".join(str(part) for part in parts)
+
+
 class Checkpoints:
-    """Keeps the newest ``keep`` checkpoints; restores the latest (or a chosen step)."""
+    """Keeps the newest ``keep`` checkpoints plus the best by validation BLEU."""
 
     def __init__(self, workdir: Path, *, keep: int):
+        preservation = policies.AnyPreservationPolicy(
+            [
+                policies.LatestN(n=keep),
+                policies.BestN(
+                    get_metric_fn=lambda metrics: metrics[BEST_METRIC],
+                    n=1,
+                    keep_checkpoints_without_metrics=False,
+                ),
+            ]
+        )
         self.manager = ocp.CheckpointManager(
             (workdir / CHECKPOINT_DIR).absolute(),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+            options=ocp.CheckpointManagerOptions(create=True, preservation_policy=preservation),
+            item_handlers={
+                "state": ocp.StandardCheckpointHandler(),
+                "data": ocp.JsonCheckpointHandler(),
+            },
         )
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def save(self, step: int, state: TrainState, data_state: dict) -> None:
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(
+        self, step: int, state: TrainState, data_state: dict, metrics: dict | None = None
+    ) -> None:
         """Saves ``state`` (asynchronously) as checkpoint ``step`` unless it already exists."""
         if step in self.manager.all_steps():
             return
+        best = None
+        if metrics is not None and BEST_METRIC in metrics:
+            best = {BEST_METRIC: float(metrics[BEST_METRIC])}
         self.manager.save(
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(_saveable(state)),
                 data=ocp.args.JsonSave(data_state),
             ),
+            metrics=best,
             force=True,
         )
 
     def restore(self, template: TrainState, step: int | None = None) -> tuple[TrainState, dict]:
-        """The state at ``step`` (default: latest) with ``template``'s structure, and data state."""
+        """The state at ``step`` (default: latest) with ``template``'s structure, and data state.
+
+        Raises:
+          IncompatibleCheckpointError: its arrays do not have the template's shapes.
+        """
         step = self.manager.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.manager.directory}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(template))
+        self._check_shapes(step, abstract)
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(
@@ -66,6 +119,49 @@ class Checkpoints:
             rng=values["rng"],
         )
         return state, restored["data"]
+
+    def _check_shapes(self, step: int, abstract: dict) -> None:
+        metadata = self.manager.item_metadata(step)["state"]
+        saved = {
+            _path_name(path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(metadata["params"])
+        }
+        for path, leaf in jax.tree_util.tree_leaves_with_path(abstract["params"]):
+            name = _path_name(path)
+            if saved.get(name) != tuple(leaf.shape):
+                raise IncompatibleCheckpointError(
+                    f"checkpoint {step} in {self.manager.directory} has {name} of shape "
+                    f"{saved.get(name)}, the config builds {tuple(leaf.shape)}; use the run's "
+                    "own config or a new --workdir"
+                )
+
+    def restore_latest_readable(self, template: TrainState) -> tuple[TrainState, dict] | None:
+        """The newest checkpoint that restores; damaged ones are skipped with a warning.
+
+        Returns None when there is no checkpoint at all.
+
+        Raises:
+          IncompatibleCheckpointError: a readable checkpoint does not fit the config.
+          RuntimeError: checkpoints exist but none of them can be read.
+        """
+        steps = self.all_steps()
+        for step in reversed(steps):
+            try:
+                return self.restore(template, step)
+            except IncompatibleCheckpointError:
+                raise
+            except Exception as error:  # orbax raises many types for damaged files
+                logger.warning(
+                    "checkpoint %d is unreadable (%s: %s); trying the previous one",
+                    step,
+                    type(error).__name__,
+                    str(error).splitlines()[0] if str(error) else "",
+                )
+        if steps:
+            raise RuntimeError(
+                f"none of the checkpoints {steps} in {self.manager.directory} can be read"
+            )
+        return None
 
     def wait(self) -> None:
         self.manager.wait_until_finished()

@@ -61,25 +61,80 @@ def _batch_loss(model, batch: Batch, label_smoothing: float, dropout: Dropout | 
     return smoothed_cross_entropy(logits, batch["target"], label_smoothing)
 
 
-def train_step(
-    state: TrainState, batch: Batch, *, label_smoothing: float, schedule: optax.Schedule
-) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimizer update on the per-token mean of the smoothed loss."""
-    dropout_key = jax.random.fold_in(state.rng, state.step)
+def _gradients(state: TrainState, batch: Batch, label_smoothing: float, dropout_key: jax.Array):
+    """Gradients of the *summed* smoothed loss, and the sums the metrics need."""
 
     def loss_fn(params):
         model = nnx.merge(state.graphdef, params)
         loss_sum, nll_sum, tokens = _batch_loss(model, batch, label_smoothing, Dropout(dropout_key))
-        return loss_sum / jnp.maximum(tokens, 1.0), (nll_sum, tokens)
+        return loss_sum, (nll_sum, tokens)
 
-    (loss, (nll_sum, tokens)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss_sum, (nll_sum, tokens)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    return grads, loss_sum, nll_sum, tokens
+
+
+def _accumulated_gradients(
+    state: TrainState, batch: Batch, label_smoothing: float, dropout_key: jax.Array, steps: int
+):
+    """Sums ``_gradients`` over ``steps`` micro-batches (rows i, i + steps, i + 2 steps, ...).
+
+    Summing the summed losses and dividing once by all the tokens gives the gradient of one
+    large batch, whatever the micro-batches' token counts. Taking every ``steps``-th row keeps
+    each micro-batch split evenly over the data-parallel devices.
+    """
+
+    def split(x):  # [B, ...] -> [steps, B / steps, ...]
+        return jnp.swapaxes(x.reshape(x.shape[0] // steps, steps, *x.shape[1:]), 0, 1)
+
+    micro_batches = jax.tree.map(split, batch)
+
+    def body(totals, inputs):
+        index, micro_batch = inputs
+        key = jax.random.fold_in(dropout_key, index)
+        results = _gradients(state, micro_batch, label_smoothing, key)
+        return jax.tree.map(jnp.add, totals, results), None
+
+    zeros = (
+        jax.tree.map(jnp.zeros_like, state.params),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((), jnp.float32),
+    )
+    totals, _ = jax.lax.scan(body, zeros, (jnp.arange(steps), micro_batches))
+    return totals
+
+
+def train_step(
+    state: TrainState,
+    batch: Batch,
+    *,
+    label_smoothing: float,
+    schedule: optax.Schedule,
+    grad_accum_steps: int = 1,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer update on the per-token mean of the smoothed loss.
+
+    With ``grad_accum_steps > 1`` the batch is processed in that many micro-batches whose
+    gradients are summed before the single update: the same update as the whole batch at once,
+    in a fraction of the activation memory.
+    """
+    dropout_key = jax.random.fold_in(state.rng, state.step)
+    if grad_accum_steps == 1:
+        totals = _gradients(state, batch, label_smoothing, dropout_key)
+    else:
+        totals = _accumulated_gradients(
+            state, batch, label_smoothing, dropout_key, grad_accum_steps
+        )
+    grad_sums, loss_sum, nll_sum, tokens = totals
+    tokens = jnp.maximum(tokens, 1.0)
+    grads = jax.tree.map(lambda g: g / tokens, grad_sums)
     updates, opt_state = state.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {
-        "loss": loss,
-        "nll": nll_sum / jnp.maximum(tokens, 1.0),
+        "loss": loss_sum / tokens,
+        "nll": nll_sum / tokens,
         "target_tokens": tokens,
-        "grad_norm": optax.global_norm(grads),
+        "grad_norm": optax.tree.norm(grads),
         "learning_rate": schedule(state.step),
     }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)

@@ -1,14 +1,20 @@
-"""The training loop: a short sequence of named helpers around the pure ``train_step``."""
+"""The training loop: a short sequence of named helpers around the pure ``train_step``.
+
+It never loses work: it resumes from the work directory's latest checkpoint (falling back to an
+older one if the latest is unreadable), saves on SIGTERM before exiting, refuses a work directory
+that holds a run of another shape, and stops on a NaN loss before that loss reaches a checkpoint.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
+import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -19,14 +25,21 @@ from tqdm import tqdm
 from seq2seq import config as config_lib
 from seq2seq.data.pipeline import build_training_data, padding_share
 from seq2seq.models import build_model
+from seq2seq.training import sharding
 from seq2seq.training.checkpoints import Checkpoints
+from seq2seq.training.logs import MetricsWriter, interval_record, short_line
 from seq2seq.training.schedules import build_optimizer, build_schedule
 from seq2seq.training.step import TrainState, train_step
 
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
+# Keys that fix the shapes of parameters: a work directory may not change them between runs.
+SHAPE_KEYS = ("model", "data.vocab_size", "data.tokenizer", "data.shared_vocab")
+
+ValidateFn = Callable[[TrainState], dict]
+# Builds a ValidateFn once the tokenizer and model structure exist: (config, tokenizer, graphdef).
+MakeValidateFn = Callable[..., ValidateFn]
 
 
 class TrainingError(RuntimeError):
@@ -39,6 +52,7 @@ class RunSummary:
     final_loss: float
     seconds: float
     params: int
+    preempted: bool = False
 
 
 def model_width(config: ml_collections.ConfigDict) -> int:
@@ -60,16 +74,15 @@ def create_state(config: ml_collections.ConfigDict, source_vocab: int, target_vo
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
-    """Records the config; a restart must use the same one (shape-changing keys at least)."""
+    """Records the config; refuses one whose shapes differ from the run already in ``workdir``."""
     path = workdir / CONFIG_FILE
     if path.exists():
         saved = config_lib.load_saved(path)
-        for key in ("model", "data.vocab_size", "data.tokenizer", "data.shared_vocab"):
-            old, new = _lookup(saved, key), _lookup(config, key)
-            if old != new:
+        for key in SHAPE_KEYS:
+            if _lookup(saved, key) != _lookup(config, key):
                 raise TrainingError(
-                    f"{workdir} holds a run with a different config.{key}; use a new --workdir "
-                    "or the original config"
+                    f"{workdir} holds a run with a different config.{key}; nothing was "
+                    "overwritten: use a new --workdir, or the run's own config"
                 )
     config_lib.save(config, path)
 
@@ -81,111 +94,191 @@ def _lookup(config: ml_collections.ConfigDict, key: str):
     return node.to_dict() if isinstance(node, ml_collections.ConfigDict) else node
 
 
-class MetricsLog:
-    """Appends one JSON object per logged step to metrics.jsonl (floats at full precision)."""
+class Preemption:
+    """Turns SIGTERM into a flag the loop checks between steps (so it can save first)."""
 
-    def __init__(self, path: Path):
-        self.file = path.open("a")
+    def __init__(self):
+        self.requested = False
 
-    def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+    def __enter__(self) -> Preemption:
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
 
-    def close(self) -> None:
-        self.file.close()
+    def _handle(self, signum, frame) -> None:
+        del signum, frame
+        self.requested = True
 
-
-def summarize(step_metrics: list[dict], seconds: float, padding: list[float]) -> dict:
-    """Token-weighted means of one logging interval (host values), and its throughput."""
-    metrics = step_metrics
-    tokens = np.array([m["target_tokens"] for m in metrics])
-    weights = tokens / max(tokens.sum(), 1.0)
-    return {
-        "loss": float(np.dot(weights, [m["loss"] for m in metrics])),
-        "nll": float(np.dot(weights, [m["nll"] for m in metrics])),
-        "learning_rate": float(metrics[-1]["learning_rate"]),
-        "grad_norm": float(np.mean([m["grad_norm"] for m in metrics])),
-        "target_tokens_per_second": float(tokens.sum() / max(seconds, 1e-9)),
-        "steps_per_second": len(metrics) / max(seconds, 1e-9),
-        "padding_share": float(np.mean(padding)),
-    }
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
 
 
-def train(config: ml_collections.ConfigDict, workdir: Path) -> RunSummary:
-    """Trains (or resumes) the configured model in ``workdir`` and writes a final checkpoint."""
+def _host_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """This host's share of a global batch: every host plans the same batches, keeps its rows."""
+    count, index = jax.process_count(), jax.process_index()
+    return {key: np.array_split(value, count)[index] for key, value in batch.items()}
+
+
+def train(
+    config: ml_collections.ConfigDict,
+    workdir: Path,
+    make_validate: MakeValidateFn | None = None,
+) -> RunSummary:
+    """Trains (or resumes) the configured model in ``workdir`` and writes a final checkpoint.
+
+    Args:
+      config: a validated config.
+      workdir: where the run lives; an existing run there is resumed.
+      make_validate: optional factory of a ``state -> metrics`` function (validation loss,
+        BLEU), called every ``config.eval.every_steps`` steps and at the end; its "bleu" picks
+        the best checkpoint. Passed in by entry points, so training never imports evaluation.
+    """
+    if config.mesh.distributed:
+        jax.distributed.initialize()
     workdir.mkdir(parents=True, exist_ok=True)
     save_config(config, workdir)
-    data = build_training_data(config, workdir)
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
+    multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
+    data = build_training_data(config, workdir, batch_multiple=multiple)
     state, schedule = create_state(
         config, data.tokenizer.source_vocab_size, data.tokenizer.target_vocab_size
     )
+    state_shardings = sharding.state_sharding(mesh, state)
     checkpoints = Checkpoints(workdir, keep=config.checkpoint.keep)
     batches = iter(data.batches)
-    if checkpoints.latest_step() is not None:
-        state, data_state = checkpoints.restore(state)
-        batches.set_state(data_state)
-        logger.info("resumed from step %d", int(state.step))
+    state = _restore_or_place(checkpoints, state, state_shardings, batches)
     step_fn = jax.jit(
         functools.partial(
-            train_step, label_smoothing=config.train.label_smoothing, schedule=schedule
+            train_step,
+            label_smoothing=config.train.label_smoothing,
+            schedule=schedule,
+            grad_accum_steps=config.train.grad_accum_steps,
         ),
+        in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+        out_shardings=(state_shardings, sharding.replicated(mesh)),
         donate_argnums=0,
     )
     params = count_params(state.params)
-    logger.info("%s: %d parameters", config.model.name, params)
-    log = MetricsLog(workdir / METRICS_FILE)
+    logger.info("%s: %d parameters, mesh %s", config.model.name, params, dict(mesh.shape))
+    writer = MetricsWriter(workdir, int(state.step))
+    validate = make_validate(config, data.tokenizer, state.graphdef) if make_validate else None
+    loop = _Loop(config, step_fn, checkpoints, writer, batches, validate, mesh)
     try:
-        state, loss, seconds = _loop(config, state, batches, step_fn, checkpoints, log)
-        checkpoints.save(int(state.step), state, batches.get_state())
-        checkpoints.wait()
+        with Preemption() as preemption:
+            state = loop.run(state, preemption)
+        if preemption.requested:
+            logger.warning("SIGTERM: saved step %d; rerun to resume", int(state.step))
+        else:
+            loop.save(state, final=True)
     finally:
-        log.close()
         checkpoints.close()
-    return RunSummary(int(state.step), loss, seconds, params)
+        writer.close()
+    return RunSummary(int(state.step), loop.loss, loop.seconds, params, preemption.requested)
 
 
-def _loop(config, state, batches, step_fn, checkpoints, log):
-    """Steps until ``train.steps`` or the time budget; logs and checkpoints along the way."""
-    train = config.train
-    start_step = int(state.step)
-    budget = train.time_budget_minutes * 60 or math.inf
-    start = interval_start = time.monotonic()
-    step_metrics, padding, loss = [], [], math.nan
-    progress = tqdm(
-        total=train.steps, initial=start_step, disable=not sys.stderr.isatty(), unit="step"
-    )
-    for step in range(start_step + 1, train.steps + 1):
-        batch = next(batches)
-        padding.append(padding_share(batch))
-        state, metrics = step_fn(state, batch)
-        step_metrics.append(metrics)
-        progress.update(1)
-        out_of_time = time.monotonic() - start > budget
-        if step % train.log_every_steps == 0 or step == train.steps or out_of_time:
-            step_metrics = jax.device_get(step_metrics)  # waits for the steps to finish
-            record = summarize(step_metrics, time.monotonic() - interval_start, padding)
-            loss = record["loss"]
-            if not math.isfinite(loss):
-                raise TrainingError(
-                    f"loss is {loss} at step {step}; the last good checkpoint is step "
-                    f"{checkpoints.latest_step()}; lower train.learning_rate or check the data"
-                )
-            log.write({"step": step, **record})
-            progress.set_postfix(loss=f"{loss:.3f}")
-            if progress.disable:
-                logger.info("step %d: %s", step, _short(record))
-            step_metrics, padding, interval_start = [], [], time.monotonic()
-        if step % config.checkpoint.every_steps == 0:
-            checkpoints.save(step, state, batches.get_state())
-        if out_of_time:
-            logger.info("time budget of %.1f minutes reached at step %d", budget / 60, step)
-            break
-    progress.close()
-    return state, loss, time.monotonic() - start
+def _restore_or_place(checkpoints, state, state_shardings, batches):
+    """The latest readable checkpoint (and data position) if any, else the fresh state."""
+    restored = checkpoints.restore_latest_readable(state)
+    if restored is None:
+        return jax.device_put(state, state_shardings)
+    state, data_state = restored
+    batches.set_state(data_state)
+    logger.info("resumed from step %d", int(state.step))
+    return jax.device_put(state, state_shardings)
 
 
-def _short(record: dict) -> str:
-    return (
-        f"loss {record['loss']:.4f}, lr {record['learning_rate']:.2e}, "
-        f"{record['target_tokens_per_second']:.0f} target tokens/s"
-    )
+class _Loop:
+    """Steps, logs, validates and checkpoints; one method per concern."""
+
+    def __init__(self, config, step_fn, checkpoints, writer, batches, validate, mesh):
+        self.config = config
+        self.step_fn = step_fn
+        self.checkpoints = checkpoints
+        self.writer = writer
+        self.batches = batches
+        self.validate = validate
+        self.batch_sharding = sharding.batch_sharding(mesh)
+        self.loss = math.nan
+        self.seconds = 0.0
+        self._pending: list[dict] = []  # per-step metrics since the last log line
+        self._padding: list[float] = []
+        self._interval_start = time.monotonic()
+
+    def run(self, state: TrainState, preemption: Preemption) -> TrainState:
+        train = self.config.train
+        budget = train.time_budget_minutes * 60 or math.inf
+        start = time.monotonic()
+        progress = tqdm(
+            total=train.steps,
+            initial=int(state.step),
+            disable=not sys.stderr.isatty(),
+            unit="step",
+        )
+        for step in range(int(state.step) + 1, train.steps + 1):
+            state = self._one_step(state)
+            progress.update(1)
+            out_of_time = time.monotonic() - start > budget
+            if step % train.log_every_steps == 0 or out_of_time or preemption.requested:
+                self._log(step, progress)
+            if self._validation_due(step):
+                self.save(state, metrics=self._validate(state, step))
+            elif step % self.config.checkpoint.every_steps == 0:
+                self.save(state)
+            if preemption.requested or out_of_time:
+                if out_of_time:
+                    logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
+                self.save(state)
+                break
+        progress.close()
+        self.seconds = time.monotonic() - start
+        return state
+
+    def _one_step(self, state: TrainState) -> TrainState:
+        batch = _host_rows(next(self.batches))
+        self._padding.append(padding_share(batch))
+        state, metrics = self.step_fn(state, sharding.global_batch(batch, self.batch_sharding))
+        self._pending.append(metrics)
+        return state
+
+    def _log(self, step: int, progress: tqdm) -> None:
+        metrics = jax.device_get(self._pending)  # waits for the steps to finish
+        record = interval_record(metrics, time.monotonic() - self._interval_start, self._padding)
+        self._pending, self._padding = [], []
+        self._interval_start = time.monotonic()
+        self._check_finite(step, [m["loss"] for m in metrics])
+        self.loss = record["loss"]
+        self.writer.write(step, {"kind": "train", **record})
+        progress.set_postfix(loss=f"{record['loss_mean']:.3f}")
+        if progress.disable:
+            logger.info(short_line(step, record))
+
+    def _check_finite(self, step: int, losses: list) -> None:
+        if not all(math.isfinite(float(loss)) for loss in losses):
+            raise TrainingError(
+                f"loss is not finite by step {step}; the last good checkpoint is step "
+                f"{self.checkpoints.latest_step()}; lower train.learning_rate or check the data"
+            )
+
+    def _validation_due(self, step: int) -> bool:
+        every = self.config.eval.every_steps
+        return self.validate is not None and every > 0 and step % every == 0
+
+    def _validate(self, state: TrainState, step: int) -> dict:
+        metrics = self.validate(state)
+        samples = metrics.pop("samples", [])
+        self.writer.write(step, {"kind": "validation", **metrics}, prefix="validation")
+        for i, sample in enumerate(samples):
+            self.writer.write_text(step, f"samples/{i}", sample)
+            logger.info("sample %d: %s", i, sample.replace("\n", " | ")[:400])
+        logger.info("validation at step %d: %s", step, metrics)
+        return metrics
+
+    def save(self, state: TrainState, metrics: dict | None = None, final: bool = False) -> None:
+        """Checkpoints ``state``, after making sure no NaN is about to be saved."""
+        step = int(state.step)
+        if self._pending:  # unlogged steps: check them before their parameters are kept
+            self._check_finite(step, [m["loss"] for m in jax.device_get(self._pending)])
+        if final and self.validate is not None and not self._validation_due(step):
+            metrics = self._validate(state, step)
+        self.checkpoints.save(step, state, self.batches.get_state(), metrics=metrics)
+        if final:
+            self.checkpoints.wait()

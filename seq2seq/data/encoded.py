@@ -1,0 +1,130 @@
+"""A tokenized corpus in flat arrays, and the filters that decide which pairs train.
+
+Token ids of all sentences are concatenated into one array per side, with offsets marking where
+each sentence starts: WMT14 EN-DE (4.5M pairs, ~270M tokens) takes about 0.5 GB as uint16 ids,
+where a Python list of per-sentence arrays would take several times that. Lengths, which is
+all that bucketing and filtering look at, come for free as ``np.diff(offsets)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from seq2seq.data.sources import ParallelCorpus
+from seq2seq.data.tokenizer import Tokenizer
+
+FILTER_REASONS = ("empty", "too_long", "length_ratio")  # in the order they are checked
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedCorpus:
+    """Token ids of N sentence pairs, EOS included, one flat array per side.
+
+    Pair i's source is ``source_ids[source_offsets[i] : source_offsets[i + 1]]``.
+    """
+
+    source_ids: np.ndarray  # [source tokens] uint16 (or int32 for vocabularies over 65536)
+    source_offsets: np.ndarray  # [N + 1] int64
+    target_ids: np.ndarray  # [target tokens]
+    target_offsets: np.ndarray  # [N + 1] int64
+
+    @classmethod
+    def from_sentences(
+        cls, sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]
+    ) -> EncodedCorpus:
+        """A corpus from per-sentence id arrays (EOS included), e.g. for tests."""
+        return cls(
+            source_ids=np.concatenate(sources).astype(np.int32),
+            source_offsets=_offsets([np.array([len(s) for s in sources], np.int64)]),
+            target_ids=np.concatenate(targets).astype(np.int32),
+            target_offsets=_offsets([np.array([len(t) for t in targets], np.int64)]),
+        )
+
+    def __len__(self) -> int:
+        return len(self.source_offsets) - 1
+
+    def source(self, index: int) -> np.ndarray:
+        """[length] int32 ids of pair ``index``'s source sentence."""
+        start, stop = self.source_offsets[index], self.source_offsets[index + 1]
+        return self.source_ids[start:stop].astype(np.int32)
+
+    def target(self, index: int) -> np.ndarray:
+        """[length] int32 ids of pair ``index``'s target sentence."""
+        start, stop = self.target_offsets[index], self.target_offsets[index + 1]
+        return self.target_ids[start:stop].astype(np.int32)
+
+    @property
+    def source_lengths(self) -> np.ndarray:
+        """[N] tokens per source sentence, EOS included."""
+        return np.diff(self.source_offsets)
+
+    @property
+    def target_lengths(self) -> np.ndarray:
+        """[N] tokens per target sentence, EOS included."""
+        return np.diff(self.target_offsets)
+
+
+def _id_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32)
+
+
+def _offsets(lengths: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
+
+
+def encode_corpus(corpus: ParallelCorpus, tokenizer: Tokenizer) -> EncodedCorpus:
+    """Tokenizes every pair of ``corpus``, one chunk of strings at a time."""
+    source_dtype = _id_dtype(tokenizer.source_vocab_size)
+    target_dtype = _id_dtype(tokenizer.target_vocab_size)
+    source_ids, source_lengths, target_ids, target_lengths = [], [], [], []
+    for chunk in corpus.chunks():
+        ids, lengths = tokenizer.encode_source_flat([source for source, _ in chunk])
+        source_ids.append(ids.astype(source_dtype))
+        source_lengths.append(lengths)
+        ids, lengths = tokenizer.encode_target_flat([target for _, target in chunk])
+        target_ids.append(ids.astype(target_dtype))
+        target_lengths.append(lengths)
+    return EncodedCorpus(
+        source_ids=np.concatenate(source_ids),
+        source_offsets=_offsets(source_lengths),
+        target_ids=np.concatenate(target_ids),
+        target_offsets=_offsets(target_lengths),
+    )
+
+
+def filter_pairs(
+    source_lengths: np.ndarray,
+    target_lengths: np.ndarray,
+    max_length: int,
+    max_length_ratio: float = 0.0,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Indices of the pairs fit to train on, and how many were dropped for each reason.
+
+    Each dropped pair is counted once, under the first reason that applies: ``empty`` (a side
+    has no token besides EOS), ``too_long`` (a side over ``max_length`` tokens, EOS included),
+    ``length_ratio`` (one side over ``max_length_ratio`` times as many tokens as the other, EOS
+    excluded; the usual sign of a misaligned pair; 0 disables the check).
+
+    Args:
+      source_lengths: [N] tokens per source sentence, EOS included.
+      target_lengths: [N] tokens per target sentence, EOS included.
+      max_length: longest side kept, in tokens.
+      max_length_ratio: largest ratio of the longer to the shorter side kept; 0 for any.
+
+    Returns:
+      ([kept] int64 indices in corpus order, {"empty": n, "too_long": n, "length_ratio": n}).
+    """
+    shorter = np.minimum(source_lengths, target_lengths) - 1  # EOS excluded
+    longer = np.maximum(source_lengths, target_lengths) - 1
+    empty = shorter <= 0
+    too_long = ~empty & (longer + 1 > max_length)
+    ratio = ~empty & ~too_long & (max_length_ratio > 0) & (longer > max_length_ratio * shorter)
+    counts = {
+        "empty": int(empty.sum()),
+        "too_long": int(too_long.sum()),
+        "length_ratio": int(ratio.sum()),
+    }
+    return np.flatnonzero(~(empty | too_long | ratio)), counts

@@ -1,0 +1,1 @@
+"""Reports: alignment plots and attention demonstrations for notebooks and write-ups."""

@@ -1,0 +1,79 @@
+"""Where training metrics go: metrics.jsonl, TensorBoard, and the terminal."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+from tensorboardX import SummaryWriter
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+
+logger = logging.getLogger(__name__)
+
+
+def interval_record(step_metrics: list[dict], seconds: float, padding: list[float]) -> dict:
+    """One logged line: the logged step's own loss, and means over the interval since the last.
+
+    ``loss`` and ``nll`` are the last step's values, so a resumed run logs exactly the same
+    numbers as an uninterrupted one; the ``*_mean`` fields smooth over the interval.
+    """
+    tokens = np.array([m["target_tokens"] for m in step_metrics], np.float64)
+    weights = tokens / max(tokens.sum(), 1.0)
+    last = step_metrics[-1]
+    return {
+        "loss": float(last["loss"]),
+        "nll": float(last["nll"]),
+        "loss_mean": float(np.dot(weights, [m["loss"] for m in step_metrics])),
+        "nll_mean": float(np.dot(weights, [m["nll"] for m in step_metrics])),
+        "learning_rate": float(last["learning_rate"]),
+        "grad_norm": float(last["grad_norm"]),
+        "target_tokens_per_second": float(tokens.sum() / max(seconds, 1e-9)),
+        "step_seconds": seconds / len(step_metrics),
+        "padding_share": float(np.mean(padding)),
+    }
+
+
+class MetricsWriter:
+    """Appends JSON lines to metrics.jsonl (full-precision floats) and mirrors to TensorBoard."""
+
+    def __init__(self, workdir: Path, resume_step: int):
+        self.path = workdir / METRICS_FILE
+        self._drop_records_after(resume_step)
+        self.file = self.path.open("a")
+        self.tensorboard = SummaryWriter(str(workdir / TENSORBOARD_DIR))
+
+    def _drop_records_after(self, step: int) -> None:
+        """A restarted run repeats the steps after its checkpoint: forget their old lines."""
+        if not self.path.exists():
+            return
+        lines = self.path.read_text().splitlines()
+        kept = [line for line in lines if line and json.loads(line).get("step", 0) <= step]
+        if len(kept) != len(lines):
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, step: int, record: dict, prefix: str = "train") -> None:
+        self.file.write(json.dumps({"step": step, **record}) + "\n")
+        self.file.flush()
+        for key, value in record.items():
+            if isinstance(value, int | float) and math.isfinite(value):
+                self.tensorboard.add_scalar(f"{prefix}/{key}", value, step)
+
+    def write_text(self, step: int, tag: str, text: str) -> None:
+        self.tensorboard.add_text(tag, text, step)
+
+    def close(self) -> None:
+        self.file.close()
+        self.tensorboard.close()
+
+
+def short_line(step: int, record: dict) -> str:
+    """A plain progress line for logs without a terminal (CI)."""
+    return (
+        f"step {step}: loss {record['loss_mean']:.4f}, lr {record['learning_rate']:.2e}, "
+        f"{record['target_tokens_per_second']:.0f} target tokens/s"
+    )

@@ -1,0 +1,74 @@
+"""Where arrays live: the device mesh, and the one place that decides every sharding.
+
+A 2-D mesh with axes ``("data", "fsdp")``. The batch is split over both axes (every device gets
+its own sentences); parameters and optimizer state are replicated, except that with ``fsdp > 1``
+large arrays are split along one dimension over the ``fsdp`` axis (ZeRO-3 / FSDP style) so a model
+too big for one device still fits. ``jax.jit`` then inserts the collectives: ``pmap`` is not
+needed. Models never mention devices.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+DATA_AXES = ("data", "fsdp")  # the batch is split over both mesh axes
+FSDP_MIN_SIZE = 2**16  # arrays smaller than this stay replicated even with fsdp > 1
+
+
+def build_mesh(data: int = -1, fsdp: int = 1) -> Mesh:
+    """A ("data", "fsdp") mesh over all devices; ``data=-1`` takes what ``fsdp`` leaves."""
+    devices = jax.device_count()
+    if data == -1:
+        data = devices // fsdp
+    if data * fsdp != devices:
+        raise ValueError(
+            f"mesh data={data} x fsdp={fsdp} does not match the {devices} devices; "
+            "set config.mesh.data=-1 or sizes whose product is the device count"
+        )
+    # Auto axes: jit propagates shardings from the inputs (the models name no devices).
+    auto = (jax.sharding.AxisType.Auto,) * 2
+    return jax.make_mesh((data, fsdp), ("data", "fsdp"), axis_types=auto)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (batch) axis split over every device."""
+    return NamedSharding(mesh, PartitionSpec(DATA_AXES))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def array_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
+    """Replicated, or (fsdp > 1, large array) split along its largest divisible dimension.
+
+    The rule depends on the shape only, so a parameter and its Adam moments always agree.
+    """
+    fsdp = mesh.shape["fsdp"]
+    if fsdp == 1 or int(np.prod(shape, dtype=np.int64)) < FSDP_MIN_SIZE:
+        return replicated(mesh)
+    for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
+        if shape[dim] % fsdp == 0:
+            spec = [None] * len(shape)
+            spec[dim] = "fsdp"
+            return NamedSharding(mesh, PartitionSpec(*spec))
+    return replicated(mesh)
+
+
+def state_sharding(mesh: Mesh, state):
+    """Shardings for every array of a pytree (a train state), by ``array_sharding``."""
+    return jax.tree.map(lambda leaf: array_sharding(mesh, leaf.shape), state)
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    """How many ways the batch is split; global batch sizes must be multiples of it."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def global_batch(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
+    """This host's rows of the batch, assembled into global arrays split over the mesh."""
+    return {
+        key: jax.make_array_from_process_local_data(sharding, value) for key, value in batch.items()
+    }

@@ -1,0 +1,218 @@
+"""Bucketed and packed batches: every pair once per epoch, no attention across packed pairs,
+honest padding figures, and iterator states that resume the identical stream."""
+
+import collections
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from seq2seq.data.batching import BucketedBatches, BucketSpec, plan_epoch
+from seq2seq.data.encoded import EncodedCorpus, filter_pairs
+from seq2seq.data.packing import packed_batches
+from seq2seq.data.pipeline import padding_share
+from seq2seq.models import build_model
+from seq2seq.models.base import EOS_ID, shift_right
+from tests.conftest import tiny_config
+
+FIRST_ID = 10  # pair i's sentences both start with token FIRST_ID + i, which names the pair
+
+
+def make_corpus(count: int, max_length: int, seed: int = 0, vocab: int = 40) -> EncodedCorpus:
+    """``count`` pairs of random lengths in [2, max_length]; each side starts with its pair's id."""
+    rng = np.random.default_rng(seed)
+
+    def sentence(i):
+        middle = rng.integers(4, vocab, rng.integers(0, max_length - 1))
+        return np.concatenate([[FIRST_ID + i], middle, [EOS_ID]]).astype(np.int32)
+
+    pairs = [(sentence(i), sentence(i)) for i in range(count)]
+    return EncodedCorpus.from_sentences([s for s, _ in pairs], [t for _, t in pairs])
+
+
+def pair_ids(batch: dict[str, np.ndarray]) -> list[int]:
+    """The pairs in a batch, from each example's first source token."""
+    source = batch["source"]
+    segments = batch.get("source_segments", (source > 0).astype(np.int32))
+    starts = (segments > 0) & (segments != np.pad(segments, ((0, 0), (1, 0)))[:, :-1])
+    return (source[starts] - FIRST_ID).tolist()
+
+
+def bucketed(corpus, seed=0, tokens=96, multiple=1, host=0, hosts=1):
+    spec = BucketSpec(16, bucket_width=4, tokens_per_batch=tokens, batch_multiple=multiple)
+    return BucketedBatches(corpus, np.arange(len(corpus)), spec, seed, host, hosts)
+
+
+def packed(corpus, seed=0, rows=4, host=0, hosts=1):
+    indices = np.arange(len(corpus))
+    return packed_batches(
+        corpus, indices, row_length=16, rows=rows, seed=seed, shard_index=host, shard_count=hosts
+    )
+
+
+def draw(iterator, count):
+    return [next(iterator) for _ in range(count)]
+
+
+def assert_same_batches(first, second):
+    assert len(first) == len(second)
+    for a, b in zip(first, second, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_bucketed_epoch_holds_every_pair_once_within_budget():
+    corpus = make_corpus(70, 16)
+    dataset = bucketed(corpus)
+    epoch = len(plan_epoch(dataset.lengths, dataset.spec, 0, 0))
+    batches = draw(iter(dataset), epoch)
+    seen = [i for batch in batches for i in pair_ids(batch)]
+    assert sorted(seen) == list(range(70))
+    for batch in batches:
+        rows, length = batch["source"].shape
+        assert length % 4 == 0 and rows * length <= 96
+        used = np.flatnonzero(np.any(batch["source"] > 0, axis=0) | np.any(batch["target"] > 0, 0))
+        assert length - 4 <= used.max() < length  # the smallest bucket that fits
+        for row, i in zip(batch["source"], pair_ids(batch), strict=False):
+            np.testing.assert_array_equal(row[: len(corpus.source(i))], corpus.source(i))
+
+
+def test_epochs_are_reshuffled_and_seeds_differ():
+    corpus = make_corpus(70, 16)
+    dataset = bucketed(corpus)
+    lengths = dataset.lengths
+    plans = [plan_epoch(lengths, dataset.spec, 0, 0), plan_epoch(lengths, dataset.spec, 0, 1)]
+    assert [b.tolist() for b in plans[0]] != [b.tolist() for b in plans[1]]
+    assert_same_batches(draw(iter(bucketed(corpus)), 5), draw(iter(bucketed(corpus)), 5))
+    other = draw(iter(bucketed(corpus, seed=1)), 5)
+    assert [pair_ids(b) for b in other] != [pair_ids(b) for b in draw(iter(dataset), 5)]
+
+
+@pytest.mark.parametrize("make", [bucketed, packed], ids=["bucketed", "packed"])
+def test_restored_state_resumes_the_identical_stream_across_epochs(make):
+    corpus = make_corpus(30, 16)
+    iterator = iter(make(corpus))
+    before = draw(iterator, 3)
+    state = json.loads(json.dumps(iterator.get_state()))  # as saved in a checkpoint
+    after = draw(iterator, 12)
+    seen_before = sum(len(pair_ids(b)) for b in before)
+    seen_after = sum(len(pair_ids(b)) for b in after)
+    assert seen_before < len(corpus) < seen_before + seen_after  # crosses an epoch boundary
+
+    restored = iter(make(corpus))
+    restored.set_state(state)
+    assert_same_batches(draw(restored, 12), after)
+    assert_same_batches(draw(iter(make(corpus)), 15), before + after)  # same seed, same stream
+
+
+def test_packed_rows_hold_whole_pairs_with_matching_segments():
+    corpus = make_corpus(60, 16, seed=1)
+    batches = draw(iter(packed(corpus, rows=4)), 6)
+    counts = collections.Counter()
+    for batch in batches:
+        assert batch["source"].shape == (4, 16) and batch["source_segments"].shape == (4, 16)
+        for side in ("source", "target"):
+            tokens, segments = batch[side], batch[f"{side}_segments"]
+            np.testing.assert_array_equal(tokens > 0, segments > 0)
+            for row_tokens, row_segments in zip(tokens, segments, strict=True):
+                used = row_segments[row_segments > 0]
+                assert np.all(np.diff(used) >= 0) and np.all(row_segments[len(used) :] == 0)
+                assert used.tolist() == sorted(used.tolist()) and set(used) == set(
+                    range(1, used.max() + 1)
+                )
+                for segment in range(1, used.max() + 1):
+                    ids = row_tokens[row_segments == segment]
+                    pair = ids[0] - FIRST_ID
+                    expected = corpus.source(pair) if side == "source" else corpus.target(pair)
+                    np.testing.assert_array_equal(ids, expected)
+                    counts[side, pair] += 1
+        # Segment k of the source and of the target are the same pair.
+        for row in range(4):
+            for segment in range(1, batch["source_segments"][row].max() + 1):
+                source_first = batch["source"][row][batch["source_segments"][row] == segment][0]
+                target_first = batch["target"][row][batch["target_segments"][row] == segment][0]
+                assert source_first == target_first
+    assert max(np.max(b["source_segments"]) for b in batches) >= 2  # rows really are shared
+    assert 24 <= len(counts) / 2 < 60 and set(counts.values()) == {1}  # no repeat in an epoch
+
+
+def test_packed_attention_never_crosses_pairs():
+    """A pair's logits in a packed row equal its logits alone in a row of its own."""
+    corpus = make_corpus(12, 8, seed=2, vocab=24)
+    batch = next(iter(packed(corpus, rows=2)))
+    model = build_model(tiny_config("transformer"), 40, 40, seed=0)
+
+    @nnx.jit
+    def logits(model, source, target, source_segments=None, target_segments=None):
+        inputs = shift_right(target, target_segments)
+        return model(
+            source, inputs, source_segments=source_segments, target_segments=target_segments
+        )[0]
+
+    packed_logits = logits(
+        model, batch["source"], batch["target"], batch["source_segments"], batch["target_segments"]
+    )
+    places = [  # (row, segment, pair) of every packed pair
+        (row, segment, batch["target"][row][batch["target_segments"][row] == segment][0] - FIRST_ID)
+        for row in range(2)
+        for segment in range(1, batch["target_segments"][row].max() + 1)
+    ]
+    assert len(places) > 2  # some row holds several pairs
+    source = np.zeros((len(places), 16), np.int32)
+    target = np.zeros((len(places), 16), np.int32)
+    for k, (_, _, pair) in enumerate(places):
+        source[k, : len(corpus.source(pair))] = corpus.source(pair)
+        target[k, : len(corpus.target(pair))] = corpus.target(pair)
+    alone_logits = logits(model, source, target)
+    for k, (row, segment, pair) in enumerate(places):
+        in_row = packed_logits[row][batch["target_segments"][row] == segment]
+        np.testing.assert_allclose(
+            in_row, alone_logits[k, : len(corpus.target(pair))], atol=2e-5, rtol=1e-5
+        )
+
+
+@pytest.mark.parametrize("make", [bucketed, packed], ids=["bucketed", "packed"])
+def test_padding_share_matches_the_pairs_in_the_batch(make):
+    corpus = make_corpus(40, 16, seed=3)
+    for batch in draw(iter(make(corpus)), 4):
+        ids = pair_ids(batch)
+        real = sum(len(corpus.source(i)) + len(corpus.target(i)) for i in ids)
+        assert padding_share(batch) == pytest.approx(1 - real / (2 * batch["source"].size))
+
+
+def test_padding_share_of_a_hand_made_batch():
+    batch = {"source": np.array([[5, 6, 3, 0], [5, 3, 0, 0]]), "target": np.zeros((2, 4), int)}
+    batch["target"][0, :4] = [7, 7, 7, 3]
+    assert padding_share(batch) == pytest.approx(1 - 9 / 16)
+
+
+def test_hosts_split_each_global_batch_between_them():
+    corpus = make_corpus(50, 16, seed=4)
+    whole = draw(iter(bucketed(corpus, multiple=2)), 6)
+    halves = [draw(iter(bucketed(corpus, multiple=2, host=h, hosts=2)), 6) for h in (0, 1)]
+    for batch, first, second in zip(whole, *halves, strict=True):
+        for key in ("source", "target"):
+            np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), batch[key])
+
+
+def test_packing_hosts_read_disjoint_pairs():
+    corpus = make_corpus(40, 16, seed=5)
+    seen = [
+        {i for b in draw(iter(packed(corpus, host=h, hosts=2)), 3) for i in pair_ids(b)}
+        for h in (0, 1)
+    ]
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+    assert seen[0] | seen[1] <= set(range(40))
+
+
+def test_filters_count_each_dropped_pair_under_its_first_reason():
+    # lengths include EOS: 1 is an empty sentence.
+    source = np.array([5, 1, 5, 70, 2, 30, 12, 1])
+    target = np.array([6, 5, 1, 10, 30, 3, 11, 80])
+    kept, counts = filter_pairs(source, target, max_length=64, max_length_ratio=9.0)
+    assert kept.tolist() == [0, 6]  # pairs 4 and 5: 1 vs 29 and 29 vs 2 tokens, EOS excluded
+    assert counts == {"empty": 3, "too_long": 1, "length_ratio": 2}
+    kept, counts = filter_pairs(source, target, max_length=64, max_length_ratio=0.0)
+    assert kept.tolist() == [0, 4, 5, 6] and counts["length_ratio"] == 0

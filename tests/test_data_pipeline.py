@@ -1,0 +1,112 @@
+"""From a config to batches: filter counts in the log, config checks, the Multi30k configs."""
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seq2seq.config import ConfigError, load_config_file, validate
+from seq2seq.data.pipeline import build_training_data
+from seq2seq.data.sources import DataError
+from tests.conftest import REPO, tiny_config
+
+CONFIGS = ["configs/multi30k_transformer.py", "configs/multi30k_rnnsearch.py"]
+
+
+def _text_config(folder: Path):
+    config = tiny_config()
+    config.data.source = "text"
+    config.data.dir = str(folder)
+    config.data.train_split = "train"
+    config.data.max_length = 16
+    config.data.max_length_ratio = 3.0
+    return config
+
+
+def _write_corpus(folder: Path, pairs):
+    (folder / "train.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (folder / "train.de").write_text("".join(t + "\n" for _, t in pairs))
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_filter_counts_and_efficiency_are_logged(tmp_path, caplog, pack):
+    good = [(f"the dog {i % 9} runs", f"der hund {i % 9} läuft") for i in range(40)]
+    bad = [
+        ("", "leer"),  # empty source
+        ("a b c", ""),  # empty target
+        (" ".join(["word"] * 30), " ".join(["wort"] * 30)),  # too long for max_length 16
+        ("one", "eins zwei drei vier fünf sechs sieben"),  # 1 vs 7 words: ratio over 3
+    ]
+    _write_corpus(tmp_path, good[:20] + bad + good[20:])
+    config = _text_config(tmp_path)
+    config.data.pack = pack
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        data = build_training_data(config, tmp_path / "run")
+    expected = {"read": 44, "kept": 40, "empty": 2, "too_long": 1, "length_ratio": 1}
+    assert data.counts == expected
+    assert any(str(expected) in r.getMessage() for r in caplog.records)
+    mode = "packed" if pack else "bucketed"
+    assert any(r.getMessage().startswith(f"{mode} batches: ") for r in caplog.records)
+    batch = next(iter(data.batches))
+    assert ("source_segments" in batch) == pack
+
+
+def test_nothing_left_after_filtering_is_one_line(tmp_path):
+    _write_corpus(tmp_path, [("", "leer")] * 5)
+    with pytest.raises(DataError) as error:
+        build_training_data(_text_config(tmp_path), tmp_path / "run")
+    assert "no training pairs left" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_packing_is_rejected_for_rnnsearch_in_one_line():
+    config = tiny_config("rnnsearch")
+    config.data.pack = True
+    with pytest.raises(ConfigError, match="data.pack=True needs model.name='transformer'"):
+        validate(config)
+    config.model.name = "transformer"
+    validate(config)
+
+
+def test_length_ratio_below_one_is_rejected():
+    config = tiny_config()
+    config.data.max_length_ratio = 0.5
+    with pytest.raises(ConfigError, match="max_length_ratio"):
+        validate(config)
+
+
+@pytest.mark.parametrize("path", CONFIGS)
+def test_multi30k_configs_point_at_the_shared_corpus(path):
+    config = load_config_file(REPO / path)
+    assert Path(config.data.dir).is_absolute()
+    assert Path(config.data.dir).resolve() == (REPO.parent / "shared/data/multi30k").resolve()
+    assert (config.data.src_lang, config.data.tgt_lang) == ("de", "en")
+    assert config.data.pack == (config.model.name == "transformer")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CONFIGS)
+def test_multi30k_configs_train_from_any_directory(multi30k, tmp_path, path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--config",
+            str(REPO / path),
+            "--workdir",
+            str(tmp_path / "run"),
+            "--config.train.steps=2",
+            "--config.train.log_every_steps=1",
+            "--config.data.max_train_examples=3000",
+            "--config.data.tokens_per_batch=512",
+            "--config.eval.num_examples=8",
+        ],
+        cwd=tmp_path,  # not the repository: the config finds the data on its own
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "trained to step 2" in result.stdout
+    assert "'read': 3000" in result.stderr

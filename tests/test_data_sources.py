@@ -1,0 +1,107 @@
+"""Text corpora: line-aligned files read in order, and one-line errors for bad folders."""
+
+import gzip
+
+import ml_collections
+import pytest
+
+from seq2seq.data.sources import DataError, TextCorpus, load_pairs, open_corpus
+
+GERMAN = ["Ein Hund läuft.", "Zwei Männer stehen am Herd.", "", "Eine Frau liest."]
+ENGLISH = ["A dog runs.", "Two men are at the stove.", "Empty source.", "A woman reads."]
+
+
+def _write(folder, name, lines, compress=False):
+    text = "".join(line + "\n" for line in lines).encode("utf-8")
+    path = folder / (name + (".gz" if compress else ""))
+    path.write_bytes(gzip.compress(text) if compress else text)
+    return path
+
+
+def _data(folder, **overrides):
+    data = ml_collections.ConfigDict(
+        {"source": "text", "dir": str(folder), "src_lang": "de", "tgt_lang": "en", "name": ""}
+    )
+    data.update(overrides)
+    return data
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_reads_aligned_pairs_in_order_and_either_direction(tmp_path):
+    _write(tmp_path, "train.de", GERMAN)
+    _write(tmp_path, "train.en", ENGLISH)
+    assert load_pairs(_data(tmp_path), "train") == list(zip(GERMAN, ENGLISH, strict=True))
+    reverse = load_pairs(_data(tmp_path, src_lang="en", tgt_lang="de"), "train")
+    assert reverse == list(zip(ENGLISH, GERMAN, strict=True))
+
+
+def test_gzip_files_read_like_plain_ones(tmp_path):
+    _write(tmp_path, "train.de", GERMAN, compress=True)
+    _write(tmp_path, "train.en", ENGLISH)
+    assert load_pairs(_data(tmp_path), "train") == list(zip(GERMAN, ENGLISH, strict=True))
+
+
+def test_chunks_limit_and_take(tmp_path):
+    lines = [f"satz {i}" for i in range(50)]
+    _write(tmp_path, "train.de", lines)
+    _write(tmp_path, "train.en", [f"sentence {i}" for i in range(50)])
+    corpus = open_corpus(_data(tmp_path), "train", limit=30)
+    assert len(corpus) == 30
+    chunks = list(corpus.chunks(size=7))
+    assert [len(c) for c in chunks] == [7, 7, 7, 7, 2]
+    assert corpus.take([0, 8, 29]) == [(f"satz {i}", f"sentence {i}") for i in (0, 8, 29)]
+
+
+def test_missing_folder_is_one_line_naming_it(tmp_path):
+    with pytest.raises(DataError) as error:
+        open_corpus(_data(tmp_path / "nowhere"), "train")
+    assert str(tmp_path / "nowhere") in _one_line(error)
+    assert "config.data.dir" in str(error.value)
+
+
+def test_missing_file_names_the_file_and_what_is_there(tmp_path):
+    _write(tmp_path, "train.de", GERMAN)
+    _write(tmp_path, "train.fr", ENGLISH)
+    with pytest.raises(DataError) as error:
+        open_corpus(_data(tmp_path), "train")
+    message = _one_line(error)
+    assert "train.en" in message and "train.fr" in message
+
+
+def test_misaligned_files_name_both_files_and_counts(tmp_path):
+    source = _write(tmp_path, "train.de", GERMAN)
+    target = _write(tmp_path, "train.en", ENGLISH[:3])
+    with pytest.raises(DataError) as error:
+        TextCorpus(tmp_path, "train", "de", "en")
+    message = _one_line(error)
+    assert str(source) in message and str(target) in message
+    assert f"{len(GERMAN)} lines" in message and f"has {3}" in message
+
+
+def test_empty_corpus_is_an_error(tmp_path):
+    _write(tmp_path, "train.de", [])
+    _write(tmp_path, "train.en", [])
+    with pytest.raises(DataError) as error:
+        open_corpus(_data(tmp_path), "train")
+    assert "empty" in _one_line(error)
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    _write(tmp_path, "train.de", GERMAN)
+    (tmp_path / "train.en").write_bytes(b"fine\nbad \xff byte\nfine\nfine\n")
+    with pytest.raises(DataError) as error:
+        load_pairs(_data(tmp_path), "train")
+    assert "train.en line 2 is not UTF-8" in _one_line(error)
+
+
+def test_reads_the_shared_multi30k_corpus(multi30k):
+    corpus = open_corpus(_data(multi30k), "val")
+    assert len(corpus) == 1014
+    first_source, first_target = corpus.take([0])[0]
+    assert first_source == (multi30k / "val.de").read_text("utf-8").splitlines()[0]
+    assert first_target == (multi30k / "val.en").read_text("utf-8").splitlines()[0]
