@@ -18,7 +18,7 @@ import grain
 import numpy as np
 
 from seq2seq.data.encoded import EncodedCorpus
-from seq2seq.models.base import PAD_ID
+from seq2seq.vocabulary import PAD_ID
 
 Example = tuple[np.ndarray, np.ndarray]  # (source ids, target ids), EOS included
 

@@ -19,7 +19,7 @@ from seq2seq.data.encoded import EncodedCorpus, encode_corpus, filter_pairs
 from seq2seq.data.packing import packed_batches
 from seq2seq.data.sources import DataError, ParallelCorpus
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, sample_indices, train_tokenizer
-from seq2seq.models.base import PAD_ID
+from seq2seq.vocabulary import PAD_ID
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SOURCE_MODEL = "source.model"
 TARGET_MODEL = "target.model"

@@ -20,14 +20,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
+
 Array = jax.Array
 Encoded = dict[str, Array]
 Cache = dict[str, Any]
-
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
 
 
 class Seq2SeqModel(Protocol):

@@ -34,8 +34,27 @@ from seq2seq.training.step import TrainState, train_step
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
-# Keys that fix the shapes of parameters: a work directory may not change them between runs.
-SHAPE_KEYS = ("model", "data.vocab_size", "data.tokenizer", "data.shared_vocab")
+# Keys a work directory may not change between runs: they fix the parameters' shapes, or the
+# stream of batches whose saved position a resumed run continues from.
+RUN_IDENTITY_KEYS = (
+    "seed",
+    "model",
+    "data.vocab_size",
+    "data.tokenizer",
+    "data.shared_vocab",
+    "data.source",
+    "data.name",
+    "data.dir",
+    "data.src_lang",
+    "data.tgt_lang",
+    "data.train_split",
+    "data.max_train_examples",
+    "data.max_length",
+    "data.max_length_ratio",
+    "data.tokens_per_batch",
+    "data.bucket_width",
+    "data.pack",
+)
 
 ValidateFn = Callable[[TrainState], dict]
 # Builds a ValidateFn once the tokenizer and model structure exist: (config, tokenizer, graphdef).
@@ -74,11 +93,11 @@ def create_state(config: ml_collections.ConfigDict, source_vocab: int, target_vo
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
-    """Records the config; refuses one whose shapes differ from the run already in ``workdir``."""
+    """Records the config; refuses one that changes the identity of the run in ``workdir``."""
     path = workdir / CONFIG_FILE
     if path.exists():
         saved = config_lib.load_saved(path)
-        for key in SHAPE_KEYS:
+        for key in RUN_IDENTITY_KEYS:
             if _lookup(saved, key) != _lookup(config, key):
                 raise TrainingError(
                     f"{workdir} holds a run with a different config.{key}; nothing was "
