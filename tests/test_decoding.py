@@ -15,7 +15,7 @@ from seq2seq.decoding.beam_search import beam_search, length_penalty
 from seq2seq.decoding.common import expand_to_beams, output_limits, select_beams
 from seq2seq.decoding.greedy import greedy_search
 from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerConfig
-from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 6  # PAD, UNK, BOS, EOS and two words: small enough to enumerate every output
 WORDS = (UNK_ID, 4, 5)  # what may precede EOS (a translation never holds PAD or BOS)

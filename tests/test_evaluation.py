@@ -25,9 +25,9 @@ from seq2seq.evaluation.bleu import bleu_by_source_length
 from seq2seq.evaluation.evaluate import read_lines, translate_file
 from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
 from seq2seq.evaluation.translator import restore_model, truncate_source
-from seq2seq.models.base import EOS_ID
 from seq2seq.training.checkpoints import Checkpoints, IncompatibleCheckpointError
 from seq2seq.training.trainer import create_state, train
+from seq2seq.vocabulary import EOS_ID
 from tests.conftest import REPO, tiny_config
 
 # -- the papers' tokenized BLEU -------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from seq2seq.models.base import BOS_ID, PAD_ID
+from seq2seq.vocabulary import BOS_ID, PAD_ID
 
 Array = jax.Array
 

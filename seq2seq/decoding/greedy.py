@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from seq2seq.decoding.common import next_token_log_probs
-from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, Seq2SeqModel
+from seq2seq.models.base import Seq2SeqModel
+from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID
 
 
 def greedy_search(

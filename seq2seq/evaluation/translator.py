@@ -19,9 +19,9 @@ from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.common import output_limits
 from seq2seq.decoding.greedy import greedy_search
 from seq2seq.evaluation.averaging import CheckpointChoice, choose_checkpoints, restore_params
-from seq2seq.models.base import EOS_ID
 from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.training.trainer import CONFIG_FILE, create_state
+from seq2seq.vocabulary import EOS_ID
 
 
 @dataclasses.dataclass
