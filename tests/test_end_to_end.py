@@ -26,24 +26,35 @@ def _run(*args):
     return result
 
 
-@pytest.fixture(scope="module", params=["transformer", "rnnsearch"])
-def trained(request, tmp_path_factory):
-    name = request.param
-    workdir = tmp_path_factory.mktemp(name)
-    _run(
-        "train.py",
-        "--config",
-        f"configs/quickstart_{name}.py",
-        "--workdir",
-        str(workdir),
-        "--config.train.steps=12",
-        "--config.train.log_every_steps=4",
-        "--config.checkpoint.every_steps=8",
-        "--config.data.tokens_per_batch=512",
-        *SHRINK[name],
-    )
-    evaluation = _run("eval.py", "--workdir", str(workdir), "--split", "test")
-    return workdir, json.loads(evaluation.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Both models trained briefly under ``runs/NAME``, as ``make quickstart`` lays them out."""
+    root = tmp_path_factory.mktemp("runs")
+    results = {}
+    for name in ("transformer", "rnnsearch"):
+        workdir = root / name
+        _run(
+            "train.py",
+            "--config",
+            f"configs/quickstart_{name}.py",
+            "--workdir",
+            str(workdir),
+            "--config.train.steps=12",
+            "--config.train.log_every_steps=4",
+            "--config.checkpoint.every_steps=8",
+            "--config.data.tokens_per_batch=512",
+            "--config.eval.num_examples=32",
+            *SHRINK[name],
+        )
+        evaluation = _run("eval.py", "--workdir", str(workdir), "--split", "test")
+        results[name] = json.loads(evaluation.stdout.strip().splitlines()[-1])
+    return root, results
+
+
+@pytest.fixture(params=["transformer", "rnnsearch"])
+def trained(request, runs):
+    root, results = runs
+    return root / request.param, results[request.param]
 
 
 def test_metrics_log_has_a_line_per_logged_step(trained):
@@ -71,3 +82,28 @@ def test_run_saved_its_config_and_final_checkpoint(trained):
     workdir, _ = trained
     assert json.loads((workdir / "config.json").read_text())["train"]["steps"] == 12
     assert (workdir / "checkpoints" / "12").is_dir()
+
+
+def test_attention_notebook_runs_on_trained_models(runs, monkeypatch):
+    """Executes every cell of the notebook against the two runs, headless."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    root, _ = runs
+    monkeypatch.setenv("SEQ2SEQ_RUNS", str(root))
+    monkeypatch.setattr(plt, "show", lambda: None)
+    notebook = json.loads((REPO / "notebooks" / "attention.ipynb").read_text())
+    namespace: dict = {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            exec(compile("".join(cell["source"]), "attention.ipynb", "exec"), namespace)
+    assert set(namespace["names"]) == {"transformer", "rnnsearch"}
+    alignment = namespace["alignment"]  # the last model plotted
+    rows = alignment.averaged().sum(-1)
+    assert abs(rows - 1.0).max() < 1e-4
+    assert alignment.weights.shape[-2:] == (
+        len(alignment.target_pieces),
+        len(alignment.source_pieces),
+    )

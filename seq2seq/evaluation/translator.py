@@ -80,6 +80,7 @@ class Translator:
         self.config = config
         self.tokenizer = tokenizer
         self.params = params
+        self.graphdef = graphdef
         self.checkpoint = checkpoint
         decode = config.decode
         beam_size, alpha, extra = decode.beam_size, decode.alpha, decode.max_extra_length

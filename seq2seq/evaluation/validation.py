@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
 import ml_collections
 import numpy as np
-from flax import nnx
 
-from seq2seq.data.batching import BucketSpec, collate, inference_batches
+from seq2seq.data.batching import BucketSpec, collate
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.greedy import greedy_search
 from seq2seq.evaluation.bleu import sacrebleu_score
+from seq2seq.evaluation.translator import Translator
 from seq2seq.training.step import TrainState, eval_step
 
 
@@ -36,45 +34,40 @@ def _loss_batches(examples, config: ml_collections.ConfigDict) -> list[dict[str,
 
 
 def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, graphdef):
-    """``state -> metrics`` on the first ``config.eval.num_examples`` validation pairs."""
+    """``state -> metrics`` on the first ``config.eval.num_examples`` validation pairs.
+
+    Decodes greedily, whatever ``config.decode.beam_size``: validation tracks progress during
+    training, where beam search would cost several times more; ``eval.py`` uses the beam.
+    """
     pairs = load_pairs(config, config.data.eval_split)
     if config.eval.num_examples:
         pairs = pairs[: config.eval.num_examples]
-    sources = tokenizer.encode_source([s for s, _ in pairs])
-    targets = tokenizer.encode_target([t for _, t in pairs])
-    loss_batches = _loss_batches(list(zip(sources, targets, strict=True)), config)
-    decode_batches = inference_batches(
-        sources,
-        config.eval.batch_size,
-        config.data.bucket_width,
-        config.decode.max_input_length,
+    sources = [source for source, _ in pairs]
+    references = [target for _, target in pairs]
+    examples = list(
+        zip(tokenizer.encode_source(sources), tokenizer.encode_target(references), strict=True)
     )
+    loss_batches = _loss_batches(examples, config)
     loss_fn = jax.jit(eval_step)
-
-    @functools.partial(jax.jit, static_argnums=2)
-    def search(params, source, max_length):
-        return greedy_search(nnx.merge(graphdef, params), source, max_length)
+    greedy = config.copy_and_resolve_references()
+    greedy.decode.beam_size = 1
+    translator = Translator(greedy, tokenizer, None, graphdef)
 
     def validate(state: TrainState) -> dict:
-        totals = [jax.device_get(loss_fn(state, batch)) for batch in loss_batches]
+        totals = jax.device_get([loss_fn(state, batch) for batch in loss_batches])
         nll = sum(float(t["nll_sum"]) for t in totals) / sum(
             float(t["target_tokens"]) for t in totals
         )
-        hypotheses = [""] * len(pairs)
-        for indices, source in decode_batches:
-            max_length = source.shape[1] + config.decode.max_extra_length
-            tokens = jax.device_get(search(state.params, source, max_length))
-            for row, index in enumerate(indices):
-                hypotheses[index] = tokenizer.decode_target(tokens[row])
-        score = sacrebleu_score(hypotheses, [t for _, t in pairs])
+        translator.params = state.params
+        hypotheses = translator.translate(sources).hypotheses
         samples = [
-            f"source: {pairs[i][0]}\nreference: {pairs[i][1]}\noutput: {hypotheses[i]}"
+            f"source: {sources[i]}\nreference: {references[i]}\noutput: {hypotheses[i]}"
             for i in range(min(config.eval.num_samples, len(pairs)))
         ]
         return {
             "loss": nll,
             "perplexity": math.exp(min(nll, 50.0)),
-            "bleu": score["bleu"],
+            "bleu": sacrebleu_score(hypotheses, references)["bleu"],
             "n": len(pairs),
             "samples": samples,
         }
