@@ -7,17 +7,15 @@ data (shared 37k BPE vocabulary, newstest2014) for a same-data comparison. Luong
 16.8–20.9 tokenized BLEU for attentional RNNs on this test set.
 """
 
-import importlib.util
 from pathlib import Path
+
+from seq2seq.config import load_config_file
 
 _PAPER = Path(__file__).with_name("wmt14_enfr_rnnsearch50.py")
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location("wmt14_enfr_rnnsearch50", _PAPER)
-    paper = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paper)
-    config = paper.get_config()
+    config = load_config_file(_PAPER)
     data = config.data
     data.name = "wmt14_translate/de-en"
     data.src_lang, data.tgt_lang = "en", "de"

@@ -7,17 +7,15 @@ Paper: 28.4 BLEU on newstest2014 (tokenized, compound-split); 300k steps at 1.0 
 3.5 days on 8 P100s. About 214M parameters with a 37k shared vocabulary (the paper: 213M).
 """
 
-import importlib.util
 from pathlib import Path
+
+from seq2seq.config import load_config_file
 
 _BASE = Path(__file__).with_name("wmt14_ende_transformer_base.py")
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location("wmt14_ende_transformer_base", _BASE)
-    base = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(base)
-    config = base.get_config()
+    config = load_config_file(_BASE)
     t = config.model.transformer
     t.d_model = 1024
     t.d_ff = 4096

@@ -67,6 +67,31 @@ class Seq2SeqModel(Protocol):
         """Teacher-forced logits [B, T, V] and aux."""
 
 
+class EncoderDecoder(nnx.Module):
+    """Teacher forcing, shared by both models: ``decode(encode(source), target_inputs)``."""
+
+    def __call__(
+        self,
+        source: Array,
+        target_inputs: Array,
+        *,
+        source_segments: Array | None = None,
+        target_segments: Array | None = None,
+        dropout: Dropout | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Array, dict[str, Array]]:
+        """Teacher-forced logits [B, T, V] and aux (``cross_attention`` when asked for)."""
+        encoded = self.encode(source, source_segments=source_segments, dropout=dropout)
+        logits, aux, _ = self.decode(
+            encoded,
+            target_inputs,
+            target_segments=target_segments,
+            dropout=dropout,
+            return_attention=return_attention,
+        )
+        return logits, aux
+
+
 class Dropout:
     """Dropout randomness for one forward pass: hands out a fresh key per dropout site.
 

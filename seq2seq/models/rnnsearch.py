@@ -25,7 +25,15 @@ import jax.numpy as jnp
 from flax import nnx
 
 from seq2seq.attention import AlignmentAttention
-from seq2seq.models.base import PAD_ID, Array, Cache, Dropout, Encoded, apply_dropout
+from seq2seq.models.base import (
+    PAD_ID,
+    Array,
+    Cache,
+    Dropout,
+    Encoded,
+    EncoderDecoder,
+    apply_dropout,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +112,7 @@ class GRU(nnx.Module):
         return jnp.swapaxes(states, 0, 1)
 
 
-class RNNSearch(nnx.Module):
+class RNNSearch(EncoderDecoder):
     """RNNsearch behind the ``Seq2SeqModel`` contract."""
 
     def __init__(self, config: RNNSearchConfig, *, rngs: nnx.Rngs):
@@ -219,26 +227,6 @@ class RNNSearch(nnx.Module):
             aux["cross_attention"] = jnp.transpose(weights, (1, 0, 2))[:, None, None]
         new_cache = None if cache is None else {"state": final_state}
         return logits, aux, new_cache
-
-    def __call__(
-        self,
-        source: Array,
-        target_inputs: Array,
-        *,
-        source_segments: Array | None = None,
-        target_segments: Array | None = None,
-        dropout: Dropout | None = None,
-        return_attention: bool = False,
-    ) -> tuple[Array, dict[str, Array]]:
-        encoded = self.encode(source, source_segments=source_segments, dropout=dropout)
-        logits, aux, _ = self.decode(
-            encoded,
-            target_inputs,
-            target_segments=target_segments,
-            dropout=dropout,
-            return_attention=return_attention,
-        )
-        return logits, aux
 
     def _deep_output(self, previous_states, embedded, contexts, dropout) -> Array:
         """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, maxout, ``W_o t``."""

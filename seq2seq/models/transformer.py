@@ -22,6 +22,7 @@ from seq2seq.models.base import (
     Cache,
     Dropout,
     Encoded,
+    EncoderDecoder,
     apply_dropout,
     embedding_init,
     positions_from_segments,
@@ -177,7 +178,7 @@ class DecoderLayer(nnx.Module):
         return x, weights
 
 
-class Transformer(nnx.Module):
+class Transformer(EncoderDecoder):
     """Encoder–decoder Transformer behind the ``Seq2SeqModel`` contract."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
@@ -286,26 +287,6 @@ class Transformer(nnx.Module):
                 encoded, target_inputs, target_segments, dropout, return_attention
             )
         return self._decode_step(encoded, target_inputs, cache, return_attention)
-
-    def __call__(
-        self,
-        source: Array,
-        target_inputs: Array,
-        *,
-        source_segments: Array | None = None,
-        target_segments: Array | None = None,
-        dropout: Dropout | None = None,
-        return_attention: bool = False,
-    ) -> tuple[Array, dict[str, Array]]:
-        encoded = self.encode(source, source_segments=source_segments, dropout=dropout)
-        logits, aux, _ = self.decode(
-            encoded,
-            target_inputs,
-            target_segments=target_segments,
-            dropout=dropout,
-            return_attention=return_attention,
-        )
-        return logits, aux
 
     # -- decoding, parallel (teacher forcing) and incremental ------------------------------
 
