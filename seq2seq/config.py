@@ -109,6 +109,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.mesh = mesh = ml_collections.ConfigDict()
     mesh.data = -1  # devices along the "data" axis; -1: all that fsdp leaves
     mesh.fsdp = 1  # devices along the "fsdp" axis: large parameters are split over them
+    mesh.fsdp_min_size = 2**16  # arrays with fewer elements stay replicated (not worth a split)
     mesh.distributed = False  # call jax.distributed.initialize() (multi-host runs)
 
     config.checkpoint = ckpt = ml_collections.ConfigDict()

@@ -13,7 +13,7 @@ from seq2seq.training.trainer import create_state
 from tests.conftest import REPO, subprocess_env, tiny_config, train_command
 
 
-def _train_losses(workdir, devices: int) -> list[float]:
+def _train_losses(workdir, devices: int, *overrides: str) -> list[float]:
     # 768 tokens: buckets of 16/32/48 tokens hold 48/24/16 sentences, all multiples of 8, so
     # one and eight devices see the very same global batches.
     command = train_command(
@@ -24,13 +24,16 @@ def _train_losses(workdir, devices: int) -> list[float]:
         "--config.data.tokens_per_batch=768",
         "--config.data.bucket_width=16",
         "--config.model.transformer.dropout_rate=0.1",
+        *overrides,
     )
     result = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, timeout=300,
         env=subprocess_env(devices),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"'data': {devices}" in result.stderr, "the run did not use the simulated devices"
+    assert f"{devices} devices" in result.stderr, "the run did not use the simulated devices"
+    if "--config.mesh.fsdp=2" in overrides:
+        assert " 0 arrays split" not in result.stderr, "fsdp split no parameter"
     lines = (workdir / "metrics.jsonl").read_text().splitlines()
     return [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
 
@@ -41,6 +44,11 @@ def test_eight_devices_give_the_one_device_loss_curve(tmp_path):
     eight = _train_losses(tmp_path / "eight", devices=8)
     assert len(one) == len(eight) == 8
     np.testing.assert_allclose(eight, one, rtol=2e-5)
+    # 4-way data parallel x 2-way parameter sharding: the same curve again.
+    fsdp = _train_losses(
+        tmp_path / "fsdp", 8, "--config.mesh.fsdp=2", "--config.mesh.fsdp_min_size=512"
+    )
+    np.testing.assert_allclose(fsdp, one, rtol=2e-5)
 
 
 @pytest.mark.parametrize("model_name", ["transformer", "rnnsearch"])

@@ -14,7 +14,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 DATA_AXES = ("data", "fsdp")  # the batch is split over both mesh axes
-FSDP_MIN_SIZE = 2**16  # arrays smaller than this stay replicated even with fsdp > 1
 
 
 def build_mesh(data: int = -1, fsdp: int = 1) -> Mesh:
@@ -41,13 +40,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def array_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
-    """Replicated, or (fsdp > 1, large array) split along its largest divisible dimension.
+def array_sharding(mesh: Mesh, shape: tuple[int, ...], min_size: int) -> NamedSharding:
+    """Replicated, or (fsdp > 1, ``min_size`` elements or more) split along its largest
+    dimension that ``fsdp`` divides.
 
     The rule depends on the shape only, so a parameter and its Adam moments always agree.
     """
     fsdp = mesh.shape["fsdp"]
-    if fsdp == 1 or int(np.prod(shape, dtype=np.int64)) < FSDP_MIN_SIZE:
+    if fsdp == 1 or int(np.prod(shape, dtype=np.int64)) < min_size:
         return replicated(mesh)
     for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
         if shape[dim] % fsdp == 0:
@@ -57,9 +57,14 @@ def array_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
     return replicated(mesh)
 
 
-def state_sharding(mesh: Mesh, state):
+def state_sharding(mesh: Mesh, state, min_size: int):
     """Shardings for every array of a pytree (a train state), by ``array_sharding``."""
-    return jax.tree.map(lambda leaf: array_sharding(mesh, leaf.shape), state)
+    return jax.tree.map(lambda leaf: array_sharding(mesh, leaf.shape, min_size), state)
+
+
+def count_split(shardings) -> int:
+    """How many arrays of a pytree of shardings are split rather than replicated."""
+    return sum(not s.is_fully_replicated for s in jax.tree.leaves(shardings))
 
 
 def data_parallel_size(mesh: Mesh) -> int:

@@ -161,7 +161,7 @@ def train(
     state, schedule = create_state(
         config, data.tokenizer.source_vocab_size, data.tokenizer.target_vocab_size
     )
-    state_shardings = sharding.state_sharding(mesh, state)
+    state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
     checkpoints = Checkpoints(workdir, keep=config.checkpoint.keep)
     batches = iter(data.batches)
     state = _restore_or_place(checkpoints, state, state_shardings, batches)
@@ -177,7 +177,14 @@ def train(
         donate_argnums=0,
     )
     params = count_params(state.params)
-    logger.info("%s: %d parameters, mesh %s", config.model.name, params, dict(mesh.shape))
+    logger.info(
+        "%s: %d parameters, mesh %s over %d devices, %d arrays split over fsdp",
+        config.model.name,
+        params,
+        dict(mesh.shape),
+        mesh.size,
+        sharding.count_split(state_shardings),
+    )
     writer = MetricsWriter(workdir, int(state.step))
     validate = make_validate(config, data.tokenizer, state.graphdef) if make_validate else None
     loop = _Loop(config, step_fn, checkpoints, writer, batches, validate, mesh)
