@@ -243,16 +243,17 @@ class _Loop:
             state = self._one_step(state)
             progress.update(1)
             out_of_time = time.monotonic() - start > budget
-            if step % train.log_every_steps == 0 or out_of_time or preemption.requested:
-                self._log(step, progress)
+            if step % train.log_every_steps == 0 or step == train.steps:
+                self._log(step, progress)  # only on schedule, so resumed logs match exactly
             if self._validation_due(step):
                 self.save(state, metrics=self._validate(state, step))
             elif step % self.config.checkpoint.every_steps == 0:
                 self.save(state)
-            if preemption.requested or out_of_time:
-                if out_of_time:
-                    logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
+            if preemption.requested:  # save now, skip the final validation: time is short
                 self.save(state)
+                break
+            if out_of_time:  # the final save (with validation) follows in ``train``
+                logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
                 break
         progress.close()
         self.seconds = time.monotonic() - start
