@@ -33,6 +33,7 @@ from seq2seq.models.base import (
     Encoded,
     EncoderDecoder,
     apply_dropout,
+    check_shared_vocabulary,
 )
 
 
@@ -116,11 +117,7 @@ class RNNSearch(EncoderDecoder):
     """RNNsearch behind the ``Seq2SeqModel`` contract."""
 
     def __init__(self, config: RNNSearchConfig, *, rngs: nnx.Rngs):
-        if config.share_embeddings and config.source_vocab_size != config.target_vocab_size:
-            raise ValueError(
-                "share_embeddings needs one shared vocabulary, got source "
-                f"{config.source_vocab_size} and target {config.target_vocab_size} tokens"
-            )
+        check_shared_vocabulary(config)
         self.config = config
         dtype = jnp.dtype(config.dtype)
         self.dtype = dtype
