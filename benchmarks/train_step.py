@@ -8,7 +8,6 @@ estimate the README explains); compare with the machine's matmul peak (about 175
 on the 2-core development CPU).
 """
 
-import functools
 import json
 import time
 
@@ -20,7 +19,7 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.config import validate
 from seq2seq.summary import train_flops_per_target_token
-from seq2seq.training.step import train_step
+from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
@@ -41,12 +40,7 @@ def main(argv):
         "target": rng.integers(4, vocab, (batch_size, length)).astype(np.int32),
     }
     state, schedule = create_state(config, vocab, vocab)
-    step = jax.jit(
-        functools.partial(
-            train_step, label_smoothing=config.train.label_smoothing, schedule=schedule
-        ),
-        donate_argnums=0,
-    )
+    step = make_train_step(label_smoothing=config.train.label_smoothing, schedule=schedule)
     state, metrics = step(state, batch)
     jax.block_until_ready(metrics)
     start = time.perf_counter()

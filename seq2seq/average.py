@@ -17,19 +17,22 @@ from absl import app, flags
 from seq2seq import cli
 from seq2seq.evaluation.averaging import write_averaged_run
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Training work directory whose checkpoints to use.")
-_LAST = flags.DEFINE_integer(
-    "last", 5, "How many of the newest checkpoints to average.", lower_bound=1
-)
-_OUTPUT = flags.DEFINE_string("output", None, "New directory for the averaged run.")
-flags.mark_flags_as_required(["workdir", "output"])
 
+def run() -> None:
+    """``python -m seq2seq.average``: flags are defined here, never on import."""
+    workdir = flags.DEFINE_string("workdir", None, "Training work directory to average.")
+    last = flags.DEFINE_integer("last", 5, "How many of the newest checkpoints.", lower_bound=1)
+    output = flags.DEFINE_string("output", None, "New directory for the averaged run.")
+    flags.mark_flags_as_required(["workdir", "output"])
 
-@cli.exit_on_error
-def main(argv: list[str]) -> None:
-    del argv
-    print(json.dumps(write_averaged_run(Path(_WORKDIR.value), _LAST.value, Path(_OUTPUT.value))))
+    @cli.exit_on_error
+    def main(argv: list[str]) -> None:
+        del argv
+        result = write_averaged_run(Path(workdir.value), last.value, Path(output.value))
+        print(json.dumps(result))
+
+    app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    run()

@@ -161,6 +161,33 @@ def unknown_key_message(key: str, config: ml_collections.ConfigDict | None = Non
     return f"unknown config key {key!r}{hint}"
 
 
+# A run's identity: what fixes its parameters' shapes and its stream of training batches. A work
+# directory refuses a config that differs in any of these (see ``RunDirectory.save_config``).
+# Every key of these sections counts, so a key added to the schema is covered without a list
+# to keep up to date; only the chosen model's section counts.
+IDENTITY_SECTIONS = ("seed", "model.name", "data")
+# Keys of those sections that only say what is scored, not what is trained.
+NOT_IDENTITY = frozenset({"data.eval_split", "data.test_split"})
+
+
+def identity_keys(config: ml_collections.ConfigDict) -> list[str]:
+    """The dotted keys that identify a run of ``config`` (see ``IDENTITY_SECTIONS``)."""
+    sections = (*IDENTITY_SECTIONS, f"model.{config.model.name}")
+    return [
+        key
+        for key, _ in flatten(config)
+        if key not in NOT_IDENTITY and any(key == s or key.startswith(f"{s}.") for s in sections)
+    ]
+
+
+def lookup(config: ml_collections.ConfigDict, key: str) -> object:
+    """The value at a dotted key (a plain dict for a section)."""
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node.to_dict() if isinstance(node, ml_collections.ConfigDict) else node
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)

@@ -24,8 +24,6 @@ CONFIGS = {
     "rnnsearch": "configs/quickstart_rnnsearch.py",
 }
 
-_WORKDIR = flags.DEFINE_string("workdir", "runs/quickstart", "Parent directory of both runs.")
-
 
 def run_one(name: str, config_path: str, workdir: Path) -> dict:
     """Trains, then evaluates on the test split; returns one row of the comparison."""
@@ -60,15 +58,21 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@cli.exit_on_error
-def main(argv: list[str]) -> None:
-    del argv
-    root = Path(_WORKDIR.value)
-    rows = [run_one(name, path, root / name) for name, path in CONFIGS.items()]
-    beams = ", ".join(sorted({f"beam {row['beam_size']}" for row in rows}))
-    print(f"\nSynthetic task, test split (sacreBLEU, {beams}):")
-    print(format_table(rows))
+def run() -> None:
+    """``python -m seq2seq.quickstart``: flags are defined here, never on import."""
+    workdir = flags.DEFINE_string("workdir", "runs/quickstart", "Parent directory of both runs.")
+
+    @cli.exit_on_error
+    def main(argv: list[str]) -> None:
+        del argv
+        root = Path(workdir.value)
+        rows = [run_one(name, path, root / name) for name, path in CONFIGS.items()]
+        beams = ", ".join(sorted({f"beam {row['beam_size']}" for row in rows}))
+        print(f"\nSynthetic task, test split (sacreBLEU, {beams}):")
+        print(format_table(rows))
+
+    app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    run()

@@ -27,15 +27,7 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.config import validate
-from seq2seq.models import build_model
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).")
-_SOURCE_LENGTH = flags.DEFINE_integer("source_length", 30, "Source tokens assumed per sentence.")
-_TARGET_LENGTH = flags.DEFINE_integer("target_length", 30, "Target tokens assumed per sentence.")
-flags.mark_flags_as_required(["config"])
-
-# Training = forward + backward, and the backward pass costs about twice the forward.
-TRAIN_FORWARD_MULTIPLE = 3
+from seq2seq.models import build_model, train_flops
 
 
 def parameter_counts(config: ml_collections.ConfigDict) -> tuple[int, dict[str, int]]:
@@ -48,47 +40,9 @@ def parameter_counts(config: ml_collections.ConfigDict) -> tuple[int, dict[str, 
     return sum(by_module.values()), dict(sorted(by_module.items()))
 
 
-def transformer_forward_flops(t: ml_collections.ConfigDict, vocab: int, s: int, length: int) -> int:
-    """Forward FLOPs of one sentence pair (``s`` source and ``length`` target tokens)."""
-    d, h, k, e, f = t.d_model, t.num_heads, t.d_k, t.d_v, t.d_ff
-    projections = 2 * d * h * (2 * k + e) + 2 * h * e * d  # W^Q, W^K, W^V and W^O, per token
-
-    def attention(queries: int, keys: int) -> int:  # QK^T and the weighted sum of V
-        return 2 * queries * keys * h * (k + e)
-
-    ffn = 2 * 2 * d * f  # Eq. 2, per token
-    encoder = t.encoder_layers * (s * (projections + ffn) + attention(s, s))
-    cross = length * (2 * d * h * k + 2 * h * e * d) + s * 2 * d * h * (k + e)  # K, V: per source
-    decoder = t.decoder_layers * (
-        length * (projections + ffn) + attention(length, length) + cross + attention(length, s)
-    )
-    return encoder + decoder + length * 2 * d * vocab  # pre-softmax projection
-
-
-def rnnsearch_forward_flops(r: ml_collections.ConfigDict, vocab: int, s: int, length: int) -> int:
-    """Forward FLOPs of one sentence pair for RNNsearch (Appendix A)."""
-    m, n, n_dec, a, l = (
-        r.embedding_size,
-        r.encoder_hidden_size,
-        r.decoder_hidden_size,
-        r.alignment_size,
-        r.maxout_size,
-    )
-    encoder = 2 * s * (2 * m * 3 * n + 2 * n * 3 * n)  # two GRU directions
-    keys = s * 2 * (2 * n) * a  # U_a h_j, once per sentence
-    attention = length * (2 * n_dec * a + s * 2 * a + s * 2 * (2 * n))  # W_a s, v_a^T tanh, c_i
-    gru = length * 2 * 3 * n_dec * (m + 2 * n + n_dec)  # W E y, C c, U s
-    deep_output = length * (2 * (n_dec + m + 2 * n) * 2 * l + 2 * l * vocab)
-    return encoder + keys + attention + gru + deep_output
-
-
 def train_flops_per_target_token(config: ml_collections.ConfigDict, s: int, length: int) -> float:
-    vocab = config.data.vocab_size
-    if config.model.name == "transformer":
-        forward = transformer_forward_flops(config.model.transformer, vocab, s, length)
-    else:
-        forward = rnnsearch_forward_flops(config.model.rnnsearch, vocab, s, length)
-    return TRAIN_FORWARD_MULTIPLE * forward / length
+    """Training FLOPs of one sentence pair of these lengths, per target token."""
+    return float(train_flops(config, config.data.vocab_size, s, length)) / length
 
 
 def summarize(config: ml_collections.ConfigDict, source_length: int, target_length: int) -> dict:
@@ -106,12 +60,21 @@ def summarize(config: ml_collections.ConfigDict, source_length: int, target_leng
     }
 
 
-@cli.exit_on_error
-def main(argv: list[str]) -> None:
-    del argv
-    config = validate(_CONFIG.value)
-    print(json.dumps(summarize(config, _SOURCE_LENGTH.value, _TARGET_LENGTH.value)))
+def run() -> None:
+    """``python -m seq2seq.summary``: flags are defined here, never on import."""
+    config_flag = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
+    source_length = flags.DEFINE_integer("source_length", 30, "Source tokens assumed per pair.")
+    target_length = flags.DEFINE_integer("target_length", 30, "Target tokens assumed per pair.")
+    flags.mark_flags_as_required(["config"])
+
+    @cli.exit_on_error
+    def main(argv: list[str]) -> None:
+        del argv
+        config = validate(config_flag.value)
+        print(json.dumps(summarize(config, source_length.value, target_length.value)))
+
+    app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    run()

@@ -204,7 +204,7 @@ def _restored_params(workdir, step):
     config = config_lib.load_saved(workdir / "config.json")
     tokenizer = load_tokenizer(workdir / "tokenizer")
     template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
-    checkpoints = Checkpoints(workdir, keep=5)
+    checkpoints = Checkpoints(workdir / "checkpoints", keep=5)
     state, _ = checkpoints.restore(template, step)
     checkpoints.close()
     return state.params

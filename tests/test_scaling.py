@@ -1,6 +1,5 @@
 """Scaling out changes nothing but speed: 8 devices equal 1, accumulation equals one big batch."""
 
-import functools
 import json
 import subprocess
 
@@ -8,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from seq2seq.training.step import train_step
+from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
 from tests.conftest import REPO, subprocess_env, tiny_config, train_command
 
@@ -65,10 +64,8 @@ def test_gradient_accumulation_equals_one_large_batch(model_name):
     results = []
     for accumulate in (1, 4):
         state, schedule = create_state(config, 30, 30)
-        step = functools.partial(
-            train_step, label_smoothing=0.1, schedule=schedule, grad_accum_steps=accumulate
-        )
-        new_state, metrics = jax.jit(step)(state, batch)
+        step = make_train_step(label_smoothing=0.1, schedule=schedule, grad_accum_steps=accumulate)
+        new_state, metrics = step(state, batch)
         results.append((new_state, metrics))
     (big, big_metrics), (accumulated, accumulated_metrics) = results
     np.testing.assert_allclose(accumulated_metrics["loss"], big_metrics["loss"], rtol=1e-5)

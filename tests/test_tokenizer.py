@@ -2,7 +2,7 @@
 
 import pytest
 
-from seq2seq.data.pipeline import TOKENIZER_DIR, build_tokenizer
+from seq2seq.data.pipeline import build_tokenizer
 from seq2seq.data.sources import ListCorpus, TextCorpus
 from seq2seq.data.tokenizer import load_tokenizer, sample_indices, train_tokenizer
 from seq2seq.models.base import EOS_ID
@@ -74,7 +74,7 @@ def test_work_directory_tokenizer_is_reused_not_retrained(tmp_path):
     other_text = ListCorpus([("q r s t", "u v w")] * 200)
     second = build_tokenizer(config, tmp_path, other_text)
     assert second.source.serialized_model_proto() == first.source.serialized_model_proto()
-    assert sorted(p.name for p in (tmp_path / TOKENIZER_DIR).iterdir()) == ["shared.model"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.model"]
 
 
 def test_flat_encoding_matches_per_sentence_encoding(tmp_path):

@@ -1,13 +1,11 @@
 """The training step learns, and the schedule is the paper's formula."""
 
-import functools
-
 import jax
 import numpy as np
 import pytest
 
 from seq2seq.training.schedules import transformer_schedule
-from seq2seq.training.step import train_step
+from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
 from tests.conftest import tiny_config
 
@@ -18,7 +16,7 @@ def test_training_lowers_the_loss(model_name):
     config.train.schedule = "constant"
     config.train.learning_rate = 1e-2
     state, schedule = create_state(config, 30, 30)
-    step = jax.jit(functools.partial(train_step, label_smoothing=0.1, schedule=schedule))
+    step = make_train_step(label_smoothing=0.1, schedule=schedule)
     rng = np.random.default_rng(0)
     batch = {
         "source": rng.integers(4, 30, (8, 10)).astype(np.int32),
@@ -52,9 +50,7 @@ def test_bfloat16_computes_in_bfloat16_but_keeps_float32_parameters_and_loss(mod
         "source": rng.integers(4, 30, (8, 10)).astype(np.int32),
         "target": rng.integers(4, 30, (8, 10)).astype(np.int32),
     }
-    lowered = jax.jit(functools.partial(train_step, label_smoothing=0.1, schedule=schedule)).lower(
-        state, batch
-    )
+    lowered = make_train_step(label_smoothing=0.1, schedule=schedule).lower(state, batch)
     assert "bf16" in lowered.as_text(), "no bfloat16 arithmetic in the compiled step"
     step = lowered.compile()
     losses = []

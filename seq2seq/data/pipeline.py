@@ -23,7 +23,6 @@ from seq2seq.vocabulary import PAD_ID
 
 logger = logging.getLogger(__name__)
 
-TOKENIZER_DIR = "tokenizer"
 REPORT_BATCHES = 20  # batches drawn at start-up to report padding and packing efficiency
 
 
@@ -40,10 +39,10 @@ def load_pairs(config: ml_collections.ConfigDict, split: str) -> list[tuple[str,
 
 
 def build_tokenizer(
-    config: ml_collections.ConfigDict, workdir: Path, corpus: ParallelCorpus
+    config: ml_collections.ConfigDict, directory: Path, corpus: ParallelCorpus
 ) -> Tokenizer:
-    """The work directory's tokenizer; trained on a seeded sample of ``corpus`` the first time."""
-    directory = workdir / TOKENIZER_DIR
+    """The tokenizer saved in ``directory`` (a run's ``tokenizer_dir``); trained on a seeded
+    sample of ``corpus`` the first time."""
     tokenizer = load_tokenizer(directory)
     if tokenizer is not None:
         return tokenizer
@@ -116,13 +115,13 @@ def make_batches(
 
 
 def build_training_data(
-    config: ml_collections.ConfigDict, workdir: Path, batch_multiple: int = 1
+    config: ml_collections.ConfigDict, tokenizer_dir: Path, batch_multiple: int = 1
 ) -> TrainingData:
     """Reads, tokenizes, filters and batches the training split; logs what was dropped and why.
 
     Args:
       config: the full config (reads ``config.data`` and ``config.seed``).
-      workdir: holds (or receives) the tokenizer.
+      tokenizer_dir: holds (or receives) the tokenizer.
       batch_multiple: sentences per global batch are a multiple of this (data-parallel devices).
 
     Raises:
@@ -132,7 +131,7 @@ def build_training_data(
     corpus = sources.open_corpus(
         data, data.train_split, seed=config.seed, limit=data.max_train_examples
     )
-    tokenizer = build_tokenizer(config, workdir, corpus)
+    tokenizer = build_tokenizer(config, tokenizer_dir, corpus)
     encoded = encode_corpus(corpus, tokenizer)
     indices, dropped = filter_pairs(
         encoded.source_lengths, encoded.target_lengths, data.max_length, data.max_length_ratio

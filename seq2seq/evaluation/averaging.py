@@ -16,16 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import jax
+import ml_collections
 import numpy as np
+from flax import nnx
 
-from seq2seq import config as config_lib
-from seq2seq.data.pipeline import TOKENIZER_DIR
-from seq2seq.data.tokenizer import load_tokenizer
-from seq2seq.training.checkpoints import CHECKPOINT_DIR, Checkpoints
-from seq2seq.training.step import TrainState
-from seq2seq.training.trainer import CONFIG_FILE, create_state
-
-AVERAGE_RECORD = "averaged_from.json"
+from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
+from seq2seq.models import build_model
+from seq2seq.run_directory import RunDirectory
+from seq2seq.training.checkpoints import Checkpoints
 
 _SPEC_HELP = "use 'latest', a step number such as 1000, or 'average:K' for the last K checkpoints"
 
@@ -54,10 +52,11 @@ class CheckpointChoice:
 def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> CheckpointChoice:
     """Resolves ``latest`` | ``STEP`` | ``average:K`` against the steps saved in ``workdir``."""
     available = sorted(available)
-    record = workdir / AVERAGE_RECORD
+    run = RunDirectory(workdir)
+    record = run.averaged_from_file
     averaged_from = json.loads(record.read_text()) if record.exists() else None
     if not available:
-        raise CheckpointError(f"no checkpoint in {workdir / CHECKPOINT_DIR}; train first")
+        raise CheckpointError(f"no checkpoint in {run.checkpoints_dir}; train first")
     spec = spec.strip()
     if spec == "latest":
         return CheckpointChoice((available[-1],), averaged_from)
@@ -81,57 +80,80 @@ def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> Ch
     return CheckpointChoice(tuple(available[-count:]))
 
 
-def restore_params(
-    checkpoints: Checkpoints, template: TrainState, choice: CheckpointChoice
-) -> tuple[TrainState, dict]:
-    """The state of the newest chosen checkpoint, its parameters replaced by the chosen mean.
+def load_run_tokenizer(run: RunDirectory) -> Tokenizer:
+    """The tokenizer a run trained with."""
+    tokenizer = load_tokenizer(run.tokenizer_dir)
+    if tokenizer is None:
+        raise FileNotFoundError(f"no tokenizer in {run.tokenizer_dir}; train first")
+    return tokenizer
 
-    Checkpoints are read one at a time and summed, so memory holds two copies of the
-    parameters whatever K is. Each is restored into ``template``, so all share its structure,
-    and one that does not fit it raises ``IncompatibleCheckpointError`` (one line naming the
-    parameter). Returns the state and the newest checkpoint's data state.
+
+def abstract_model(config: ml_collections.ConfigDict, tokenizer: Tokenizer):
+    """The model's graphdef and its parameters' shapes, without allocating them."""
+    abstract = nnx.eval_shape(
+        lambda: build_model(
+            config, tokenizer.source_vocab_size, tokenizer.target_vocab_size, seed=config.seed
+        )
+    )
+    graphdef, params = nnx.split(abstract)
+    return graphdef, params
+
+
+def restore_params(checkpoints: Checkpoints, abstract_params, choice: CheckpointChoice):
+    """The parameters of the chosen checkpoint, or the element-wise mean of several.
+
+    Only parameters are read (no optimizer state), one checkpoint at a time, summed in float32:
+    memory holds two copies of the parameters whatever K is. A checkpoint that does not fit
+    ``abstract_params`` raises ``IncompatibleCheckpointError`` (one line naming the parameter).
     """
     total = None
     for step in choice.steps:
-        state, data_state = checkpoints.restore(template, step)
-        params = jax.tree.map(lambda x: np.asarray(x, np.float32), state.params)
-        total = params if total is None else jax.tree.map(np.add, total, params)
+        params = checkpoints.restore_params(abstract_params, step)
+        params32 = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+        total = params32 if total is None else jax.tree.map(np.add, total, params32)
     mean = jax.tree.map(lambda x: x / len(choice.steps), total)
-    mean = jax.tree.map(lambda x, like: np.asarray(x, like.dtype), mean, state.params)
-    return state.replace(params=mean), data_state
+    return jax.tree.map(lambda x, like: np.asarray(x, like.dtype), mean, abstract_params)
 
 
 def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, object]:
     """Writes the mean of ``workdir``'s last ``count`` checkpoints as a run in ``output``.
 
-    ``output`` gets the config, the tokenizer and one checkpoint (numbered as the newest one
-    averaged), so ``eval.py --workdir OUTPUT`` reads it like any run; ``averaged_from.json``
-    records where it came from.
+    ``output`` gets the config, the tokenizer and one checkpoint holding the averaged
+    parameters (numbered as the newest one averaged; its optimizer state, RNG and data position
+    are the newest one's, so the copy could even be trained further), so
+    ``eval.py --workdir OUTPUT`` reads it like any run; ``averaged_from.json`` records where it
+    came from.
     """
-    if not workdir.is_dir():
-        raise FileNotFoundError(f"no work directory at {workdir}; pass the --workdir of a run")
+    source_run = RunDirectory(workdir).require()
+    output_run = RunDirectory(output)
     if output.exists() and any(output.iterdir()):
         raise ValueError(f"{output} exists and is not empty; choose a new --output")
-    config = config_lib.load_saved(workdir / CONFIG_FILE)
-    tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
-    if tokenizer is None:
-        raise FileNotFoundError(f"no tokenizer in {workdir / TOKENIZER_DIR}; train first")
-    template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
-    source = Checkpoints(workdir, keep=config.checkpoint.keep)
+    config = source_run.load_config()
+    tokenizer = load_run_tokenizer(source_run)
+    template, _ = _training_state(config, tokenizer)
+    source = Checkpoints(source_run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
         choice = choose_checkpoints(f"average:{count}", source.all_steps(), workdir)
-        state, data_state = restore_params(source, template, choice)
+        mean = restore_params(source, template.params, choice)
+        state, record = source.restore(template, choice.steps[-1])
     finally:
         source.close()
-    output.mkdir(parents=True, exist_ok=True)
-    shutil.copy(workdir / CONFIG_FILE, output / CONFIG_FILE)
-    shutil.copytree(workdir / TOKENIZER_DIR, output / TOKENIZER_DIR)
-    target = Checkpoints(output, keep=1)
+    output_run.create()
+    shutil.copy(source_run.config_file, output_run.config_file)
+    shutil.copytree(source_run.tokenizer_dir, output_run.tokenizer_dir)
+    target = Checkpoints(output_run.checkpoints_dir, keep=1)
     try:
-        target.save(choice.steps[-1], state, data_state)
+        target.save(choice.steps[-1], state.replace(params=mean), record["iterator"])
         target.wait()
     finally:
         target.close()
-    record = {"workdir": str(workdir.absolute()), "steps": list(choice.steps)}
-    (output / AVERAGE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
-    return {**record, "output": str(output)}
+    averaged_from = {"workdir": str(workdir.absolute()), "steps": list(choice.steps)}
+    output_run.averaged_from_file.write_text(json.dumps(averaged_from, indent=2) + "\n")
+    return {**averaged_from, "output": str(output)}
+
+
+def _training_state(config: ml_collections.ConfigDict, tokenizer: Tokenizer):
+    """A full train state to restore into: an averaged run is a run that could train on."""
+    from seq2seq.training.trainer import create_state  # only writing a run needs the optimizer
+
+    return create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)

@@ -11,8 +11,7 @@ from seq2seq.data.pipeline import load_pairs
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
 from seq2seq.evaluation.translator import Translator
-
-EVAL_DIR = "eval"
+from seq2seq.run_directory import RunDirectory
 
 
 def score(
@@ -98,9 +97,9 @@ def evaluate(
         "split": split,
         **facts,
     }
-    out_dir = workdir / EVAL_DIR
-    _write_lines(out_dir / f"{split}.hyp.txt", hypotheses)
-    (out_dir / f"{split}.json").write_text(json.dumps(result, indent=2) + "\n")
+    run = RunDirectory(workdir)
+    _write_lines(run.hypotheses_file(split), hypotheses)
+    run.eval_result_file(split).write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 

@@ -13,14 +13,19 @@ from flax import nnx
 
 from seq2seq import config as config_lib
 from seq2seq.data.batching import inference_batches
-from seq2seq.data.pipeline import TOKENIZER_DIR
-from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.common import output_limits
 from seq2seq.decoding.greedy import greedy_search
-from seq2seq.evaluation.averaging import CheckpointChoice, choose_checkpoints, restore_params
+from seq2seq.evaluation.averaging import (
+    CheckpointChoice,
+    abstract_model,
+    choose_checkpoints,
+    load_run_tokenizer,
+    restore_params,
+)
+from seq2seq.run_directory import RunDirectory
 from seq2seq.training.checkpoints import Checkpoints
-from seq2seq.training.trainer import CONFIG_FILE, create_state
 from seq2seq.vocabulary import EOS_ID
 
 
@@ -42,26 +47,21 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
-def load_work_config(workdir: Path) -> ml_collections.ConfigDict:
-    """The config a training run saved (checks that ``workdir`` is one)."""
-    if not workdir.is_dir():
-        raise FileNotFoundError(f"no work directory at {workdir}; pass the --workdir of a run")
-    return config_lib.load_saved(workdir / CONFIG_FILE)
-
-
 def restore_model(workdir: Path, config: ml_collections.ConfigDict, checkpoint: str = "latest"):
-    """A run's tokenizer, graphdef, parameters and CheckpointChoice (see ``averaging``)."""
-    tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
-    if tokenizer is None:
-        raise FileNotFoundError(f"no tokenizer in {workdir / TOKENIZER_DIR}; train first")
-    template, _ = create_state(config, tokenizer.source_vocab_size, tokenizer.target_vocab_size)
-    checkpoints = Checkpoints(workdir, keep=config.checkpoint.keep)
+    """A run's tokenizer, graphdef, parameters and CheckpointChoice (see ``averaging``).
+
+    Reads the parameters only: no optimizer state is built or restored.
+    """
+    run = RunDirectory(workdir).require()
+    tokenizer = load_run_tokenizer(run)
+    graphdef, abstract_params = abstract_model(config, tokenizer)
+    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
         choice = choose_checkpoints(checkpoint, checkpoints.all_steps(), workdir)
-        state, _ = restore_params(checkpoints, template, choice)
+        params = restore_params(checkpoints, abstract_params, choice)
     finally:
         checkpoints.close()
-    return tokenizer, state.graphdef, state.params, choice
+    return tokenizer, graphdef, params, choice
 
 
 class Translator:
@@ -106,7 +106,7 @@ class Translator:
 
         ``decode_overrides`` replace fields of ``config.decode`` (e.g. ``beam_size=1``).
         """
-        config = load_work_config(workdir)
+        config = RunDirectory(workdir).load_config()
         for key, value in decode_overrides.items():
             if value is not None:
                 config.decode[key] = value

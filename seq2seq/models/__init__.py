@@ -3,23 +3,73 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import ml_collections
 from flax import nnx
 
 from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Dropout, Seq2SeqModel
+from seq2seq.models.flops import (
+    TRAIN_FORWARD_MULTIPLE,
+    rnnsearch_forward_flops,
+    transformer_forward_flops,
+)
 from seq2seq.models.rnnsearch import RNNSearch, RNNSearchConfig
 from seq2seq.models.transformer import Transformer, TransformerConfig
 
+
+@dataclasses.dataclass(frozen=True)
+class ModelFamily:
+    """What differs between model families, registered once so no caller branches on a name.
+
+    Everything else (encode, decode with a cache, attention weights in ``aux``) is the shared
+    ``Seq2SeqModel`` contract.
+    """
+
+    model_class: type
+    config_class: type
+    # (config.model.<name>, vocabulary, source length(s), target length(s)) -> forward FLOPs
+    forward_flops: Callable[..., object]
+    # the width that scales the Transformer schedule (Eq. 3): d_model, or the decoder state
+    schedule_width: Callable[[ml_collections.ConfigDict], int]
+
+
 MODELS = {
-    "transformer": (Transformer, TransformerConfig),
-    "rnnsearch": (RNNSearch, RNNSearchConfig),
+    "transformer": ModelFamily(
+        Transformer, TransformerConfig, transformer_forward_flops, lambda t: t.d_model
+    ),
+    "rnnsearch": ModelFamily(
+        RNNSearch, RNNSearchConfig, rnnsearch_forward_flops, lambda r: r.decoder_hidden_size
+    ),
 }
+
+
+def model_family(config: ml_collections.ConfigDict) -> ModelFamily:
+    return MODELS[config.model.name]
+
+
+def model_section(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """``config.model.<name>``: the chosen model's own fields."""
+    return config.model[config.model.name]
+
+
+def schedule_width(config: ml_collections.ConfigDict) -> int:
+    return model_family(config).schedule_width(model_section(config))
+
+
+def train_flops(config: ml_collections.ConfigDict, vocab: int, source_length, target_length):
+    """Analytic training FLOPs (forward and backward) of sentence pairs of these lengths."""
+    forward = model_family(config).forward_flops(
+        model_section(config), vocab, source_length, target_length
+    )
+    return TRAIN_FORWARD_MULTIPLE * forward
+
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
     "MODELS",
+    "ModelFamily",
     "PAD_ID",
     "UNK_ID",
     "Dropout",
@@ -30,6 +80,10 @@ __all__ = [
     "TransformerConfig",
     "build_model",
     "model_config",
+    "model_family",
+    "model_section",
+    "schedule_width",
+    "train_flops",
 ]
 
 
@@ -37,8 +91,8 @@ def model_config(
     config: ml_collections.ConfigDict, source_vocab_size: int, target_vocab_size: int
 ) -> TransformerConfig | RNNSearchConfig:
     """The model's dataclass config from ``config.model`` (the fields of the chosen model only)."""
-    _, config_class = MODELS[config.model.name]
-    section = config.model[config.model.name]
+    config_class = model_family(config).config_class
+    section = model_section(config)
     fields = {field.name for field in dataclasses.fields(config_class)}
     values = {key: value for key, value in section.items() if key in fields}
     return config_class(
@@ -53,7 +107,6 @@ def build_model(
     config: ml_collections.ConfigDict, source_vocab_size: int, target_vocab_size: int, seed: int
 ) -> Seq2SeqModel:
     """Builds the model named by ``config.model.name`` with freshly initialised parameters."""
-    model_class, _ = MODELS[config.model.name]
-    return model_class(
+    return model_family(config).model_class(
         model_config(config, source_vocab_size, target_vocab_size), rngs=nnx.Rngs(params=seed)
     )

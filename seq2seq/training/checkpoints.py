@@ -1,7 +1,10 @@
 """Checkpoints with orbax-checkpoint: the train state plus the data iterator's position.
 
-Each checkpoint holds parameters, optimizer state, step and RNG key (``state``) and the data
-iterator's position (``data``, JSON), so a restored run continues exactly where it stopped.
+Each checkpoint holds parameters, optimizer state, step and RNG key (``state``) and, as JSON
+(``data``), the data iterator's position and the training time and FLOPs spent so far, so a
+restored run continues exactly where it stopped and a time budget counts across interruptions.
+Evaluation
+reads the parameters alone (``restore_params``), never the optimizer state.
 Saving is asynchronous: training goes on while the arrays are written. Orbax writes into a
 temporary folder and renames it when complete, so a crash mid-save leaves no half checkpoint;
 a checkpoint damaged later is skipped, with a warning, in favour of the previous one.
@@ -14,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from flax import nnx
 from orbax.checkpoint import checkpoint_managers as policies
 
 from seq2seq.training.step import TrainState
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "checkpoints"
 BEST_METRIC = "bleu"  # validation metric that picks the best checkpoint (higher is better)
 
 
@@ -46,10 +50,27 @@ def _path_name(path) -> str:
     return "/".join(str(part) for part in parts)
 
 
+def _progress_record(saved: dict) -> dict:
+    """The saved JSON as ``{"iterator", "progress"}`` (older runs saved the position only)."""
+    if "iterator" in saved:
+        return saved
+    return {"iterator": saved, "progress": {}}
+
+
+def _without_value_level(tree: Any) -> Any:
+    """``{"w": {"value": array}}`` -> ``{"w": array}``: the saved layout of nnx Variables."""
+    if isinstance(tree, dict):
+        if set(tree) == {"value"}:
+            return tree["value"]
+        return {key: _without_value_level(value) for key, value in tree.items()}
+    return tree
+
+
 class Checkpoints:
     """Keeps the newest ``keep`` checkpoints plus the best by validation BLEU."""
 
-    def __init__(self, workdir: Path, *, keep: int):
+    def __init__(self, directory: Path, *, keep: int):
+        """``directory``: a run's ``RunDirectory.checkpoints_dir``."""
         preservation = policies.AnyPreservationPolicy(
             [
                 policies.LatestN(n=keep),
@@ -61,7 +82,7 @@ class Checkpoints:
             ]
         )
         self.manager = ocp.CheckpointManager(
-            (workdir / CHECKPOINT_DIR).absolute(),
+            directory.absolute(),
             options=ocp.CheckpointManagerOptions(create=True, preservation_policy=preservation),
             item_handlers={
                 "state": ocp.StandardCheckpointHandler(),
@@ -76,9 +97,18 @@ class Checkpoints:
         return sorted(self.manager.all_steps())
 
     def save(
-        self, step: int, state: TrainState, data_state: dict, metrics: dict | None = None
+        self,
+        step: int,
+        state: TrainState,
+        data_state: dict,
+        metrics: dict | None = None,
+        progress: dict | None = None,
     ) -> None:
-        """Saves ``state`` (asynchronously) as checkpoint ``step`` unless it already exists."""
+        """Saves ``state`` (asynchronously) as checkpoint ``step`` unless it already exists.
+
+        ``data_state`` is the iterator's position; ``progress`` what the run has spent so far
+        (``elapsed_seconds`` of training, ``train_flops``), carried across resumes.
+        """
         if step in self.manager.all_steps():
             return
         best = None
@@ -88,14 +118,15 @@ class Checkpoints:
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(_saveable(state)),
-                data=ocp.args.JsonSave(data_state),
+                data=ocp.args.JsonSave({"iterator": data_state, "progress": progress or {}}),
             ),
             metrics=best,
             force=True,
         )
 
     def restore(self, template: TrainState, step: int | None = None) -> tuple[TrainState, dict]:
-        """The state at ``step`` (default: latest) with ``template``'s structure, and data state.
+        """The state at ``step`` (default: latest) with ``template``'s structure, and the JSON
+        record ``{"iterator": data position, "progress": what was spent so far}``.
 
         Raises:
           IncompatibleCheckpointError: its arrays do not have the template's shapes.
@@ -118,7 +149,34 @@ class Checkpoints:
             opt_state=values["opt_state"],
             rng=values["rng"],
         )
-        return state, restored["data"]
+        return state, _progress_record(restored["data"])
+
+    def restore_params(self, abstract_params: Any, step: int) -> Any:
+        """The parameters alone of checkpoint ``step`` (no optimizer state, step or RNG).
+
+        Args:
+          abstract_params: the model's parameter tree of ``jax.ShapeDtypeStruct`` (e.g. from
+            ``nnx.eval_shape``), so nothing is allocated before the read.
+
+        Raises:
+          IncompatibleCheckpointError: the saved shapes do not fit ``abstract_params``.
+        """
+        self._check_shapes(step, {"params": abstract_params})
+        # The saved tree as written (each parameter under its Variable's "value"), params only:
+        # a partial restore leaves the optimizer state on disk.
+        saved = self.manager.item_metadata(step)["state"]["params"]
+        item = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved)}
+        restored = ocp.PyTreeCheckpointer().restore(
+            Path(self.manager.directory) / str(step) / "state",
+            args=ocp.args.PyTreeRestore(
+                item,
+                restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item),
+                partial_restore=True,
+            ),
+        )
+        params = jax.tree.map(lambda leaf: leaf, abstract_params)  # a copy to fill in
+        nnx.replace_by_pure_dict(params, _without_value_level(restored["params"]))
+        return params
 
     def _check_shapes(self, step: int, abstract: dict) -> None:
         metadata = self.manager.item_metadata(step)["state"]

@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-from pathlib import Path
 
 import numpy as np
 from tensorboardX import SummaryWriter
 
-METRICS_FILE = "metrics.jsonl"
-TENSORBOARD_DIR = "tensorboard"
+from seq2seq.run_directory import RunDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +39,11 @@ def interval_record(step_metrics: list[dict], seconds: float, padding: list[floa
 class MetricsWriter:
     """Appends JSON lines to metrics.jsonl (full-precision floats) and mirrors to TensorBoard."""
 
-    def __init__(self, workdir: Path, resume_step: int):
-        self.path = workdir / METRICS_FILE
+    def __init__(self, run: RunDirectory, resume_step: int):
+        self.path = run.metrics_file
         self._drop_records_after(resume_step)
         self.file = self.path.open("a")
-        self.tensorboard = SummaryWriter(str(workdir / TENSORBOARD_DIR))
+        self.tensorboard = SummaryWriter(str(run.tensorboard_dir))
 
     def _drop_records_after(self, step: int) -> None:
         """A restarted run repeats the steps after its checkpoint: forget their old lines."""

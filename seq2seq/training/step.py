@@ -1,12 +1,15 @@
 """The pure training step: ``train_step(state, batch) -> (state, metrics)``.
 
 No I/O and no hidden state: dropout keys come from ``fold_in(state.rng, state.step)``, so the
-same state and batch always give the same result, which is what makes resume exact. Compilation
-(``jax.jit``) and sharding are applied by the trainer, not here.
+same state and batch always give the same result, which is what makes resume exact.
+``make_train_step`` is the one place that compiles it (``jax.jit``, with the mesh's shardings
+when given): the trainer, the benchmarks and the tests all build their step there.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -139,6 +142,36 @@ def train_step(
     }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
+
+
+def make_train_step(
+    *,
+    label_smoothing: float,
+    schedule: optax.Schedule,
+    grad_accum_steps: int = 1,
+    state_sharding: Any = None,
+    batch_sharding: Any = None,
+    metrics_sharding: Any = None,
+) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
+    """``train_step`` compiled with ``jax.jit``, its input state donated (updated in place).
+
+    The shardings (see ``seq2seq.training.sharding``) place the state, the batch and the
+    metrics on a mesh; left out, jit places everything on the default device.
+    """
+    step = functools.partial(
+        train_step,
+        label_smoothing=label_smoothing,
+        schedule=schedule,
+        grad_accum_steps=grad_accum_steps,
+    )
+    if state_sharding is None:
+        return jax.jit(step, donate_argnums=0)
+    return jax.jit(
+        step,
+        in_shardings=(state_sharding, batch_sharding),
+        out_shardings=(state_sharding, metrics_sharding),
+        donate_argnums=0,
+    )
 
 
 def eval_step(state: TrainState, batch: Batch) -> dict[str, jax.Array]:

@@ -8,7 +8,6 @@ that holds a run of another shape, and stops on a NaN loss before that loss reac
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 import signal
@@ -22,39 +21,16 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from seq2seq import config as config_lib
 from seq2seq.data.pipeline import build_training_data, padding_share
-from seq2seq.models import build_model
+from seq2seq.models import build_model, schedule_width, train_flops
+from seq2seq.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.training.logs import MetricsWriter, interval_record, short_line
 from seq2seq.training.schedules import build_optimizer, build_schedule
-from seq2seq.training.step import TrainState, train_step
+from seq2seq.training.step import TrainState, make_train_step
 
 logger = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.json"
-# Keys a work directory may not change between runs: they fix the parameters' shapes, or the
-# stream of batches whose saved position a resumed run continues from.
-RUN_IDENTITY_KEYS = (
-    "seed",
-    "model",
-    "data.vocab_size",
-    "data.tokenizer",
-    "data.shared_vocab",
-    "data.source",
-    "data.name",
-    "data.dir",
-    "data.src_lang",
-    "data.tgt_lang",
-    "data.train_split",
-    "data.max_train_examples",
-    "data.max_length",
-    "data.max_length_ratio",
-    "data.tokens_per_batch",
-    "data.bucket_width",
-    "data.pack",
-)
 
 ValidateFn = Callable[[TrainState], dict]
 # Builds a ValidateFn once the tokenizer and model structure exist: (config, tokenizer, graphdef).
@@ -72,13 +48,8 @@ class RunSummary:
     seconds: float
     params: int
     preempted: bool = False
-
-
-def model_width(config: ml_collections.ConfigDict) -> int:
-    """The width that scales the Transformer schedule (d_model, or the RNN decoder's state)."""
-    if config.model.name == "transformer":
-        return config.model.transformer.d_model
-    return config.model.rnnsearch.decoder_hidden_size
+    elapsed_seconds: float = 0.0  # training time across all resumes (what the budget counts)
+    train_flops: float = 0.0  # analytic training FLOPs across all resumes
 
 
 def count_params(params) -> int:
@@ -88,29 +59,8 @@ def count_params(params) -> int:
 def create_state(config: ml_collections.ConfigDict, source_vocab: int, target_vocab: int):
     """A fresh train state and the schedule its optimizer follows."""
     model = build_model(config, source_vocab, target_vocab, seed=config.seed)
-    schedule = build_schedule(config.train, model_width(config))
+    schedule = build_schedule(config.train, schedule_width(config))
     return TrainState.create(model, build_optimizer(config.train, schedule), config.seed), schedule
-
-
-def save_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
-    """Records the config; refuses one that changes the identity of the run in ``workdir``."""
-    path = workdir / CONFIG_FILE
-    if path.exists():
-        saved = config_lib.load_saved(path)
-        for key in RUN_IDENTITY_KEYS:
-            if _lookup(saved, key) != _lookup(config, key):
-                raise TrainingError(
-                    f"{workdir} holds a run with a different config.{key}; nothing was "
-                    "overwritten: use a new --workdir, or the run's own config"
-                )
-    config_lib.save(config, path)
-
-
-def _lookup(config: ml_collections.ConfigDict, key: str):
-    node = config
-    for part in key.split("."):
-        node = node[part]
-    return node.to_dict() if isinstance(node, ml_collections.ConfigDict) else node
 
 
 class Preemption:
@@ -131,15 +81,9 @@ class Preemption:
         signal.signal(signal.SIGTERM, self._previous)
 
 
-def _host_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """This host's share of a global batch: every host plans the same batches, keeps its rows."""
-    count, index = jax.process_count(), jax.process_index()
-    return {key: np.array_split(value, count)[index] for key, value in batch.items()}
-
-
 def train(
     config: ml_collections.ConfigDict,
-    workdir: Path,
+    workdir: Path | RunDirectory,
     make_validate: MakeValidateFn | None = None,
 ) -> RunSummary:
     """Trains (or resumes) the configured model in ``workdir`` and writes a final checkpoint.
@@ -151,30 +95,27 @@ def train(
         BLEU), called every ``config.eval.every_steps`` steps and at the end; its "bleu" picks
         the best checkpoint. Passed in by entry points, so training never imports evaluation.
     """
+    run = workdir if isinstance(workdir, RunDirectory) else RunDirectory(workdir)
     if config.mesh.distributed:
         jax.distributed.initialize()
-    workdir.mkdir(parents=True, exist_ok=True)
-    save_config(config, workdir)
+    run.create().save_config(config)
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
     multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
-    data = build_training_data(config, workdir, batch_multiple=multiple)
+    data = build_training_data(config, run.tokenizer_dir, batch_multiple=multiple)
     state, schedule = create_state(
         config, data.tokenizer.source_vocab_size, data.tokenizer.target_vocab_size
     )
     state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
-    checkpoints = Checkpoints(workdir, keep=config.checkpoint.keep)
+    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     batches = iter(data.batches)
-    state = _restore_or_place(checkpoints, state, state_shardings, batches)
-    step_fn = jax.jit(
-        functools.partial(
-            train_step,
-            label_smoothing=config.train.label_smoothing,
-            schedule=schedule,
-            grad_accum_steps=config.train.grad_accum_steps,
-        ),
-        in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
-        out_shardings=(state_shardings, sharding.replicated(mesh)),
-        donate_argnums=0,
+    state, progress = _restore_or_place(checkpoints, state, state_shardings, batches)
+    step_fn = make_train_step(
+        label_smoothing=config.train.label_smoothing,
+        schedule=schedule,
+        grad_accum_steps=config.train.grad_accum_steps,
+        state_sharding=state_shardings,
+        batch_sharding=sharding.batch_sharding(mesh),
+        metrics_sharding=sharding.replicated(mesh),
     )
     params = count_params(state.params)
     logger.info(
@@ -185,9 +126,15 @@ def train(
         mesh.size,
         sharding.count_split(state_shardings),
     )
-    writer = MetricsWriter(workdir, int(state.step))
+    writer = MetricsWriter(run, int(state.step))
     validate = make_validate(config, data.tokenizer, state.graphdef) if make_validate else None
-    loop = _Loop(config, step_fn, checkpoints, writer, batches, validate, mesh)
+
+    def batch_flops(source_lengths: np.ndarray, target_lengths: np.ndarray) -> float:
+        vocab = data.tokenizer.target_vocab_size
+        return float(np.sum(train_flops(config, vocab, source_lengths, target_lengths)))
+
+    loop = _Loop(config, step_fn, checkpoints, writer, batches, validate, mesh, batch_flops)
+    loop.progress.update(progress)
     try:
         with Preemption() as preemption:
             state = loop.run(state, preemption)
@@ -198,24 +145,33 @@ def train(
     finally:
         checkpoints.close()
         writer.close()
-    return RunSummary(int(state.step), loop.loss, loop.seconds, params, preemption.requested)
+    return RunSummary(
+        int(state.step),
+        loop.loss,
+        loop.seconds,
+        params,
+        preemption.requested,
+        elapsed_seconds=loop.progress["elapsed_seconds"],
+        train_flops=loop.progress["train_flops"],
+    )
 
 
-def _restore_or_place(checkpoints, state, state_shardings, batches):
-    """The latest readable checkpoint (and data position) if any, else the fresh state."""
+def _restore_or_place(checkpoints, state, state_shardings, batches) -> tuple[TrainState, dict]:
+    """The latest readable checkpoint (its data position set) if any, else the fresh state;
+    and what the run had spent so far (``elapsed_seconds``, ``train_flops``)."""
     restored = checkpoints.restore_latest_readable(state)
     if restored is None:
-        return jax.device_put(state, state_shardings)
-    state, data_state = restored
-    batches.set_state(data_state)
+        return jax.device_put(state, state_shardings), {}
+    state, record = restored
+    batches.set_state(record["iterator"])
     logger.info("resumed from step %d", int(state.step))
-    return jax.device_put(state, state_shardings)
+    return jax.device_put(state, state_shardings), record["progress"]
 
 
 class _Loop:
     """Steps, logs, validates and checkpoints; one method per concern."""
 
-    def __init__(self, config, step_fn, checkpoints, writer, batches, validate, mesh):
+    def __init__(self, config, step_fn, checkpoints, writer, batches, validate, mesh, batch_flops):
         self.config = config
         self.step_fn = step_fn
         self.checkpoints = checkpoints
@@ -223,8 +179,14 @@ class _Loop:
         self.batches = batches
         self.validate = validate
         self.batch_sharding = sharding.batch_sharding(mesh)
+        self.batch_flops = batch_flops  # (source lengths, target lengths) -> training FLOPs
         self.loss = math.nan
-        self.seconds = 0.0
+        self.seconds = 0.0  # this session's training time
+        self.steps_run = 0  # steps trained in this session
+        # Spent across every session of the run: saved with each checkpoint, so a time budget
+        # and the FLOP axis of the report continue where an interrupted run stopped.
+        self.progress = {"elapsed_seconds": 0.0, "train_flops": 0.0}
+        self._session_start_elapsed = 0.0
         self._pending: list[dict] = []  # per-step metrics since the last log line
         self._padding: list[float] = []
         self._interval_start = time.monotonic()
@@ -233,6 +195,11 @@ class _Loop:
         train = self.config.train
         budget = train.time_budget_minutes * 60 or math.inf
         start = time.monotonic()
+        self._session_start_elapsed = self.progress["elapsed_seconds"]
+        self._start = start
+        if self.progress["elapsed_seconds"] >= budget:
+            logger.info("time budget of %.1f min already spent", budget / 60)
+            return state
         progress = tqdm(
             total=train.steps,
             initial=int(state.step),
@@ -241,8 +208,10 @@ class _Loop:
         )
         for step in range(int(state.step) + 1, train.steps + 1):
             state = self._one_step(state)
+            self.steps_run += 1
             progress.update(1)
-            out_of_time = time.monotonic() - start > budget
+            self._update_elapsed()
+            out_of_time = self.progress["elapsed_seconds"] > budget
             if step % train.log_every_steps == 0 or step == train.steps:
                 self._log(step, progress)  # only on schedule, so resumed logs match exactly
             if self._validation_due(step):
@@ -259,9 +228,14 @@ class _Loop:
         self.seconds = time.monotonic() - start
         return state
 
+    def _update_elapsed(self) -> None:
+        session = time.monotonic() - self._start
+        self.progress["elapsed_seconds"] = self._session_start_elapsed + session
+
     def _one_step(self, state: TrainState) -> TrainState:
-        batch = _host_rows(next(self.batches))
+        batch = next(self.batches)  # already this host's rows (the batch planner splits)
         self._padding.append(padding_share(batch))
+        self.progress["train_flops"] += self.batch_flops(*_lengths(batch))
         state, metrics = self.step_fn(state, sharding.global_batch(batch, self.batch_sharding))
         self._pending.append(metrics)
         return state
@@ -273,7 +247,7 @@ class _Loop:
         self._interval_start = time.monotonic()
         self._check_finite(step, [m["loss"] for m in metrics])
         self.loss = record["loss"]
-        self.writer.write(step, {"kind": "train", **record})
+        self.writer.write(step, {"kind": "train", **record, **self.progress})
         progress.set_postfix(loss=f"{record['loss_mean']:.3f}")
         if progress.disable:
             logger.info(short_line(step, record))
@@ -292,7 +266,9 @@ class _Loop:
     def _validate(self, state: TrainState, step: int) -> dict:
         metrics = self.validate(state)
         samples = metrics.pop("samples", [])
-        self.writer.write(step, {"kind": "validation", **metrics}, prefix="validation")
+        self.writer.write(
+            step, {"kind": "validation", **metrics, **self.progress}, prefix="validation"
+        )
         for i, sample in enumerate(samples):
             self.writer.write_text(step, f"samples/{i}", sample)
             logger.info("sample %d: %s", i, sample.replace("\n", " | ")[:400])
@@ -302,10 +278,21 @@ class _Loop:
     def save(self, state: TrainState, metrics: dict | None = None, final: bool = False) -> None:
         """Checkpoints ``state``, after making sure no NaN is about to be saved."""
         step = int(state.step)
+        if final and self.steps_run == 0:
+            return  # nothing trained in this session (its budget or steps were already spent)
         if self._pending:  # unlogged steps: check them before their parameters are kept
             self._check_finite(step, [m["loss"] for m in jax.device_get(self._pending)])
         if final and self.validate is not None and not self._validation_due(step):
             metrics = self._validate(state, step)
-        self.checkpoints.save(step, state, self.batches.get_state(), metrics=metrics)
+        self.checkpoints.save(
+            step, state, self.batches.get_state(), metrics=metrics, progress=dict(self.progress)
+        )
         if final:
             self.checkpoints.wait()
+
+
+def _lengths(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Real (unpadded) source and target tokens of each row of a batch, packed or not."""
+    source = batch.get("source_segments", batch["source"])
+    target = batch.get("target_segments", batch["target"])
+    return np.count_nonzero(source, axis=1), np.count_nonzero(target, axis=1)

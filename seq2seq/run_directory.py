@@ -1,0 +1,130 @@
+"""The layout of a run's work directory: the one module that knows where each file lives.
+
+    WORKDIR/
+      config.json        the config the run trained with (``save_config`` / ``load_config``)
+      provenance.json    code, packages and devices behind every start and resume
+      tokenizer/         SentencePiece model(s), trained once and reused by resumes and eval
+      checkpoints/       orbax checkpoints (state, data position, elapsed training time)
+      metrics.jsonl      one JSON object per logged step or validation
+      tensorboard/       the same metrics as TensorBoard events
+      eval/SPLIT.json    what ``eval.py`` measured; eval/SPLIT.hyp.txt its translations
+
+Training, evaluation, averaging and the comparison all go through ``RunDirectory``, so changing
+the layout means changing this file only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ml_collections
+
+from seq2seq import config as config_lib
+
+
+class RunDirectoryError(ValueError):
+    """A path is not usable as (or does not hold) a run; the message names the fix."""
+
+
+class RunDirectory:
+    """A training run's work directory."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def provenance_file(self) -> Path:
+        return self.path / "provenance.json"
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.path / "tokenizer"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.path / "eval"
+
+    @property
+    def averaged_from_file(self) -> Path:
+        """Written by ``seq2seq.average``: which run and steps an averaged run came from."""
+        return self.path / "averaged_from.json"
+
+    def eval_result_file(self, split: str) -> Path:
+        return self.eval_dir / f"{split}.json"
+
+    def hypotheses_file(self, split: str) -> Path:
+        return self.eval_dir / f"{split}.hyp.txt"
+
+    def create(self) -> RunDirectory:
+        """Makes the directory (and parents) if needed; refuses a path that is a file."""
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirectoryError(
+                f"--workdir {self.path} is an existing file, not a directory; choose another path"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def require(self) -> RunDirectory:
+        """Checks that the directory holds a run (its config); returns it."""
+        if not self.path.is_dir():
+            raise RunDirectoryError(
+                f"no work directory at {self.path}; pass the --workdir of a run"
+            )
+        if not self.config_file.exists():
+            raise RunDirectoryError(
+                f"{self.path} holds no {self.config_file.name}; is it a training work directory?"
+            )
+        return self
+
+    def load_config(self) -> ml_collections.ConfigDict:
+        """The config the run saved, read into the current schema."""
+        return config_lib.load_saved(self.require().config_file)
+
+    def save_config(self, config: ml_collections.ConfigDict) -> None:
+        """Records ``config``; refuses one that changes the identity of the run already here.
+
+        Raises:
+          RunDirectoryError: a key of the run's identity (``config.identity_keys``) differs;
+            nothing is written.
+        """
+        if self.config_file.exists():
+            saved = config_lib.load_saved(self.config_file)
+            for key in config_lib.identity_keys(config):
+                if config_lib.lookup(saved, key) != config_lib.lookup(config, key):
+                    raise RunDirectoryError(
+                        f"{self.path} holds a run with a different config.{key}; nothing was "
+                        "overwritten: use a new --workdir, or the run's own config"
+                    )
+        config_lib.save(config, self.config_file)
+
+    def read_metrics(self) -> list[dict]:
+        """Every record of metrics.jsonl, oldest first (empty if none was written yet)."""
+        if not self.metrics_file.exists():
+            return []
+        lines = self.metrics_file.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def read_eval_result(self, split: str) -> dict | None:
+        """What ``eval.py`` wrote for ``split``, or None if it has not been evaluated."""
+        path = self.eval_result_file(split)
+        return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,61 @@
+"""The work directory: one owner of its layout, a run's identity from the schema, light reads."""
+
+import subprocess
+import sys
+
+import pytest
+
+from seq2seq import config as config_lib
+from seq2seq.run_directory import RunDirectory, RunDirectoryError
+from tests.conftest import REPO, tiny_config
+
+
+def test_a_file_is_refused_as_a_work_directory(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("keep me")
+    with pytest.raises(RunDirectoryError, match="is an existing file"):
+        RunDirectory(path).create()
+    assert path.read_text() == "keep me"
+
+
+def test_identity_covers_every_data_key_and_only_the_chosen_model():
+    config = tiny_config("transformer")
+    keys = config_lib.identity_keys(config)
+    data_keys = [key for key, _ in config_lib.flatten(config.data)]
+    assert {f"data.{key}" for key in data_keys} - set(keys) == {
+        "data.eval_split",
+        "data.test_split",
+    }
+    assert "seed" in keys and "model.transformer.d_model" in keys
+    assert not any(key.startswith("model.rnnsearch.") for key in keys)
+    assert not any(key.startswith(("train.", "eval.", "decode.")) for key in keys)
+
+
+def test_a_run_of_another_shape_is_refused_and_nothing_is_overwritten(tmp_path):
+    run = RunDirectory(tmp_path).create()
+    config = tiny_config("transformer")
+    run.save_config(config)
+    saved = run.config_file.read_text()
+    other = tiny_config("transformer")
+    other.data.bucket_width = 8  # changes the stream of batches a resume continues
+    with pytest.raises(RunDirectoryError, match="config.data.bucket_width"):
+        run.save_config(other)
+    assert run.config_file.read_text() == saved
+    longer = tiny_config("transformer")
+    longer.train.steps = 999  # training longer is the same run
+    longer.model.rnnsearch.maxout_size = 7  # the other model's fields do not count
+    run.save_config(longer)
+    assert run.load_config().train.steps == 999
+
+
+def test_reading_a_run_for_evaluation_never_imports_the_trainer():
+    code = (
+        "import sys, seq2seq.evaluation.evaluate, seq2seq.evaluation.translator;"
+        "print(sorted(m for m in sys.modules if m.startswith('seq2seq.training')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    loaded = eval(result.stdout)  # a printed list of module names
+    assert "seq2seq.training.trainer" not in loaded
+    assert "seq2seq.training.schedules" not in loaded
