@@ -291,6 +291,14 @@ def load_saved(path: Path) -> ml_collections.ConfigDict:
     return validate(config)
 
 
+def set_value(config: ml_collections.ConfigDict, key: str, value: object) -> None:
+    """Sets a dotted key of a locked config; an unknown key is a one-line ``ConfigError``."""
+    try:
+        _set(config, key, value)
+    except (AttributeError, KeyError) as error:
+        raise ConfigError(unknown_key_message(key, config)) from error
+
+
 def _set(config: ml_collections.ConfigDict, key: str, value: object) -> None:
     *parents, leaf = key.split(".")
     node = config

@@ -75,15 +75,17 @@ def evaluate(
     checkpoint: str = "latest",
     beam_size: int | None = None,
     alpha: float | None = None,
+    max_sentences: int | None = None,
 ) -> dict[str, object]:
     """Translates ``split`` (default: the config's test split), writes and scores it.
 
     Writes ``eval/SPLIT.hyp.txt`` (line i translates source line i) and ``eval/SPLIT.json``.
+    ``max_sentences`` scores only the first N pairs (quick looks and tests; recorded).
     """
     translator = Translator.restore(workdir, checkpoint, beam_size=beam_size, alpha=alpha)
     config = translator.config
     split = split or config.data.test_split
-    pairs = load_pairs(config, split)
+    pairs = load_pairs(config, split)[:max_sentences]
     sources = [source for source, _ in pairs]
     hypotheses, facts = _translate(translator, sources)
     result = {
@@ -95,6 +97,7 @@ def evaluate(
             bucket_size=config.eval.length_bucket_size,
         ),
         "split": split,
+        "max_sentences": max_sentences,
         **facts,
     }
     run = RunDirectory(workdir)

@@ -1,0 +1,56 @@
+"""Compare models the way the papers do: the same data, budget and decoding, one report.
+
+    python -m seq2seq.compare --suite quickstart --workdir runs/quickstart
+    python -m seq2seq.compare --configs configs/a.py configs/b.py --workdir runs/ab \\
+        [--budget_minutes 25] [--seeds 3] [--config.train.warmup_steps=300 ...]
+    python -m seq2seq.compare --suite table3 --base configs/quickstart_transformer.py \\
+        --workdir runs/table3
+
+Each config trains into ``WORKDIR/<name>`` (``<name>-seed<k>`` with several seeds), or resumes,
+or reuses a finished run there; every run is decoded on the same test split with the same beam
+and length penalty; ``WORKDIR/report.md`` (table and figures), ``WORKDIR/report.json`` and
+``WORKDIR/figures/*.png`` follow. See ``runner`` for failures and interruptions, ``report``
+for where each number comes from and ``suites`` for the named sets of runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from seq2seq.compare.report import write_report
+from seq2seq.compare.runner import RunOutcome, Settings, run_names, train_and_evaluate
+from seq2seq.compare.suites import RunSpec, expand_suite, suite_names
+
+__all__ = ["RunOutcome", "RunSpec", "Settings", "compare", "expand_suite", "suite_names"]
+
+logger = logging.getLogger(__name__)
+
+
+def compare(
+    specs: Sequence[RunSpec], workdir: Path, settings: Settings, title: str = "Comparison"
+) -> tuple[list[RunOutcome], Path]:
+    """Trains and evaluates every run of ``specs`` (each seed), then writes the report.
+
+    Returns the outcomes, in order, and the path of ``report.md``.
+    """
+    names = [spec.name for spec in specs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(
+            f"two runs would share the folder {duplicates[0]!r}; give the configs distinct names"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    total = len(specs) * settings.seeds
+    for spec in specs:
+        for seed_index in range(settings.seeds):
+            name = run_names(spec, settings.seeds)[seed_index]
+            logger.info("== run %d of %d: %s", len(outcomes) + 1, total, name)
+            outcome = train_and_evaluate(spec, settings, seed_index, workdir)
+            outcomes.append(outcome)
+            if outcome.status == "preempted":
+                logger.warning("preempted: writing the report so far; rerun to continue")
+                return outcomes, write_report(workdir, outcomes, settings, title)
+    return outcomes, write_report(workdir, outcomes, settings, title)

@@ -1,0 +1,75 @@
+"""``python -m seq2seq.compare``: flags, then ``seq2seq.compare.compare``; prints the table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from seq2seq import cli
+from seq2seq.compare import RunSpec, Settings, compare, expand_suite, suite_names
+from seq2seq.config import default_config
+
+
+def _specs(configs: list[str], suite: str | None, base: str | None) -> tuple[list[RunSpec], str]:
+    if bool(configs) == bool(suite):
+        raise ValueError("pass either --configs A.py B.py ... or --suite NAME (not both)")
+    if suite:
+        specs = expand_suite(suite, Path(base) if base else None)
+        return specs, f"Comparison: the {suite} suite"
+    specs = [RunSpec(Path(path).stem, Path(path)) for path in configs]
+    return specs, "Comparison: " + ", ".join(spec.name for spec in specs)
+
+
+def _table(report_md: Path) -> str:
+    """The report's table (the lines that start with '|')."""
+    return "\n".join(line for line in report_md.read_text().splitlines() if line.startswith("|"))
+
+
+def run() -> None:
+    configs = flags.DEFINE_multi_string(
+        "configs", [], "Config files to compare (repeat the flag, or separate with spaces)."
+    )
+    suite = flags.DEFINE_enum("suite", None, suite_names(), "A named set of configs.")
+    base = flags.DEFINE_string("base", None, "The base config of --suite table3.")
+    workdir = flags.DEFINE_string("workdir", None, "Parent directory of every run and the report.")
+    budget = flags.DEFINE_float("budget_minutes", None, "Training minutes per run (all equal).")
+    seeds = flags.DEFINE_integer("seeds", 1, "Runs per config, with seeds seed, seed + 1, ...")
+    beam_size = flags.DEFINE_integer("beam_size", 4, "Beam width for every run (1: greedy).")
+    alpha = flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run.")
+    split = flags.DEFINE_string("split", None, "Split to score (default: each config's test).")
+    max_test = flags.DEFINE_integer("max_test_sentences", 0, "Score the first N only; 0: all.")
+    config_flags.DEFINE_config_dict(
+        "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
+    )
+    flags.mark_flags_as_required(["workdir"])
+    flags.register_validator("seeds", lambda n: n >= 1, "--seeds must be at least 1")
+
+    @cli.exit_on_error
+    def main(argv: list[str]) -> None:
+        extra = [arg for arg in argv[1:] if not arg.startswith("-")]
+        specs, title = _specs([*configs.value, *extra], suite.value, base.value)
+        given = config_flags.get_override_values(flags.FLAGS["config"])
+        settings = Settings(
+            overrides=tuple(sorted(given.items())),
+            budget_minutes=budget.value,
+            seeds=seeds.value,
+            beam_size=beam_size.value,
+            alpha=alpha.value,
+            split=split.value,
+            max_test_sentences=max_test.value,
+        )
+        outcomes, report = compare(specs, Path(workdir.value), settings, title)
+        print(f"\n{title} (beam {settings.beam_size}, alpha {settings.alpha}):")
+        print(_table(report))
+        print(f"\nreport: {report}")
+        if any(o.status == "preempted" for o in outcomes):
+            sys.exit(143)
+
+    app.run(main, flags_parser=cli.parse_flags)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,294 @@
+"""The comparison's report: ``report.md`` with its table and figures, and ``report.json``.
+
+Every number comes from a run's own records, never recomputed another way: BLEU, chrF,
+tokenized BLEU and decoding speed from its eval JSON; steps, training time, FLOPs, tokens/s and
+validation perplexity from its ``metrics.jsonl``. Runs of one config with several seeds are
+aggregated as mean ± std (max), as Britz et al. (2017) report them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from seq2seq.compare.runner import RunOutcome, Settings
+from seq2seq.report import figures, tables
+
+logger = logging.getLogger(__name__)
+
+# Up to this many test sentences get alignment heatmaps (the first ones of a readable length).
+ALIGNMENT_SENTENCES = 2
+ALIGNMENT_WORDS = (6, 16)
+
+NUMERIC_FIELDS = (
+    "bleu",
+    "tok_bleu",
+    "chrf",
+    "params",
+    "train_flops",
+    "target_tokens_per_second",
+    "train_minutes",
+    "steps",
+    "best_validation_perplexity",
+    "decode_sentences_per_second",
+)
+
+COLUMNS = [
+    ("name", "run", ""),
+    ("status", "status", ""),
+    ("bleu", "sacreBLEU", ".2f"),
+    ("tok_bleu", "tok. BLEU", ".2f"),
+    ("chrf", "chrF", ".2f"),
+    ("params", "params", lambda v: _each(v, lambda x: f"{x / 1e6:.2f}M")),
+    ("train_flops", "train FLOPs", lambda v: _each(v, lambda x: f"{x:.2e}")),
+    ("target_tokens_per_second", "tgt tok/s", ".0f"),
+    ("train_minutes", "train min", ".1f"),
+    ("steps", "steps", ".0f"),
+    ("best_validation_perplexity", "best val ppl", ".2f"),
+    ("decode_sentences_per_second", "decode sent/s", ".1f"),
+]
+
+
+def _each(value, formatter) -> str:
+    if isinstance(value, list):
+        present = [v for v in value if v is not None]
+        return " / ".join(formatter(v) for v in present) if present else tables.MISSING
+    return formatter(value)
+
+
+def run_row(outcome: RunOutcome) -> dict:
+    """One run's numbers, each from the record that produced it."""
+    row: dict = {
+        "name": outcome.name,
+        "config": str(outcome.spec.config),
+        "description": outcome.spec.description,
+        "seed": outcome.seed,
+        "status": outcome.status
+        if outcome.status == "ok"
+        else f"{outcome.status}: {outcome.reason}",
+        "workdir": str(outcome.run.path),
+    }
+    records = outcome.run.read_metrics()
+    train_records = [r for r in records if r.get("kind") == "train"]
+    validation = [r for r in records if r.get("kind") == "validation"]
+    if train_records:
+        last = train_records[-1]
+        # The first interval includes compilation; later ones show the steady state.
+        steady = train_records[1:] or train_records
+        row.update(
+            steps=last["step"],
+            train_minutes=last.get("elapsed_seconds", float("nan")) / 60,
+            train_flops=last.get("train_flops"),
+            target_tokens_per_second=statistics.mean(r["target_tokens_per_second"] for r in steady),
+        )
+    if validation:
+        row["best_validation_perplexity"] = min(r["perplexity"] for r in validation)
+        row["last_validation_bleu"] = validation[-1].get("bleu")
+    result = outcome.result
+    if result:
+        row.update(
+            bleu=result["bleu"],
+            signature=result["signature"],
+            tok_bleu=result.get("tok_bleu"),
+            tok_bleu_method=result.get("tok_bleu_method"),
+            chrf=result.get("chrf"),
+            decode_sentences_per_second=result.get("sentences_per_second"),
+            test_sentences=result.get("n"),
+            checkpoint=result.get("checkpoint"),
+        )
+    if outcome.config is not None and outcome.run.tokenizer_dir.exists():
+        row["params"] = _parameter_count(outcome)
+    return row
+
+
+def _parameter_count(outcome: RunOutcome) -> int:
+    import jax
+    import numpy as np
+
+    from seq2seq.evaluation.averaging import abstract_model, load_run_tokenizer
+
+    _, params = abstract_model(outcome.config, load_run_tokenizer(outcome.run))
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+
+
+def aggregate(rows: Sequence[dict]) -> list[dict]:
+    """One row per config: several seeds' numbers become lists (shown as mean ± std (max))."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["config_name"], []).append(row)
+    merged = []
+    for name, members in groups.items():
+        if len(members) == 1:
+            merged.append({**members[0], "name": name})
+            continue
+        row = {"name": name, "seeds": [m["seed"] for m in members]}
+        failed = [m["status"] for m in members if m["status"] != "ok"]
+        row["status"] = "ok" if not failed else f"{len(failed)} of {len(members)} failed"
+        for field in NUMERIC_FIELDS:
+            row[field] = [m.get(field) for m in members]
+        row["signature"] = members[0].get("signature")
+        merged.append(row)
+    return merged
+
+
+def summary_statistics(values: Sequence[float | None]) -> dict | None:
+    """mean, sample std (ddof 1), max and n of the present values, for report.json."""
+    present = [float(v) for v in values if v is not None]
+    if not present:
+        return None
+    return {
+        "mean": statistics.mean(present),
+        "std": statistics.stdev(present) if len(present) > 1 else 0.0,
+        "max": max(present),
+        "n": len(present),
+    }
+
+
+def write_report(
+    root: Path, outcomes: Sequence[RunOutcome], settings: Settings, title: str
+) -> Path:
+    """Writes ``report.md``, ``report.json`` and the figures under ``root``; returns the .md."""
+    figure_dir = root / "figures"
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for outcome in outcomes:
+        row = run_row(outcome)
+        row["config_name"] = outcome.spec.name
+        rows.append(row)
+    table_rows = aggregate(rows)
+    figure_paths = _figures(root, figure_dir, outcomes)
+    report_json = {
+        "title": title,
+        "settings": {
+            "overrides": dict(settings.overrides),
+            "budget_minutes": settings.budget_minutes,
+            "seeds": settings.seeds,
+            "beam_size": settings.beam_size,
+            "alpha": settings.alpha,
+            "split": settings.split,
+            "max_test_sentences": settings.max_test_sentences,
+        },
+        "runs": rows,
+        "configs": [
+            {
+                **row,
+                **{
+                    f"{field}_stats": summary_statistics(row[field])
+                    for field in NUMERIC_FIELDS
+                    if isinstance(row.get(field), list)
+                },
+            }
+            for row in table_rows
+        ],
+        "figures": {
+            key: [str(p.relative_to(root)) for p in paths] for key, paths in figure_paths.items()
+        },
+    }
+    (root / "report.json").write_text(json.dumps(report_json, indent=2, default=str) + "\n")
+    path = root / "report.md"
+    path.write_text(_markdown(title, table_rows, rows, settings, figure_paths, root))
+    return path
+
+
+def _figures(root: Path, figure_dir: Path, outcomes: Sequence[RunOutcome]) -> dict[str, list[Path]]:
+    paths: dict[str, list[Path]] = {}
+    curves = {o.name: o.run.read_metrics() for o in outcomes}
+    for x, stem in (("elapsed_seconds", "curves_time"), ("train_flops", "curves_flops")):
+        target = figure_dir / f"{stem}.png"
+        figures.plot_training_curves(curves, target, x=x)
+        paths.setdefault("curves", []).append(target)
+    results = {o.name: o.result for o in outcomes if o.result}
+    if results:
+        target = figure_dir / "bleu_by_length.png"
+        figures.plot_bleu_by_length(results, target)
+        paths["bleu_by_length"] = [target]
+    for outcome in outcomes:
+        if outcome.status != "ok" or outcome.result is None:
+            continue
+        try:
+            paths.setdefault("alignments", []).extend(_alignments(outcome, figure_dir))
+        except Exception as error:  # a figure must not cost the report
+            logger.warning("no alignment figure for %s: %s", outcome.name, error)
+    return paths
+
+
+def _alignments(outcome: RunOutcome, figure_dir: Path) -> list[Path]:
+    from seq2seq.data.pipeline import load_pairs
+    from seq2seq.evaluation.translator import Translator
+
+    config = outcome.config
+    pairs = load_pairs(config, outcome.result["split"])
+    low, high = ALIGNMENT_WORDS
+    sentences = [s for s, _ in pairs if low <= len(s.split()) <= high][:ALIGNMENT_SENTENCES]
+    translator = Translator.restore(
+        outcome.run.path, beam_size=outcome.result["beam_size"], alpha=outcome.result["alpha"]
+    )
+    return figures.alignment_figures(translator, sentences, figure_dir, outcome.name)
+
+
+def _markdown(
+    title: str,
+    table_rows: Sequence[dict],
+    rows: Sequence[dict],
+    settings: Settings,
+    figure_paths: dict[str, list[Path]],
+    root: Path,
+) -> str:
+    def image(path: Path) -> str:
+        return f"![{path.stem}]({path.relative_to(root)})"
+
+    signatures = sorted({r["signature"] for r in rows if r.get("signature")})
+    budget = (
+        f"{settings.budget_minutes:g} min of training each"
+        if settings.budget_minutes
+        else "each config's own steps/budget"
+    )
+    lines = [
+        f"# {title}",
+        "",
+        f"Decoding: beam {settings.beam_size}, alpha {settings.alpha}; split "
+        f"{settings.split or 'each config test split'}"
+        + (
+            f" (first {settings.max_test_sentences} sentences)"
+            if settings.max_test_sentences
+            else ""
+        )
+        + f"; training: {budget}; seeds per config: {settings.seeds}.",
+        "",
+        tables.markdown_table(table_rows, COLUMNS),
+        "sacreBLEU signature: " + ("; ".join(signatures) if signatures else "(no run was scored)"),
+        "",
+        "Columns: test sacreBLEU (detokenized), the papers' tokenized BLEU, chrF, parameters, "
+        "analytic training FLOPs, mean target tokens/s after the first log interval, training "
+        "wall time (counted across resumes), optimizer steps, best validation perplexity, "
+        "test-set decoding speed (compile included). With several seeds: mean ± std (max).",
+        "",
+    ]
+    if settings.overrides:
+        overrides = ", ".join(f"{k}={v!r}" for k, v in settings.overrides)
+        lines += [f"Overrides applied to every run: {overrides}.", ""]
+    failed = [r for r in rows if r["status"] != "ok"]
+    if failed:
+        lines += ["## Failed runs", ""]
+        lines += [f"- `{r['name']}`: {r['status']}" for r in failed]
+        lines.append("")
+    lines += ["## Training curves", ""]
+    lines += [image(p) for p in figure_paths.get("curves", [])]
+    if "bleu_by_length" in figure_paths:
+        lines += ["", "## BLEU by source length (Bahdanau et al. 2015, Figure 2)", ""]
+        lines.append(image(figure_paths["bleu_by_length"][0]))
+    if figure_paths.get("alignments"):
+        lines += [
+            "",
+            "## Attention over the source (Bahdanau et al. 2015, Figure 3)",
+            "",
+            "Rows are the output tokens, columns the source tokens; white is weight 1. "
+            "RNNsearch has one additive attention; the Transformer one cross-attention per "
+            "layer and head, plus each layer's head average.",
+            "",
+        ]
+        lines += [image(p) for p in figure_paths["alignments"]]
+    return "\n".join(lines) + "\n"

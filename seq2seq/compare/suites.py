@@ -1,0 +1,128 @@
+"""Named sets of runs: ``--suite quickstart | multi30k | long_sentences | table3``.
+
+A suite is a list of ``RunSpec``: a name (the run's folder), a config file and overrides of that
+config. ``table3`` derives its rows from any base config, following the rows of Vaswani et al.
+(2017) Table 3 scaled to the base's own sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import ml_collections
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run of a comparison: ``config`` (a configs/*.py file) with ``overrides`` applied."""
+
+    name: str
+    config: Path
+    overrides: tuple[tuple[str, object], ...] = ()
+    description: str = ""
+
+
+def _from_files(*stems: str) -> list[RunSpec]:
+    return [RunSpec(stem, CONFIGS / f"{stem}.py") for stem in stems]
+
+
+SUITES = {
+    "quickstart": lambda: _from_files("quickstart_transformer", "quickstart_rnnsearch"),
+    "multi30k": lambda: _from_files("multi30k_transformer", "multi30k_rnnsearch"),
+    "long_sentences": lambda: _from_files(
+        "long_sentences_rnnencdec",
+        "long_sentences_rnnsearch",
+        "long_sentences_rnnsearch_dot",
+        "long_sentences_rnnsearch_general",
+        "long_sentences_transformer",
+    ),
+}
+
+
+def suite_names() -> list[str]:
+    return [*SUITES, "table3"]
+
+
+def expand_suite(name: str, base: Path | None = None) -> list[RunSpec]:
+    """The runs of suite ``name``; ``table3`` needs ``base``, a Transformer config."""
+    if name == "table3":
+        if base is None:
+            raise ValueError("--suite table3 needs --base CONFIG (a Transformer config to vary)")
+        from seq2seq.config import load_config_file
+
+        return table3_runs(base, load_config_file(base))
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(suite_names())}")
+    specs = SUITES[name]()
+    missing = [spec.config for spec in specs if not spec.config.exists()]
+    if missing:
+        raise ValueError(f"suite {name!r} needs {missing[0]}, which is missing from configs/")
+    return specs
+
+
+def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpec]:
+    """The rows of Vaswani et al. Table 3, as overrides of ``base`` (a Transformer config).
+
+    Sizes are scaled to the base: where the paper's base has d_model 512 and h 8, the rows here
+    multiply or divide the base's own d_model, h, d_k, d_ff and N by the paper's factors.
+    (A) heads with d_k = d_v = d_model / h; (B) a smaller d_k alone; (C) fewer and more layers,
+    narrower and wider d_model and d_ff; (D) dropout and label smoothing off and raised;
+    (E) learned positional embeddings instead of sinusoids.
+    """
+    if base.model.name != "transformer":
+        raise ValueError(f"--base {base_path} is a {base.model.name}; table3 varies a Transformer")
+    t = base.model.transformer
+    d, h, layers = t.d_model, t.num_heads, t.encoder_layers
+    rows: list[tuple[str, str, dict]] = [("base", "the base config itself", {})]
+
+    def heads(count: int) -> dict:
+        return {"num_heads": count, "d_k": d // count, "d_v": d // count}
+
+    for factor in (1 / 8, 1 / 2, 2, 4):  # the paper: h = 1, 4, 16, 32 around h = 8
+        count = int(h * factor)
+        if count >= 1 and d % count == 0 and count != h:
+            rows.append((f"A_h{count}", f"(A) h={count}, d_k=d_v={d // count}", heads(count)))
+    rows.append(("B_dk_half", f"(B) d_k={t.d_k // 2}", {"d_k": max(t.d_k // 2, 1)}))
+    for count in sorted({max(layers // 3, 1), layers * 2} - {layers}):  # the paper: N=2, 4, 8
+        rows.append(
+            (f"C_N{count}", f"(C) N={count}", {"encoder_layers": count, "decoder_layers": count})
+        )
+    for name, width in (("C_dmodel_half", d // 2), ("C_dmodel_double", d * 2)):
+        scale = width / d
+        rows.append(
+            (
+                name,
+                f"(C) d_model={width}, d_k=d_v={int(t.d_k * scale)}",
+                {"d_model": width, "d_k": int(t.d_k * scale), "d_v": int(t.d_v * scale)},
+            )
+        )
+    for name, width in (("C_dff_half", t.d_ff // 2), ("C_dff_double", t.d_ff * 2)):
+        rows.append((name, f"(C) d_ff={width}", {"d_ff": width}))
+    for rate in (0.0, 0.2):
+        if rate != t.dropout_rate:
+            rows.append((f"D_drop{rate}", f"(D) P_drop={rate}", {"dropout_rate": rate}))
+    for smoothing in (0.0, 0.2):
+        if smoothing != base.train.label_smoothing:
+            rows.append(
+                (
+                    f"D_ls{smoothing}",
+                    f"(D) eps_ls={smoothing}",
+                    {"train.label_smoothing": smoothing},
+                )
+            )
+    rows.append(("E_learned", "(E) learned positional embedding", {"positions": "learned"}))
+
+    def qualified(overrides: dict) -> tuple[tuple[str, object], ...]:
+        return tuple(
+            (key if "." in key else f"model.transformer.{key}", value)
+            for key, value in overrides.items()
+        )
+
+    return [
+        RunSpec(f"{base_path.stem}-{name}", base_path, qualified(overrides), description)
+        for name, description, overrides in rows
+    ]
