@@ -111,3 +111,35 @@ def test_attention_notebook_runs_on_trained_models(runs, monkeypatch):
         len(alignment.target_pieces),
         len(alignment.source_pieces),
     )
+
+
+def test_alignment_figures_of_trained_models(runs, tmp_path, monkeypatch):
+    """RNNsearch gives one heatmap, the Transformer a layer x (heads + mean) grid."""
+    from seq2seq.evaluation.translator import Translator
+    from seq2seq.report import figures
+
+    drawn = {}
+    for form in ("plot_rnn_alignment", "plot_transformer_attention"):
+        original = getattr(figures, form)
+
+        def spy(alignment, path, title, form=form, original=original):
+            figure = original(alignment, path, title)
+            drawn[path.name] = (form, len(figure.axes))
+            return figure
+
+        monkeypatch.setattr(figures, form, spy)
+    root, _ = runs
+    sentence = synthetic.load_split("test")[0][0]
+    for name in ("rnnsearch", "transformer"):
+        translator = Translator.restore(root / name, beam_size=1)
+        (path,) = figures.alignment_figures(translator, [sentence], tmp_path, name)
+        assert path.stat().st_size > 10_000
+    transformer = json.loads((root / "transformer" / "config.json").read_text())["model"]
+    layers, heads = (
+        transformer["transformer"]["decoder_layers"],
+        transformer["transformer"]["num_heads"],
+    )
+    assert drawn == {
+        "rnnsearch_alignment_1.png": ("plot_rnn_alignment", 1),
+        "transformer_alignment_1.png": ("plot_transformer_attention", layers * (heads + 1)),
+    }

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from seq2seq.evaluation.translator import Translator
 from seq2seq.report import alignment as alignment_lib
 from seq2seq.report.plots import plot_alignment, plot_lines
 
@@ -242,7 +243,7 @@ def _file_stem(label: str) -> str:
 
 
 def alignment_figures(
-    translator, sentences: Sequence[str], out_dir: Path, label: str
+    translator: Translator, sentences: Sequence[str], out_dir: Path, label: str
 ) -> list[Path]:
     """Translates each sentence and draws the attention that produced its translation.
 
