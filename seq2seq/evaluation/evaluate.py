@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq import provenance
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
@@ -97,6 +98,7 @@ def evaluate(
         ),
         "split": split,
         **facts,
+        "provenance": provenance.for_evaluation(workdir),
     }
     out_dir = workdir / EVAL_DIR
     _write_lines(out_dir / f"{split}.hyp.txt", hypotheses)

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from seq2seq import config as config_lib
+from seq2seq import provenance
 from seq2seq.data.pipeline import build_training_data, padding_share
 from seq2seq.models import build_model
 from seq2seq.training import sharding
@@ -155,6 +156,8 @@ def train(
         jax.distributed.initialize()
     workdir.mkdir(parents=True, exist_ok=True)
     save_config(config, workdir)
+    if jax.process_index() == 0:
+        provenance.record_start(workdir)  # versions, devices and commit of this (re)start
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
     multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
     data = build_training_data(config, workdir, batch_multiple=multiple)
