@@ -1,16 +1,33 @@
 # Two entry points for a fresh clone: `make quickstart` and `make test`.
-# Both create .venv with python3 -m venv when it is missing and install the project into it.
+# Both create .venv with python3 -m venv when it is missing and install into it the exact versions
+# of requirements.lock (checked against its hashes), then the project itself, editable.
+# `make lock` refreshes the lock after pyproject.toml changes (see the README).
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+LOCK   := requirements.lock
+UV     := uv==0.13.9
+# The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
+LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart test lint format clean
+.PHONY: quickstart test lint format clean lock lock-upgrade
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e ".[test]"
+	$(PYTHON) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PYTHON) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Keeps every pin that pyproject.toml still allows; lock-upgrade moves all to the newest allowed.
+lock:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet "$(UV)"
+	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_TARGET) --generate-hashes \
+		--custom-compile-command "make lock" --quiet -o $(LOCK) $(UPGRADE)
+
+lock-upgrade:
+	$(MAKE) lock UPGRADE=--upgrade
 
 quickstart: $(STAMP)
 	$(PYTHON) -m seq2seq.quickstart --workdir runs/quickstart

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import shutil
@@ -14,6 +15,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import config as config_lib
+from seq2seq import provenance
 from seq2seq.data import synthetic
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.evaluation.averaging import (
@@ -182,6 +184,17 @@ def test_printed_scores_and_json_file_agree(workdir, evaluated):
     assert printed["beam_size"] == 2 and printed["truncated_inputs"] == 0
     report = "\n".join(evaluated[:-1])
     assert "sacreBLEU" in report and "chrF2" in report and "tokenized BLEU" in report
+
+
+@pytest.mark.slow
+def test_the_scores_carry_the_run_s_provenance_and_the_evaluator_s(workdir, evaluated):
+    saved = json.loads((workdir / "eval" / "test.json").read_text())["provenance"]
+    assert saved["run"] == provenance.read_entries(workdir)[-1]
+    assert saved["run"]["packages"]["flax"] == importlib.metadata.version("flax")
+    assert saved["changed_during_run"] == []
+    evaluation = saved["evaluation"]
+    assert evaluation["packages"]["sacrebleu"] == importlib.metadata.version("sacrebleu")
+    assert evaluation["device_kind"] == jax.devices()[0].device_kind
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq import provenance
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
@@ -99,6 +100,7 @@ def evaluate(
         "split": split,
         "max_sentences": max_sentences,
         **facts,
+        "provenance": provenance.for_evaluation(workdir),
     }
     run = RunDirectory(workdir)
     _write_lines(run.hypotheses_file(split), hypotheses)

@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
+from seq2seq import provenance
 from seq2seq.data.pipeline import build_training_data, padding_share
 from seq2seq.models import build_model, schedule_width, train_flops
 from seq2seq.run_directory import RunDirectory
@@ -99,6 +100,8 @@ def train(
     if config.mesh.distributed:
         jax.distributed.initialize()
     run.create().save_config(config)
+    if jax.process_index() == 0:
+        provenance.record_start(run.path)  # versions, devices and commit of this (re)start
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
     multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
     data = build_training_data(config, run.tokenizer_dir, batch_multiple=multiple)

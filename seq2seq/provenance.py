@@ -1,0 +1,220 @@
+"""What produced a run: the code, the packages and the devices, recorded in its work directory.
+
+``record_start`` adds one entry to ``WORKDIR/provenance.json`` each time training starts or
+resumes there, and warns (one line) when a resume runs under other package versions or another
+device kind than the start before it. ``for_evaluation`` is what ``eval.py`` stores beside its
+scores; ``summary`` is the short form a comparison of runs shows.
+
+The file holds one JSON object, ``{"entries": [ENTRY, ...]}``, oldest first; an entry reads::
+
+    {"started": "2025-01-31T12:00:00+00:00", "commit": "4f3a...", "dirty": false,
+     "argv": ["train.py", "--config", ...], "config_overrides": ["--config.train.steps=20"],
+     "python": "3.11.7", "platform": "Linux-...-x86_64", "packages": {"jax": "0.10.2", ...},
+     "backend": "cpu", "device_kind": "cpu", "device_count": 1, "process_count": 1}
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+
+from seq2seq.run_directory import RunDirectory
+
+logger = logging.getLogger(__name__)
+
+# The installed distributions whose versions can change a run's numbers.
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "grain",
+    "tensorflow-datasets",
+    "sentencepiece",
+    "sacrebleu",
+)
+# The checkout this package was imported from (a git work tree when installed editable).
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def git_state(directory: Path = PROJECT_DIR) -> dict[str, object]:
+    """The commit checked out in ``directory`` and whether files differ from it.
+
+    Untracked files that git does not ignore count as changes (a new config changes a run).
+    Both values are None when ``directory`` is not a git checkout or git is not installed.
+    """
+    try:
+        commit = _git(directory, "rev-parse", "HEAD")
+        changes = _git(directory, "status", "--porcelain")
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(changes)}
+
+
+def _git(directory: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(directory), *args], capture_output=True, text=True, check=True
+    )
+    return result.stdout.strip()
+
+
+def package_versions() -> dict[str, str | None]:
+    """The installed version of each of ``PACKAGES`` (None for one that is not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def environment() -> dict[str, object]:
+    """The code, packages and devices of this process (initializes JAX's backend)."""
+    devices = jax.devices()
+    return {
+        **git_state(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+        "process_count": jax.process_count(),
+    }
+
+
+def config_overrides(argv: Sequence[str]) -> list[str]:
+    """The ``--config.KEY=VALUE`` arguments of a command line, each as one string.
+
+    ``--config.KEY VALUE`` (two arguments) is joined into ``--config.KEY=VALUE``.
+    """
+    overrides = []
+    for i, argument in enumerate(argv):
+        if not argument.startswith(("--config.", "--noconfig.")):
+            continue
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if "=" not in argument and following is not None and not following.startswith("-"):
+            argument = f"{argument}={following}"
+        overrides.append(argument)
+    return overrides
+
+
+def start_entry(argv: Sequence[str]) -> dict[str, object]:
+    """The entry that a start (or resume) of training with command line ``argv`` records."""
+    facts = environment()
+    return {
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": facts.pop("commit"),
+        "dirty": facts.pop("dirty"),
+        "argv": list(argv),
+        "config_overrides": config_overrides(argv),
+        **facts,
+    }
+
+
+def read_entries(workdir: Path) -> list[dict]:
+    """The entries of ``WORKDIR/provenance.json``, oldest first ([] when there is none)."""
+    path = RunDirectory(workdir).provenance_file
+    if not path.exists():
+        return []
+    return json.loads(path.read_text())["entries"]
+
+
+def changes(previous: dict, current: dict) -> list[str]:
+    """What differs between two entries' Python, package versions and device kind.
+
+    Returns:
+      One ``"NAME OLD -> NEW"`` string per difference, e.g. ``["jax 0.9.0 -> 0.10.2"]``.
+    """
+    before = {"python": previous.get("python"), **previous.get("packages", {})}
+    after = {"python": current.get("python"), **current.get("packages", {})}
+    before["device_kind"] = previous.get("device_kind")
+    after["device_kind"] = current.get("device_kind")
+    return [
+        f"{name} {before.get(name)} -> {after.get(name)}"
+        for name in after
+        if before.get(name) != after.get(name)
+    ]
+
+
+def record_start(workdir: Path, argv: Sequence[str] | None = None) -> dict[str, object]:
+    """Appends this start of training to ``WORKDIR/provenance.json`` and returns the entry.
+
+    Call it from process 0 only. A resume under other versions or another device kind goes on,
+    after one warning line naming what changed. An unreadable file is kept aside (renamed to
+    ``provenance.json.unreadable``) and a new one begun, so a damaged record never stops a run.
+
+    Args:
+      workdir: the run's work directory (it exists).
+      argv: the command line to record; default ``sys.argv``.
+    """
+    workdir = Path(workdir)
+    path = RunDirectory(workdir).provenance_file
+    entry = start_entry(sys.argv if argv is None else argv)
+    try:
+        entries = read_entries(workdir)
+    except (ValueError, KeyError, TypeError) as error:
+        kept = path.with_name(path.name + ".unreadable")
+        logger.warning("%s is unreadable (%s); kept as %s, starting anew", path, error, kept)
+        path.replace(kept)
+        entries = []
+    if entries and (changed := changes(entries[-1], entry)):
+        logger.warning(
+            "resuming %s under a different environment than its last start: %s; "
+            "its results may differ from a run without the change",
+            workdir,
+            ", ".join(changed),
+        )
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps({"entries": [*entries, entry]}, indent=2) + "\n")
+    os.replace(temporary, path)
+    return entry
+
+
+def summary(workdir: Path) -> dict[str, object] | None:
+    """The facts a comparison of runs shows, from the run's latest start; None without a record.
+
+    ``changed_during_run`` lists what differed between successive starts (see ``changes``);
+    ``commits`` every distinct commit the run was trained from, in order.
+    """
+    entries = read_entries(workdir)
+    if not entries:
+        return None
+    latest = entries[-1]
+    commits = list(dict.fromkeys(entry.get("commit") for entry in entries))
+    pairs = zip(entries, entries[1:], strict=False)  # each start with the one before it
+    return {
+        "commit": latest.get("commit"),
+        "dirty": any(entry.get("dirty") for entry in entries),
+        "device_kind": latest.get("device_kind"),
+        "device_count": latest.get("device_count"),
+        "jax": latest.get("packages", {}).get("jax"),
+        "starts": len(entries),
+        "commits": commits,
+        "changed_during_run": [
+            change for before, after in pairs for change in changes(before, after)
+        ],
+    }
+
+
+def for_evaluation(workdir: Path) -> dict[str, object]:
+    """What ``eval.py`` stores with its scores: the run's latest start and its own environment."""
+    entries = read_entries(workdir)
+    run_summary = summary(workdir)
+    return {
+        "run": entries[-1] if entries else None,
+        "changed_during_run": run_summary["changed_during_run"] if run_summary else [],
+        "evaluation": environment(),
+    }
