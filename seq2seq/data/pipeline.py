@@ -56,6 +56,8 @@ def build_tokenizer(
         vocab_size=data.vocab_size,
         shared=data.shared_vocab,
         directory=directory,
+        source_lang=data.src_lang,
+        target_lang=data.tgt_lang,
     )
 
 
