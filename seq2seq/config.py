@@ -83,6 +83,7 @@ def default_config() -> ml_collections.ConfigDict:
     data.max_length = 64  # longest training sentence kept (tokens, either side, EOS included)
     data.max_length_ratio = 9.0  # drop pairs with longer/shorter side (tokens) above this; 0: never
     data.tokens_per_batch = 4096  # padded tokens per batch side (source or target), all hosts
+    data.sentences_per_batch = 0  # exactly this many sentences per batch (all hosts); 0: by tokens
     data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
     data.pack = False  # pack several pairs per row of max_length tokens (Transformer only)
 
@@ -201,9 +202,18 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     data = config.data
     _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")
     _require(
-        data.tokens_per_batch >= data.max_length,
+        data.sentences_per_batch >= 0,
+        f"config.data.sentences_per_batch={data.sentences_per_batch} must be >= 0 (0: by tokens)",
+    )
+    _require(
+        data.sentences_per_batch > 0 or data.tokens_per_batch >= data.max_length,
         f"config.data.tokens_per_batch={data.tokens_per_batch} cannot hold one sentence of "
         f"data.max_length={data.max_length} tokens; raise it",
+    )
+    _require(
+        not (data.pack and data.sentences_per_batch),
+        "config.data.pack=True fills rows by tokens, so batches cannot hold exactly "
+        "data.sentences_per_batch sentences; set data.pack=False or data.sentences_per_batch=0",
     )
     _require(
         data.max_length_ratio == 0 or data.max_length_ratio >= 1,

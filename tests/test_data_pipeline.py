@@ -91,3 +91,34 @@ def test_multi30k_configs_find_their_data_from_any_directory(multi30k, tmp_path,
     assert len(pairs) == 1014  # the Multi30k validation captions
     german, english = pairs[0]
     assert german != english and len(german.split()) > 2
+
+
+def test_rnnsearch50_config_batches_exactly_80_sentences(tmp_path):
+    config = load_config_file(REPO / "configs/wmt14_enfr_rnnsearch50.py")
+    assert config.data.sentences_per_batch == 80
+    config.data.source, config.data.src_lang, config.data.tgt_lang = "synthetic", "en", "de"
+    config.data.max_train_examples = 2000  # 25 batches an epoch
+    config.data.vocab_size = 1000
+    data = build_training_data(config, tmp_path / "run")
+    assert data.counts["kept"] == 2000
+    batches = iter(data.batches)
+    for _ in range(60):  # more than two epochs
+        batch = next(batches)
+        sentences = (batch["source"] != 0).any(axis=1) & (batch["target"] != 0).any(axis=1)
+        assert batch["source"].shape[0] == 80 and sentences.sum() == 80
+        assert batch["source"].shape[1] % config.data.bucket_width == 0
+
+
+def test_sentences_per_batch_must_divide_among_devices_and_excludes_packing(tmp_path):
+    config = tiny_config()
+    config.data.sentences_per_batch = 80
+    config.data.max_train_examples = 400
+    with pytest.raises(ValueError, match=r"sentences_per_batch=80 is not a multiple of 3 \("):
+        build_training_data(config, tmp_path / "run", batch_multiple=3)  # e.g. 3 devices
+    build_training_data(config, tmp_path / "run", batch_multiple=4)
+    config.data.pack = True
+    with pytest.raises(ConfigError, match="set data.pack=False or data.sentences_per_batch=0"):
+        validate(config)
+    config.data.pack, config.data.sentences_per_batch = False, -1
+    with pytest.raises(ConfigError, match="sentences_per_batch=-1 must be >= 0"):
+        validate(config)

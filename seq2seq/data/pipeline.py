@@ -102,6 +102,7 @@ def make_batches(
         bucket_width=data.bucket_width,
         tokens_per_batch=data.tokens_per_batch,
         batch_multiple=math.lcm(batch_multiple, hosts),
+        sentences_per_batch=data.sentences_per_batch,
     )
     if not data.pack:
         return BucketedBatches(corpus, indices, spec, config.seed, host, hosts)

@@ -52,6 +52,7 @@ RUN_IDENTITY_KEYS = (
     "data.max_length",
     "data.max_length_ratio",
     "data.tokens_per_batch",
+    "data.sentences_per_batch",
     "data.bucket_width",
     "data.pack",
 )
