@@ -147,6 +147,13 @@ def build_training_data(
             f"no training pairs left after filtering ({counts}); raise data.max_length or "
             "data.max_length_ratio, or check the data"
         )
+    if data.source == "synthetic" and data.synthetic_lengths == "uniform" and dropped["too_long"]:
+        longest = int(max(encoded.source_lengths.max(), encoded.target_lengths.max()))
+        raise DataError(
+            f"data.max_length={data.max_length} drops {dropped['too_long']} synthetic pairs, and "
+            f"with them the even spread of lengths; set it to at least {longest} (the longest "
+            "pair's tokens, EOS included)"
+        )
     batches = make_batches(config, encoded, indices, batch_multiple)
     report = report_efficiency(batches)
     logger.info(
