@@ -18,6 +18,7 @@ import ml_collections
 
 MODEL_NAMES = ("transformer", "rnnsearch")
 DATA_SOURCES = ("synthetic", "text", "tfds")
+SYNTHETIC_LENGTHS = ("grammar", "uniform")
 TOKENIZERS = ("unigram", "bpe", "word")
 OPTIMIZERS = ("adam", "adadelta")
 SCHEDULES = ("transformer", "constant", "warmup_rsqrt", "warmup_cosine")
@@ -68,6 +69,9 @@ def default_config() -> ml_collections.ConfigDict:
 
     config.data = data = ml_collections.ConfigDict()
     data.source = "synthetic"  # "synthetic" (embedded toy pair), "text" (files) or "tfds" (WMT)
+    data.synthetic_lengths = "grammar"  # synthetic lengths: "grammar" (mostly short), "uniform"
+    data.synthetic_min_words = 3  # shortest synthetic source sentence (words, at least 3)
+    data.synthetic_max_words = 40  # longest synthetic source sentence (words); "uniform" reaches it
     data.name = ""  # TFDS dataset name, e.g. "wmt14_translate/de-en" (source "tfds")
     data.dir = ""  # folder of STEM.LANG files (source "text"); TFDS data_dir (source "tfds")
     data.src_lang = "en"  # source language code
@@ -83,6 +87,7 @@ def default_config() -> ml_collections.ConfigDict:
     data.max_length = 64  # longest training sentence kept (tokens, either side, EOS included)
     data.max_length_ratio = 9.0  # drop pairs with longer/shorter side (tokens) above this; 0: never
     data.tokens_per_batch = 4096  # padded tokens per batch side (source or target), all hosts
+    data.sentences_per_batch = 0  # exactly this many sentences per batch (all hosts); 0: by tokens
     data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
     data.pack = False  # pack several pairs per row of max_length tokens (Transformer only)
 
@@ -207,6 +212,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "model.name", MODEL_NAMES)
     _choice(config, "data.source", DATA_SOURCES)
     _choice(config, "data.tokenizer", TOKENIZERS)
+    _choice(config, "data.synthetic_lengths", SYNTHETIC_LENGTHS)
     _choice(config, "train.optimizer", OPTIMIZERS)
     _choice(config, "train.schedule", SCHEDULES)
     _choice(config, "train.dtype", DTYPES)
@@ -228,9 +234,18 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     data = config.data
     _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")
     _require(
-        data.tokens_per_batch >= data.max_length,
+        data.sentences_per_batch >= 0,
+        f"config.data.sentences_per_batch={data.sentences_per_batch} must be >= 0 (0: by tokens)",
+    )
+    _require(
+        data.sentences_per_batch > 0 or data.tokens_per_batch >= data.max_length,
         f"config.data.tokens_per_batch={data.tokens_per_batch} cannot hold one sentence of "
         f"data.max_length={data.max_length} tokens; raise it",
+    )
+    _require(
+        not (data.pack and data.sentences_per_batch),
+        "config.data.pack=True fills rows by tokens, so batches cannot hold exactly "
+        "data.sentences_per_batch sentences; set data.pack=False or data.sentences_per_batch=0",
     )
     _require(
         data.max_length_ratio == 0 or data.max_length_ratio >= 1,
@@ -241,6 +256,18 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "config.data.pack=True needs model.name='transformer' (RNNsearch reads each row as one "
         "sentence); set data.pack=False",
     )
+    _require(
+        3 <= data.synthetic_min_words <= data.synthetic_max_words,
+        f"config.data.synthetic_min_words={data.synthetic_min_words} and synthetic_max_words="
+        f"{data.synthetic_max_words} need 3 <= min <= max",
+    )
+    if data.source == "synthetic" and data.synthetic_lengths == "uniform":
+        _require(
+            data.max_length > data.synthetic_max_words,
+            f"config.data.max_length={data.max_length} would drop the synthetic sentences of up to "
+            f"data.synthetic_max_words={data.synthetic_max_words} words (a word is at least one "
+            "token, plus EOS; targets run a few words longer); raise data.max_length",
+        )
     if data.source == "tfds":
         _require(bool(data.name), "config.data.name is empty; data.source='tfds' needs a dataset")
     if data.source == "text":

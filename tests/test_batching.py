@@ -44,6 +44,13 @@ def bucketed(corpus, seed=0, tokens=96, multiple=1, host=0, hosts=1):
     return BucketedBatches(corpus, np.arange(len(corpus)), spec, seed, host, hosts)
 
 
+def exact(corpus, seed=0, sentences=8, multiple=1, host=0, hosts=1):
+    spec = BucketSpec(
+        16, 4, tokens_per_batch=0, batch_multiple=multiple, sentences_per_batch=sentences
+    )
+    return BucketedBatches(corpus, np.arange(len(corpus)), spec, seed, host, hosts)
+
+
 def packed(corpus, seed=0, rows=4, host=0, hosts=1):
     indices = np.arange(len(corpus))
     return packed_batches(
@@ -90,7 +97,7 @@ def test_epochs_are_reshuffled_and_seeds_differ():
     assert [pair_ids(b) for b in other] != [pair_ids(b) for b in draw(iter(dataset), 5)]
 
 
-@pytest.mark.parametrize("make", [bucketed, packed], ids=["bucketed", "packed"])
+@pytest.mark.parametrize("make", [bucketed, exact, packed], ids=["bucketed", "exact", "packed"])
 def test_restored_state_resumes_the_identical_stream_across_epochs(make):
     corpus = make_corpus(30, 16)
     iterator = iter(make(corpus))
@@ -216,3 +223,41 @@ def test_filters_count_each_dropped_pair_under_its_first_reason():
     assert counts == {"empty": 3, "too_long": 1, "length_ratio": 2}
     kept, counts = filter_pairs(source, target, max_length=64, max_length_ratio=0.0)
     assert kept.tolist() == [0, 4, 5, 6] and counts["length_ratio"] == 0
+
+
+def test_exact_sentences_per_batch_fills_every_batch_and_buckets_by_length():
+    corpus = make_corpus(203, 16, seed=6)
+    dataset = exact(corpus)
+    epochs = []
+    for epoch in range(2):
+        plan = plan_epoch(dataset.lengths, dataset.spec, 0, epoch)
+        epochs.append([dataset.batch(members) for members in plan])
+    for batches in epochs:
+        assert len(batches) == 203 // 8
+        seen = [i for batch in batches for i in pair_ids(batch)]
+        assert len(seen) == len(set(seen)) == 200  # 203 mod 8 = 3 pairs sit the epoch out
+        for batch in batches:
+            rows, length = batch["source"].shape
+            assert rows == 8 and np.all(batch["source"][:, 0] > 0)  # no all-padding row
+            longest = max(dataset.lengths[i] for i in pair_ids(batch))  # either side, EOS too
+            assert length == -(-longest // 4) * 4  # the bucket of its longest pair
+        # Sorted by length before cutting: few batches mix two buckets, none mixes three.
+        spans = [len({-(-dataset.lengths[i] // 4) for i in pair_ids(b)}) for b in batches]
+        assert max(spans) <= 2 and sum(s == 2 for s in spans) <= 3
+    left_out = [set(range(203)) - {i for b in batches for i in pair_ids(b)} for batches in epochs]
+    assert left_out[0] != left_out[1]  # another epoch, others left out
+
+
+def test_exact_batches_split_between_hosts_and_reject_an_indivisible_multiple():
+    corpus = make_corpus(50, 16, seed=7)
+    whole = draw(iter(exact(corpus, multiple=2)), 4)
+    halves = [draw(iter(exact(corpus, multiple=2, host=h, hosts=2)), 4) for h in (0, 1)]
+    for batch, first, second in zip(whole, *halves, strict=True):
+        assert first["source"].shape[0] == 4
+        np.testing.assert_array_equal(
+            np.concatenate([first["source"], second["source"]]), batch["source"]
+        )
+    with pytest.raises(ValueError, match="sentences_per_batch=8 is not a multiple of 3"):
+        exact(corpus, multiple=3)
+    with pytest.raises(ValueError, match="only 5 training pairs"):
+        exact(make_corpus(5, 16))

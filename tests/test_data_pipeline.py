@@ -3,9 +3,11 @@
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from seq2seq.config import ConfigError, load_config_file, validate
+from seq2seq.data.encoded import filter_pairs
 from seq2seq.data.pipeline import build_training_data, load_pairs
 from seq2seq.data.sources import DataError
 from tests.conftest import REPO, tiny_config
@@ -91,3 +93,77 @@ def test_multi30k_configs_find_their_data_from_any_directory(multi30k, tmp_path,
     assert len(pairs) == 1014  # the Multi30k validation captions
     german, english = pairs[0]
     assert german != english and len(german.split()) > 2
+
+
+def test_rnnsearch50_config_batches_exactly_80_sentences(tmp_path):
+    config = load_config_file(REPO / "configs/wmt14_enfr_rnnsearch50.py")
+    assert config.data.sentences_per_batch == 80
+    config.data.source, config.data.src_lang, config.data.tgt_lang = "synthetic", "en", "de"
+    config.data.max_train_examples = 2000  # 25 batches an epoch
+    config.data.vocab_size = 1000
+    data = build_training_data(config, tmp_path / "run")
+    assert data.counts["kept"] == 2000
+    batches = iter(data.batches)
+    for _ in range(60):  # more than two epochs
+        batch = next(batches)
+        sentences = (batch["source"] != 0).any(axis=1) & (batch["target"] != 0).any(axis=1)
+        assert batch["source"].shape[0] == 80 and sentences.sum() == 80
+        assert batch["source"].shape[1] % config.data.bucket_width == 0
+
+
+def test_sentences_per_batch_must_divide_among_devices_and_excludes_packing(tmp_path):
+    config = tiny_config()
+    config.data.sentences_per_batch = 80
+    config.data.max_train_examples = 400
+    with pytest.raises(ValueError, match=r"sentences_per_batch=80 is not a multiple of 3 \("):
+        build_training_data(config, tmp_path / "run", batch_multiple=3)  # e.g. 3 devices
+    build_training_data(config, tmp_path / "run", batch_multiple=4)
+    config.data.pack = True
+    with pytest.raises(ConfigError, match="set data.pack=False or data.sentences_per_batch=0"):
+        validate(config)
+    config.data.pack, config.data.sentences_per_batch = False, -1
+    with pytest.raises(ConfigError, match="sentences_per_batch=-1 must be >= 0"):
+        validate(config)
+
+
+def _long_sentences_config(tokenizer: str = "word", max_length: int = 72):
+    config = tiny_config()
+    data = config.data
+    data.synthetic_lengths, data.synthetic_min_words, data.synthetic_max_words = "uniform", 3, 60
+    data.max_length = max_length
+    data.tokenizer = tokenizer
+    data.max_train_examples = 4000
+    return validate(config)
+
+
+# Word tokens: 60 words + EOS, and targets up to ~6 words longer. Subwords: up to ~2 per word.
+@pytest.mark.parametrize("tokenizer, max_length", [("word", 72), ("unigram", 128)])
+def test_long_synthetic_sentences_survive_the_filters_evenly_spread(
+    tmp_path, tokenizer, max_length
+):
+    config = _long_sentences_config(tokenizer, max_length)
+    data = build_training_data(config, tmp_path / "run")
+    assert data.counts["kept"] == data.counts["read"] == 4000  # no pair filtered out
+    for split in ("validation", "test"):  # what BLEU by sentence length (Figure 2) buckets
+        pairs = load_pairs(config, split)
+        words = np.array([len(source.split()) for source, _ in pairs])
+        assert words.min() >= 3 and words.max() == 60
+        shares = np.bincount((words - 1) // 10, minlength=6) / len(pairs)
+        assert len(shares) == 6 and shares.min() >= 0.1, shares  # 1-10, ..., 51-60 words
+        sources = data.tokenizer.encode_source([source for source, _ in pairs])
+        targets = data.tokenizer.encode_target([target for _, target in pairs])
+        source_lengths = np.array([len(ids) for ids in sources])
+        target_lengths = np.array([len(ids) for ids in targets])
+        assert np.all(source_lengths >= words + 1)  # a word is at least one token, EOS too
+        kept, _ = filter_pairs(source_lengths, target_lengths, config.data.max_length, 9.0)
+        assert len(kept) == len(pairs)  # the training filters would keep every one
+
+
+def test_long_synthetic_sentences_refuse_a_max_length_that_drops_them(tmp_path):
+    config = _long_sentences_config()
+    config.data.max_length = 60
+    with pytest.raises(ConfigError, match="max_length=60 would drop the synthetic sentences"):
+        validate(config)
+    config.data.max_length = 62  # holds every source sentence, not every (longer) target
+    with pytest.raises(DataError, match=r"drops \d+ synthetic pairs.*set it to at least 6\d "):
+        build_training_data(config, tmp_path / "run")

@@ -10,6 +10,7 @@ import jax
 import pytest
 
 from seq2seq import lockfile, provenance
+from seq2seq.run_directory import RunDirectory
 from seq2seq.training.trainer import train
 from tests.conftest import REPO, tiny_config
 

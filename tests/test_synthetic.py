@@ -4,6 +4,7 @@ The structural checks re-derive what each rule must have done from the exported 
 sentences themselves; they never compare against outputs copied from the generator.
 """
 
+import collections
 import dataclasses
 import random
 import re
@@ -245,3 +246,41 @@ def test_pair_is_frozen_and_generation_is_fast():
     start = time.perf_counter()
     assert len(syn.load_split("train", 20000, seed=123)) == 20000
     assert time.perf_counter() - start < 5.0
+
+
+@pytest.fixture(scope="module")
+def long_train():
+    return syn.load_split_pairs("train", 3000, lengths="uniform", min_words=3, max_words=60)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        test_flags_agree_with_the_source,
+        test_word_counts_balance,
+        test_verb_agrees_with_subject_number,
+        test_relative_clause_agrees_with_its_antecedent,
+        test_one_to_two_keeps_both_target_words_together,
+    ],
+)
+def test_uniform_lengths_keep_the_grammar(long_train, check):
+    check(long_train)  # (checks of one-clause sentences only would find too few long ones)
+
+
+def test_uniform_lengths_spread_evenly_over_every_length(long_train):
+    counts = collections.Counter(len(p.source.split()) for p in long_train)
+    assert set(counts) == set(range(3, 61))  # every length from 3 to 60 words
+    expected = len(long_train) / 58
+    assert all(0.5 * expected <= n <= 1.5 * expected for n in counts.values()), counts  # ~3.5 sd
+    assert (
+        syn.load_split("test", 50, lengths="uniform", max_words=60)
+        == syn.load_split("test", 80, lengths="uniform", max_words=60)[:50]
+    )
+    with pytest.raises(ValueError, match="min_words <= max_words"):
+        syn.load_split("test", 5, lengths="uniform", min_words=10, max_words=5)
+
+
+def test_uniform_lengths_are_fast():
+    start = time.perf_counter()
+    pairs = syn.load_split("train", 20000, lengths="uniform", max_words=60)
+    assert len(pairs) == 20000 and time.perf_counter() - start < 10.0

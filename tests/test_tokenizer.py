@@ -1,11 +1,21 @@
 """SentencePiece: round trips restore real text; the vocabulary is a function of the seed."""
 
+import collections
+import random
+import string
+
 import pytest
+from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from seq2seq.data.pipeline import build_tokenizer
 from seq2seq.data.sources import ListCorpus, TextCorpus
-from seq2seq.data.tokenizer import load_tokenizer, sample_indices, train_tokenizer
-from seq2seq.models.base import EOS_ID
+from seq2seq.data.tokenizer import (
+    MosesWords,
+    load_tokenizer,
+    sample_indices,
+    train_tokenizer,
+)
+from seq2seq.models.base import EOS_ID, UNK_ID
 from tests.conftest import tiny_config
 
 
@@ -74,7 +84,8 @@ def test_work_directory_tokenizer_is_reused_not_retrained(tmp_path):
     other_text = ListCorpus([("q r s t", "u v w")] * 200)
     second = build_tokenizer(config, tmp_path, other_text)
     assert second.source.serialized_model_proto() == first.source.serialized_model_proto()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.model"]
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    assert saved == ["moses.json", "shared.model"]  # a word vocabulary: Moses' languages too
 
 
 def test_flat_encoding_matches_per_sentence_encoding(tmp_path):
@@ -85,3 +96,84 @@ def test_flat_encoding_matches_per_sentence_encoding(tmp_path):
     rows = tokenizer.encode_target([t for _, t in pairs])
     assert lengths.tolist() == [len(r) for r in rows]
     assert flat.tolist() == [i for r in rows for i in r.tolist()]
+
+
+def _word_tokenizer(pairs, directory, vocab_size=30000, shared=False):
+    return train_tokenizer(
+        pairs,
+        model_type="word",
+        vocab_size=vocab_size,
+        shared=shared,
+        directory=directory,
+        source_lang="de",
+        target_lang="en",
+    )
+
+
+def test_word_vocabulary_splits_punctuation_as_moses_does(tmp_path):
+    pairs = [("Hallo, Welt!", "Hello, world!"), ("Das ist's.", "It's a dog's life.")] * 3
+    tokenizer = _word_tokenizer(pairs, tmp_path)
+    pieces = [
+        tokenizer.target.id_to_piece(int(i)) for i in tokenizer.encode_target(pairs[0][1:])[0]
+    ]
+    assert pieces == ["▁Hello", "▁,", "▁world", "▁!", "</s>"]  # not "Hello," and "world!"
+    english = {tokenizer.target.id_to_piece(i) for i in range(tokenizer.target_vocab_size)}
+    assert {"▁'s", "▁It", "▁life", "▁."} <= english  # Moses' English clitic split: It 's
+    assert tokenizer.decode_target(tokenizer.encode_target(["It's a dog's life."])[0]) == (
+        "It's a dog's life."
+    )
+    reloaded = load_tokenizer(tmp_path)
+    assert reloaded.decode_target(reloaded.encode_target(["Hello, world!"])[0]) == "Hello, world!"
+
+
+def test_word_round_trip_restores_real_multi30k_sentences(german_english, multi30k, tmp_path):
+    tokenizer = _word_tokenizer(german_english.pairs(), tmp_path)
+    validation = TextCorpus(multi30k, "val", "de", "en").pairs()[:300]
+    ids = tokenizer.encode_target([target for _, target in validation])
+    restored = [
+        (tokenizer.decode_target(row), target)
+        for row, (_, target) in zip(ids, validation, strict=True)
+        if UNK_ID not in row.tolist()  # a word outside the 3000 training captions' vocabulary
+    ]
+    assert len(restored) > 100
+    assert all(decoded == target for decoded, target in restored)
+    assert any(target.endswith(".") for _, target in restored)  # punctuation went both ways
+    tokens = [len(row) - 1 for row in ids]  # EOS excluded
+    assert sum(tokens) > sum(len(target.split()) for _, target in validation)  # "." split off
+
+
+def test_word_shortlist_keeps_the_most_frequent_words(german_english, tmp_path):
+    vocab_size = 500
+    tokenizer = _word_tokenizer(german_english.pairs(), tmp_path, vocab_size=vocab_size)
+    moses = MosesWords("en")
+    counts = collections.Counter(
+        word for _, target in german_english.pairs() for word in moses.tokenize(target).split()
+    )
+    kept = {tokenizer.target.id_to_piece(i)[1:] for i in range(4, tokenizer.target_vocab_size)}
+    assert tokenizer.target_vocab_size == vocab_size and len(kept) == vocab_size - 4
+    assert min(counts[w] for w in kept) >= max(counts[w] for w in counts.keys() - kept)
+    rare = next(w for w in counts if w not in kept)
+    assert tokenizer.encode_target([f"a {rare}"])[0].tolist()[1] == UNK_ID
+
+
+@pytest.mark.parametrize("language", ["en", "de", "fr"])
+def test_plain_words_skip_moses_only_where_moses_changes_nothing(language):
+    rng = random.Random(language)
+    alphabet = string.ascii_letters + string.digits
+    plain = [
+        " ".join("".join(rng.choices(alphabet, k=rng.randint(1, 8))) for _ in range(5))
+        for _ in range(200)
+    ]
+    words = MosesWords(language)
+    moses, unmoses = MosesTokenizer(lang=language), MosesDetokenizer(lang=language)
+    for text in plain:
+        assert words.tokenize(text) == moses.tokenize(text, escape=False, return_str=True)
+        assert words.detokenize(text) == unmoses.detokenize(text.split())
+    assert words.tokenize("a  b") == "a b" and words.tokenize("no.") == "no ."  # not skipped
+
+
+def test_word_vocabulary_needs_languages(tmp_path):
+    with pytest.raises(ValueError, match="source_lang and target_lang"):
+        train_tokenizer(
+            [("a", "b")], model_type="word", vocab_size=10, shared=True, directory=tmp_path
+        )

@@ -3,7 +3,9 @@
 Vaswani et al. (Section 5.1) batch "sentence pairs together by approximate sequence length", about
 25k source and 25k target tokens per batch. Here every batch is padded to a bucket length ``L``
 (a multiple of ``bucket_width``) and holds ``tokens_per_batch // L`` sentences, so the whole run
-uses a handful of array shapes and ``jax.jit`` compiles the step once per bucket.
+uses a handful of array shapes and ``jax.jit`` compiles the step once per bucket. Bahdanau et al.
+(Appendix B) instead use minibatches of exactly 80 sentences: with ``sentences_per_batch`` every
+batch holds exactly that many, still grouped by length and padded to a bucket length.
 
 The order of one epoch is a pure function of (seed, epoch), so the iterator's state is just
 (epoch, position): saving and restoring it resumes the identical stream of batches.
@@ -31,6 +33,15 @@ class BucketSpec:
     bucket_width: int  # padded lengths are multiples of this
     tokens_per_batch: int  # padded tokens per side of a (global) batch
     batch_multiple: int = 1  # sentences per batch are a multiple of this (devices, hosts)
+    sentences_per_batch: int = 0  # exactly this many sentences per batch; 0: by tokens_per_batch
+
+    def __post_init__(self):
+        if self.sentences_per_batch % self.batch_multiple:
+            raise ValueError(
+                f"data.sentences_per_batch={self.sentences_per_batch} is not a multiple of "
+                f"{self.batch_multiple} (data-parallel devices x train.grad_accum_steps x hosts); "
+                "change one of them"
+            )
 
     def padded_length(self, length: int) -> int:
         width = self.bucket_width
@@ -46,6 +57,8 @@ class BucketSpec:
         return -(-self.max_length // self.bucket_width) * self.bucket_width
 
     def batch_size(self, padded_length: int) -> int:
+        if self.sentences_per_batch:
+            return self.sentences_per_batch
         sentences = self.tokens_per_batch // padded_length
         return max(self.batch_multiple, sentences // self.batch_multiple * self.batch_multiple)
 
@@ -55,9 +68,20 @@ def plan_epoch(lengths: np.ndarray, spec: BucketSpec, seed: int, epoch: int) -> 
 
     Shuffles the examples, groups them by padded length, cuts each group into batches of that
     bucket's size and shuffles the batches; a pure function of its arguments.
+
+    With ``spec.sentences_per_batch`` (n) the examples, sorted by padded length, are cut into
+    batches of exactly n: a batch that straddles two buckets pads to the longer, and the
+    ``N mod n`` examples left over sit this epoch out (drawn at random, so every length and
+    every example has the same chance; the next epoch draws others).
     """
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(lengths))
+    if spec.sentences_per_batch:
+        size = spec.sentences_per_batch
+        order = order[len(order) % size :]  # random examples, since the order is shuffled
+        order = order[np.argsort(spec.padded_lengths(lengths[order]), kind="stable")]
+        batches = np.split(order, len(order) // size) if len(order) else []
+        return [batches[i] for i in rng.permutation(len(batches))]
     padded = spec.padded_lengths(lengths[order])
     batches = []
     for bucket in np.unique(padded):
@@ -102,6 +126,11 @@ class BucketedBatches(grain.IterDataset):
         if spec.batch_multiple % shard_count:
             raise ValueError(
                 f"batch_multiple={spec.batch_multiple} is not a multiple of {shard_count} hosts"
+            )
+        if spec.sentences_per_batch > len(indices):
+            raise ValueError(
+                f"only {len(indices)} training pairs for batches of data.sentences_per_batch="
+                f"{spec.sentences_per_batch}; lower it or use more data"
             )
         self.corpus = corpus
         self.indices = np.asarray(indices, np.int64)  # [N] corpus indices of the kept pairs

@@ -55,6 +55,8 @@ def build_tokenizer(
         vocab_size=data.vocab_size,
         shared=data.shared_vocab,
         directory=directory,
+        source_lang=data.src_lang,
+        target_lang=data.tgt_lang,
     )
 
 
@@ -99,6 +101,7 @@ def make_batches(
         bucket_width=data.bucket_width,
         tokens_per_batch=data.tokens_per_batch,
         batch_multiple=math.lcm(batch_multiple, hosts),
+        sentences_per_batch=data.sentences_per_batch,
     )
     if not data.pack:
         return BucketedBatches(corpus, indices, spec, config.seed, host, hosts)
@@ -142,6 +145,13 @@ def build_training_data(
         raise DataError(
             f"no training pairs left after filtering ({counts}); raise data.max_length or "
             "data.max_length_ratio, or check the data"
+        )
+    if data.source == "synthetic" and data.synthetic_lengths == "uniform" and dropped["too_long"]:
+        longest = int(max(encoded.source_lengths.max(), encoded.target_lengths.max()))
+        raise DataError(
+            f"data.max_length={data.max_length} drops {dropped['too_long']} synthetic pairs, and "
+            f"with them the even spread of lengths; set it to at least {longest} (the longest "
+            "pair's tokens, EOS included)"
         )
     batches = make_batches(config, encoded, indices, batch_multiple)
     report = report_efficiency(batches)

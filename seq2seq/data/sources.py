@@ -255,7 +255,13 @@ def open_corpus(
                 f"unknown split {split!r} for data.source='synthetic'; "
                 f"use one of {', '.join(_SYNTHETIC_SPLITS)}"
             )
-        pairs = synthetic.load_split(_SYNTHETIC_SPLITS[split], seed=seed)
+        pairs = synthetic.load_split(
+            _SYNTHETIC_SPLITS[split],
+            seed=seed,
+            lengths=data.synthetic_lengths,
+            min_words=data.synthetic_min_words,
+            max_words=data.synthetic_max_words,
+        )
         return ListCorpus(pairs[:limit] if limit else pairs)
     raise DataError(f"config.data.source={data.source!r} is not one of synthetic, text, tfds")
 

@@ -16,6 +16,13 @@ each pair has exactly one correct translation, yet copying words in order is nev
 Sentences are one clause or two joined by ``and``/``but``; any noun phrase may carry a PP or a
 relative clause and a verb of saying takes a ``that`` clause, nested up to ``_MAX_DEPTH`` deep.
 
+Lengths: ``"grammar"`` keeps the lengths the grammar draws (mostly under 20 words; sentences
+outside ``min_words..max_words`` are redrawn). ``"uniform"`` spreads them evenly for BLEU by
+sentence length (Bahdanau et al. 2015, Figure 2, up to 60 words): each sentence first draws its
+source length uniformly from ``min_words..max_words``, then joins clauses with ``and``/``but``
+until it has exactly that many words, so every length, and every 10-word bucket, is as common as
+any other, in every split.
+
 Worked example (a ``that`` clause whose object carries an adjective and a PP)::
 
     source: the old man said that the dogs chased a red car in the garden
@@ -50,12 +57,14 @@ DEFAULT_SIZES = {"train": 20000, "validation": 500, "test": 500}
 PHENOMENA = frozenset(
     {"adjective_noun_reordering", "verb_final", "one_to_two", "two_to_one", "agreement"}
 )
-MIN_WORDS, MAX_WORDS = 3, 40  # source length bounds, in words
+MIN_WORDS, MAX_WORDS = 3, 40  # default source length bounds, in words
+LENGTH_DISTRIBUTIONS = ("grammar", "uniform")  # see the module docstring
 
 _MAX_DEPTH = 3  # how deep clauses and noun phrases may nest
 _P_PLURAL, _P_COMPOUND, _P_ADJECTIVE = 0.35, 0.1, 0.3
 _P_PP, _P_RELATIVE, _P_THAT, _P_INTRANSITIVE = 0.2, 0.1, 0.2, 0.2
 _P_INTRANSITIVE_PP, _P_CONJUNCTION = 0.5, 0.25
+_MAX_SPARE = 32  # clauses of one length kept for later sentences (uniform lengths)
 # Share of distinct source sentences held out for validation and test (each); the rest is train.
 _HELD_OUT_PERCENT = 10
 
@@ -246,24 +255,66 @@ def _clause(rng: random.Random, ph: set[str], depth: int, verb_final: bool) -> _
     return subj_src + pred_src, subj_tgt + pred_tgt
 
 
-def generate_pair(rng: random.Random) -> Pair:
-    """Draws one sentence pair of ``MIN_WORDS``..``MAX_WORDS`` source words.
+def generate_pair(
+    rng: random.Random, min_words: int = MIN_WORDS, max_words: int = MAX_WORDS
+) -> Pair:
+    """Draws one sentence pair of ``min_words``..``max_words`` source words, as the grammar does.
 
     Args:
         rng: The only source of randomness, so a seeded ``random.Random`` gives a fixed pair.
+        min_words: Shorter draws are redrawn.
+        max_words: Longer draws are redrawn (under 1% of draws exceed the default 40).
 
     Returns:
         The pair, with the phenomena its translation needed.
     """
-    while True:  # rejection keeps the grammar simple; under 1% of draws are too long
+    while True:  # rejection keeps the grammar simple
         ph: set[str] = set()
         src, tgt = _clause(rng, ph, 0, verb_final=False)
         if rng.random() < _P_CONJUNCTION:
             conj = rng.choice(["and", "but"])
             more_src, more_tgt = _clause(rng, ph, 0, verb_final=False)
             src, tgt = [*src, conj, *more_src], [*tgt, FUNCTION_WORDS[conj], *more_tgt]
-        if MIN_WORDS <= len(src) <= MAX_WORDS:
+        if min_words <= len(src) <= max_words:
             return Pair(" ".join(src), " ".join(tgt), frozenset(ph))
+
+
+_Clause = tuple[list[str], list[str], frozenset[str]]  # source, target, phenomena
+
+
+def generate_pair_of_length(
+    rng: random.Random, words: int, spare: dict[int, list[_Clause]] | None = None
+) -> Pair:
+    """Draws a pair whose source has exactly ``words`` words (at least 3).
+
+    Clauses are joined by ``and``/``but``; each new clause must fill the rest exactly or leave room
+    for another (a conjunction and a clause of at least 3 words). Clauses that do not fit wait in
+    ``spare`` (by length) for a later sentence that needs exactly their length, which saves about
+    four in five clause draws; pass the same dict for every sentence of a split.
+    """
+    spare = {} if spare is None else spare
+    ph: set[str] = set()
+    src: list[str] = []
+    tgt: list[str] = []
+    while len(src) < words:
+        remaining = words - len(src) - (1 if src else 0)  # a conjunction precedes later clauses
+        if spare.get(remaining):
+            clause_src, clause_tgt, clause_ph = spare[remaining].pop(0)
+        else:
+            drawn: set[str] = set()
+            clause_src, clause_tgt = _clause(rng, drawn, 0, verb_final=False)
+            clause_ph = frozenset(drawn)
+            if len(clause_src) != remaining and len(clause_src) > remaining - 4:
+                waiting = spare.setdefault(len(clause_src), [])
+                if len(waiting) < _MAX_SPARE:
+                    waiting.append((clause_src, clause_tgt, clause_ph))
+                continue
+        if src:
+            conj = rng.choice(["and", "but"])
+            src, tgt = [*src, conj], [*tgt, FUNCTION_WORDS[conj]]
+        src, tgt = src + clause_src, tgt + clause_tgt
+        ph |= clause_ph
+    return Pair(" ".join(src), " ".join(tgt), frozenset(ph))
 
 
 def _split_of(source: str, seed: int) -> str:
@@ -275,23 +326,47 @@ def _split_of(source: str, seed: int) -> str:
     return "validation" if bucket < 2 * _HELD_OUT_PERCENT else "train"
 
 
-def load_split_pairs(split: str, num_examples: int | None = None, seed: int = 0) -> list[Pair]:
+def load_split_pairs(
+    split: str,
+    num_examples: int | None = None,
+    seed: int = 0,
+    lengths: str = "grammar",
+    min_words: int = MIN_WORDS,
+    max_words: int = MAX_WORDS,
+) -> list[Pair]:
     """Like ``load_split`` but returns ``Pair`` objects, with their phenomena."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits are {', '.join(SPLITS)}")
+    if lengths not in LENGTH_DISTRIBUTIONS:
+        raise ValueError(
+            f"unknown lengths {lengths!r}; use one of {', '.join(LENGTH_DISTRIBUTIONS)}"
+        )
+    if not 3 <= min_words <= max_words:
+        raise ValueError(f"need 3 <= min_words <= max_words, not {min_words} and {max_words}")
     n = DEFAULT_SIZES[split] if num_examples is None else num_examples
     rng = random.Random(f"seq2seq.synthetic/{split}/{seed}")  # str seeds are stable across runs
     pairs: list[Pair] = []
     seen: set[str] = set()
+    spare: dict[int, list[_Clause]] = {}
     while len(pairs) < n:
-        pair = generate_pair(rng)
+        if lengths == "uniform":
+            pair = generate_pair_of_length(rng, rng.randint(min_words, max_words), spare)
+        else:
+            pair = generate_pair(rng, min_words, max_words)
         if pair.source not in seen and _split_of(pair.source, seed) == split:
             seen.add(pair.source)
             pairs.append(pair)
     return pairs
 
 
-def load_split(split: str, num_examples: int | None = None, seed: int = 0) -> list[tuple[str, str]]:
+def load_split(
+    split: str,
+    num_examples: int | None = None,
+    seed: int = 0,
+    lengths: str = "grammar",
+    min_words: int = MIN_WORDS,
+    max_words: int = MAX_WORDS,
+) -> list[tuple[str, str]]:
     """Loads one split of the synthetic task.
 
     Args:
@@ -299,11 +374,15 @@ def load_split(split: str, num_examples: int | None = None, seed: int = 0) -> li
         num_examples: How many pairs; ``None`` means ``DEFAULT_SIZES[split]``. A smaller request is
             a prefix of a larger one.
         seed: Fixes the sentences and the split assignment; splits are disjoint for one seed.
+        lengths: ``"grammar"`` or ``"uniform"`` source lengths (see the module docstring).
+        min_words: Shortest source sentence, in words (at least 3).
+        max_words: Longest source sentence, in words.
 
     Returns:
         ``(source, target)`` pairs of lower-case, space-separated words, distinct source sentences.
 
     Raises:
-        ValueError: If ``split`` is not one of ``SPLITS``.
+        ValueError: If ``split`` or ``lengths`` is unknown, or the word bounds are impossible.
     """
-    return [(p.source, p.target) for p in load_split_pairs(split, num_examples, seed)]
+    pairs = load_split_pairs(split, num_examples, seed, lengths, min_words, max_words)
+    return [(p.source, p.target) for p in pairs]
