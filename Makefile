@@ -30,7 +30,7 @@ lock-upgrade:
 	$(MAKE) lock UPGRADE=--upgrade
 
 quickstart: $(STAMP)
-	$(PYTHON) -m seq2seq.quickstart --workdir runs/quickstart
+	$(PYTHON) -m seq2seq.compare --suite quickstart --workdir runs/quickstart
 
 test: $(STAMP)
 	$(PYTHON) -m pytest

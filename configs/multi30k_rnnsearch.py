@@ -6,9 +6,11 @@
 The data is read from ``../shared/data/multi30k`` next to the repository (whatever the working
 directory); ``--config.data.dir=/elsewhere`` points at another copy.
 
-Expected, an estimate not yet measured with this configuration: 2,000-3,000 steps (6-9 epochs) in
-the hour on 2 idle CPU cores, and sacreBLEU in the mid 20s on test_2016_flickr with greedy
-decoding, a few points under the Transformer of ``multi30k_transformer.py``.
+Optimisation: Adam with a peak of 3e-3 after 300 warm-up steps, then inverse square root.
+Measured on the 2-core machine, sacreBLEU on test_2016_flickr (beam 5): with a peak of 1e-3 (and
+500 warm-up steps) 7.8 after 8 minutes, generic captions that ignore the source, and 18.3 after
+25; with this setting 31.6 after 8 minutes and 38.4 after 25. Chosen by hand on a few runs, as
+the Transformer's was, not by a validation sweep.
 
 The architecture is the paper's (bidirectional GRU encoder, additive attention, GRU decoder,
 maxout deep output) at about a quarter of its width. It trains with Adam rather than the paper's
@@ -55,8 +57,8 @@ def get_config():
     train.log_every_steps = 50
     train.optimizer = "adam"
     train.schedule = "warmup_rsqrt"
-    train.learning_rate = 1e-3  # peak, after warm-up
-    train.warmup_steps = 500
+    train.learning_rate = 3e-3  # peak, after warm-up (1e-3 learns several times slower)
+    train.warmup_steps = 300
     train.label_smoothing = 0.0  # Bahdanau et al. use none
     train.clip_grad_norm = 1.0  # as in the paper
     config.checkpoint.every_steps = 500

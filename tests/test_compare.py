@@ -1,0 +1,174 @@
+"""The comparison: every run in the report with its own numbers, failures reported, seeds
+aggregated, finished runs reused, table3 rows derived from a base config."""
+
+import json
+import statistics
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from seq2seq import config as config_lib
+from seq2seq.compare import RunSpec, Settings, compare, expand_suite
+from seq2seq.compare.suites import table3_runs
+from seq2seq.run_directory import RunDirectory
+from tests.conftest import REPO, subprocess_env
+
+TINY_CONFIG = """
+from tests.conftest import tiny_config
+
+
+def get_config():
+    config = tiny_config("{model}")
+    config.train.steps = 12
+    config.train.log_every_steps = 4
+    config.checkpoint.every_steps = 12
+    config.eval.num_examples = 8
+    return config
+"""
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    root = tmp_path_factory.mktemp("comparison")
+    configs = root / "configs"
+    configs.mkdir()
+    (configs / "tiny_transformer.py").write_text(TINY_CONFIG.format(model="transformer"))
+    (configs / "broken.py").write_text(
+        "from seq2seq.config import default_config\n\n\ndef get_config():\n"
+        "    config = default_config()\n    config.train.stepz = 3\n    return config\n"
+    )
+    specs = [
+        RunSpec("tiny_transformer", configs / "tiny_transformer.py"),
+        RunSpec("broken", configs / "broken.py"),
+    ]
+    settings = Settings(seeds=2, beam_size=2, alpha=0.6, max_test_sentences=12)
+    outcomes, report = compare(specs, root / "work", settings, "test comparison")
+    return specs, settings, root / "work", outcomes, report
+
+
+@pytest.mark.slow
+def test_every_run_is_reported_with_the_numbers_of_its_own_records(comparison):
+    _, _, workdir, outcomes, _ = comparison
+    report = json.loads((workdir / "report.json").read_text())
+    assert (
+        [run["name"] for run in report["runs"]]
+        == [o.name for o in outcomes]
+        == [
+            "tiny_transformer-seed0",
+            "tiny_transformer-seed1",
+            "broken-seed0",
+            "broken-seed1",
+        ]
+    )
+    for row in report["runs"][:2]:
+        run = RunDirectory(row["workdir"])
+        result = run.read_eval_result("test")
+        last_train = [r for r in run.read_metrics() if r["kind"] == "train"][-1]
+        assert row["status"] == "ok"
+        assert row["bleu"] == result["bleu"] and row["chrf"] == result["chrf"]
+        assert row["decode_sentences_per_second"] == result["sentences_per_second"]
+        assert row["test_sentences"] == result["n"] == 12
+        assert row["steps"] == last_train["step"] == 12
+        assert row["train_flops"] == last_train["train_flops"] > 0
+
+
+@pytest.mark.slow
+def test_a_failed_run_is_reported_with_its_reason_and_the_others_still_run(comparison):
+    _, _, workdir, outcomes, report_md = comparison
+    failed = [o for o in outcomes if o.name.startswith("broken")]
+    assert all(o.status == "failed" and "train.stepz" in o.reason for o in failed)
+    assert all(o.status == "ok" for o in outcomes if o.name.startswith("tiny"))
+    text = report_md.read_text()
+    assert "## Failed runs" in text and "`broken-seed0`: failed: ConfigError" in text
+
+
+@pytest.mark.slow
+def test_two_seeds_are_two_different_runs_shown_as_mean_and_std(comparison):
+    _, _, workdir, _, report_md = comparison
+    report = json.loads((workdir / "report.json").read_text())
+    seeds = [run for run in report["runs"] if run["name"].startswith("tiny")]
+    assert [run["seed"] for run in seeds] == [0, 1]
+    losses = [
+        [r["loss"] for r in RunDirectory(run["workdir"]).read_metrics() if r["kind"] == "train"]
+        for run in seeds
+    ]
+    assert losses[0] != losses[1], "two seeds trained the same run"
+    row = next(c for c in report["configs"] if c["name"] == "tiny_transformer")
+    chrfs = [run["chrf"] for run in seeds]
+    assert row["chrf"] == chrfs
+    assert row["chrf_stats"]["mean"] == pytest.approx(statistics.mean(chrfs))
+    assert row["chrf_stats"]["std"] == pytest.approx(statistics.stdev(chrfs))
+    line = next(line for line in report_md.read_text().splitlines() if "tiny_transformer" in line)
+    assert "±" in line
+
+
+@pytest.mark.slow
+def test_figures_are_written_and_embedded(comparison):
+    _, _, workdir, _, report_md = comparison
+    report = json.loads((workdir / "report.json").read_text())
+    paths = [path for group in report["figures"].values() for path in group]
+    assert any("alignment" in path for path in paths)
+    assert {"curves", "bleu_by_length"} <= set(report["figures"])
+    text = report_md.read_text()
+    for path in paths:
+        assert (workdir / path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({path})" in text
+
+
+@pytest.mark.slow
+def test_a_rerun_reuses_finished_runs_and_their_evaluations(comparison):
+    specs, settings, workdir, _, _ = comparison
+    run = RunDirectory(workdir / "tiny_transformer-seed0")
+    metrics_before = run.metrics_file.read_text()
+    eval_before = run.eval_result_file("test").stat().st_mtime_ns
+    outcomes, _ = compare(specs[:1], workdir, settings, "again")
+    assert [o.status for o in outcomes] == ["ok", "ok"]
+    assert run.metrics_file.read_text() == metrics_before
+    assert run.eval_result_file("test").stat().st_mtime_ns == eval_before
+
+
+def test_table3_rows_follow_the_paper_scaled_to_the_base():
+    base_path = REPO / "configs" / "quickstart_transformer.py"
+    base = config_lib.load_config_file(base_path)
+    runs = {spec.name.split("-", 1)[1]: spec for spec in table3_runs(base_path, base)}
+    assert {"base", "A_h1", "A_h2", "A_h8", "A_h16", "B_dk_half", "E_learned"} <= set(runs)
+    for name in ("A_h1", "A_h8", "A_h16"):
+        overrides = dict(runs[name].overrides)
+        heads = overrides["model.transformer.num_heads"]
+        assert overrides["model.transformer.d_k"] * heads == base.model.transformer.d_model
+    for spec in runs.values():  # every row is a valid config
+        config = config_lib.load_config_file(spec.config)
+        for key, value in spec.overrides:
+            config_lib.set_value(config, key, value)
+        config_lib.validate(config)
+
+
+def test_named_suites_expand_to_existing_configs():
+    assert [s.name for s in expand_suite("quickstart")] == [
+        "quickstart_transformer",
+        "quickstart_rnnsearch",
+    ]
+    assert all(spec.config.exists() for spec in expand_suite("multi30k"))
+    with pytest.raises(ValueError, match="needs --base"):
+        expand_suite("table3")
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--suite", "quickstart", "--configs", "configs/quickstart_rnnsearch.py"], "not both"),
+        (["--suite", "table3"], "--suite table3 needs --base"),
+        (["--configs", "configs/quickstart_transformer.py", "--config.train.stepz=3"], "stepz"),
+    ],
+)
+def test_bad_invocations_end_with_one_line(tmp_path, arguments, message):
+    command = [sys.executable, "-m", "seq2seq.compare", "--workdir", str(tmp_path), *arguments]
+    result = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, textwrap.shorten(result.stderr, 800)
+    assert not any(tmp_path.iterdir()), "a refused comparison wrote something"
