@@ -1,0 +1,31 @@
+"""A time budget counts training time across interruptions, so equal budgets stay equal."""
+
+import pytest
+
+from seq2seq.run_directory import RunDirectory
+from seq2seq.training.trainer import train
+from tests.conftest import tiny_config
+
+
+@pytest.mark.slow
+def test_the_time_budget_carries_across_resumes(tmp_path):
+    config = tiny_config("transformer")
+    config.train.steps = 100_000  # the budget ends every session
+    config.train.time_budget_minutes = 0.1
+    config.checkpoint.every_steps = 1_000
+    first = train(config, tmp_path)
+    assert first.elapsed_seconds > 6 and first.step < config.train.steps
+
+    spent = train(config, tmp_path)  # the budget is already used up: nothing more is trained
+    assert spent.step == first.step and spent.elapsed_seconds == first.elapsed_seconds
+
+    config.train.time_budget_minutes = 0.2  # six more seconds, not twelve
+    second = train(config, tmp_path)
+    assert second.step > first.step
+    assert second.elapsed_seconds == pytest.approx(first.elapsed_seconds + second.seconds, abs=1.0)
+    assert second.elapsed_seconds < 12 + 5  # at most one step (and its log) over the budget
+
+    records = [r for r in RunDirectory(tmp_path).read_metrics() if r["kind"] == "train"]
+    elapsed = [r["elapsed_seconds"] for r in records]
+    flops = [r["train_flops"] for r in records]
+    assert elapsed == sorted(elapsed) and flops == sorted(flops)  # continued, not restarted
