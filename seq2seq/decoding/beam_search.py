@@ -143,13 +143,23 @@ def _advance(
     """Keeps the N most probable extensions; those that end compete for the best output."""
     batch, beam_size, vocab_size = log_probs.shape
     step = state.step
-    candidates = state.live_log_probs[:, :, None] + log_probs  # [B, N, V]
+    # Each hypothesis's K best next tokens, ranked by log p(y_t) itself: adding the prefix's
+    # log P first could round near-ties together, and a beam of one must take the argmax.
+    per_hypothesis = min(beam_size, vocab_size)  # K: no more survive from one hypothesis
+    token_log_probs, token_ids = jax.lax.top_k(log_probs, per_hypothesis)  # [B, N, K] twice
+    candidates = state.live_log_probs[:, :, None] + token_log_probs  # [B, N, K]
     top_log_probs, top_index = jax.lax.top_k(
-        candidates.reshape(batch, beam_size * vocab_size), beam_size
+        candidates.reshape(batch, beam_size * per_hypothesis), beam_size
     )  # [B, N], [B, N]
-    origin = top_index // vocab_size  # [B, N] the hypothesis each extension extends
-    token = (top_index % vocab_size).astype(jnp.int32)  # [B, N]
-    tokens = jnp.take_along_axis(state.live_tokens, origin[:, :, None], axis=1)  # [B, N, T]
+    origin = top_index // per_hypothesis  # [B, N] the hypothesis each extension extends
+    token = jnp.take_along_axis(
+        token_ids.reshape(batch, beam_size * per_hypothesis), top_index, axis=1
+    ).astype(jnp.int32)  # [B, N]
+    if beam_size == 1:  # the one hypothesis extends itself: nothing to reorder
+        tokens = state.live_tokens
+    else:
+        tokens = jnp.take_along_axis(state.live_tokens, origin[:, :, None], axis=1)  # [B, N, T]
+        cache = None if cache is None else select_beams(cache, origin)
     tokens = tokens.at[:, :, step].set(token)
 
     ends = (token == EOS_ID) | (step + 1 >= limits)[:, None]  # [B, N]
@@ -173,5 +183,5 @@ def _advance(
         live_log_probs=live_log_probs,
         best_tokens=best_tokens,
         best_scores=best_scores,
-        cache=None if cache is None else select_beams(cache, origin),
+        cache=cache,
     )

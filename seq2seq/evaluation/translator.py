@@ -1,4 +1,4 @@
-"""A trained model with its tokenizer, translating lists of sentences with greedy or beam search."""
+"""A trained model with its tokenizer, translating lists of sentences with beam search."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from seq2seq.data.pipeline import TOKENIZER_DIR
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
 from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.common import output_limits
-from seq2seq.decoding.greedy import greedy_search
 from seq2seq.evaluation.averaging import CheckpointChoice, choose_checkpoints, restore_params
 from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.training.trainer import CONFIG_FILE, create_state
@@ -89,9 +88,7 @@ class Translator:
             model = nnx.merge(graphdef, params)
             max_length = source.shape[1] + extra
             limits = output_limits(source, extra)  # [B] input length + extra, per sentence
-            if beam_size == 1:
-                return greedy_search(model, source, max_length, limits=limits)
-            tokens, _ = beam_search(
+            tokens, _ = beam_search(  # a beam of one is greedy search
                 model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits
             )
             return tokens
