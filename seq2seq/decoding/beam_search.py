@@ -10,8 +10,10 @@ limit) leaves the beam and competes for the answer with the score
 which Vaswani et al. 2017 (Section 6.1) use with beam size 4 and alpha 0.6. A sentence stops
 early when none of its live hypotheses can beat its best finished one any more.
 
-Because finished hypotheses leave the beam rather than being replaced, a beam of one is exactly
-greedy search. (tensor2tensor, which produced Vaswani et al.'s numbers, refills the beam from
+Because finished hypotheses leave the beam rather than being replaced, and each hypothesis
+ranks its own next tokens by their log-probabilities before prefixes are compared, a beam of one
+is exactly greedy search: the one decoder serves validation (beam 1) and evaluation alike.
+(tensor2tensor, which produced Vaswani et al.'s numbers, refills the beam from
 the 2N best extensions so that N hypotheses stay live; its beam of one is not greedy search.)
 With a beam wide enough to keep every extension, the search is exact: it returns the
 highest-scoring output under the rule above (``tests/test_decoding.py`` checks both).
