@@ -140,20 +140,6 @@ def additive_scores(projected_queries: Array, projected_keys: Array, v: Array) -
     return jnp.einsum("btsa,a->bts", hidden, v)[:, None]
 
 
-def general_scores(queries: Array, keys: Array, w: Array) -> Array:
-    """Luong et al. 2015 "general" score: ``e_ts = q_t^T W k_s``.
-
-    Args:
-      queries: [B, T, Dq].
-      keys: [B, S, Dk].
-      w: [Dq, Dk].
-
-    Returns:
-      [B, 1, T, S] scores.
-    """
-    return jnp.einsum("btq,qk,bsk->bts", queries, w, keys)[:, None]
-
-
 def masked_softmax(scores: Array, mask: Array | None) -> Array:
     """Attention weights: softmax over keys, exactly zero on masked keys.
 
@@ -203,7 +189,8 @@ def scaled_dot_product_attention(
     Two implementations of one equation. The fused one, ``jax.nn.dot_product_attention``, lets a
     GPU use its flash-attention kernel; the explicit one (scores, masked softmax, weighted values)
     is the reference, and the one that can return the weights or drop some of them out. The fused
-    path is taken only when neither is asked for, so results never depend on which ran.
+    path is taken only when neither is asked for (and d_v = d_k, which it requires), so results
+    never depend on which ran.
 
     Args:
       queries: [B, T, H, K].
@@ -220,6 +207,8 @@ def scaled_dot_product_attention(
       ([B, T, H, E] outputs, [B, H, T, S] weights or None).
     """
     use_dropout = dropout_rate > 0.0 and dropout_rng is not None
+    # jax.nn.dot_product_attention needs d_v = d_k; Table 3 (B) varies d_k alone.
+    fused = fused and values.shape[-1] == queries.shape[-1]
     if fused and not (return_weights or use_dropout):
         if mask is not None:
             mask = jnp.broadcast_to(mask, mask.shape[:2] + (queries.shape[1], keys.shape[1]))

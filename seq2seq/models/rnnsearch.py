@@ -54,6 +54,20 @@ class RNNSearchConfig:
     dtype: str = "float32"
 
 
+def maxout(t_tilde: Array) -> Array:
+    """Bahdanau et al. 2015, Appendix A.2.2: ``t_i = [max{t~_{i,2j-1}, t~_{i,2j}}]_{j=1..l}``.
+
+    Each output unit is the larger of one adjacent pair of inputs (a maxout unit of two pieces).
+
+    Args:
+      t_tilde: [..., 2l].
+
+    Returns:
+      [..., l].
+    """
+    return jnp.max(t_tilde.reshape(*t_tilde.shape[:-1], -1, 2), axis=-1)  # [..., l, 2] -> [..., l]
+
+
 class GRU(nnx.Module):
     """Gated recurrent unit as in Bahdanau et al. 2015, Appendix A.1.1 (after Cho et al. 2014).
 
@@ -228,6 +242,6 @@ class RNNSearch(EncoderDecoder):
     def _deep_output(self, previous_states, embedded, contexts, dropout) -> Array:
         """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, maxout, ``W_o t``."""
         t_tilde = self.u_o(previous_states) + self.v_o(embedded) + self.c_o(contexts)
-        t = jnp.max(t_tilde.reshape(*t_tilde.shape[:-1], -1, 2), axis=-1)  # maxout: [B, T, l]
+        t = maxout(t_tilde)  # [B, T, l]
         t = apply_dropout(t, self.config.dropout_rate, dropout)
         return self.w_o(t).astype(jnp.float32)
