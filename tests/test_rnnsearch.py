@@ -29,24 +29,26 @@ REPO = Path(__file__).resolve().parents[1]
 M, N, N_DEC, A, L, VOCAB = 96, 128, 160, 112, 64, 300
 
 
-@pytest.fixture(scope="module", params=["paper", "modern"])
-def initialised(request):
+def _wide(init: str) -> RNNSearch:
     config = RNNSearchConfig(
         VOCAB, VOCAB, embedding_size=M, encoder_hidden_size=N, decoder_hidden_size=N_DEC,
-        alignment_size=A, maxout_size=L, init=request.param,
+        alignment_size=A, maxout_size=L, init=init,
     )  # fmt: skip
-    return request.param, RNNSearch(config, rngs=nnx.Rngs(0))
+    return RNNSearch(config, rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module", params=["paper", "modern"])
+def initialised(request):
+    return _wide(request.param)
 
 
 def _std(parameter) -> float:
     return float(np.std(np.asarray(parameter[...])))
 
 
-def test_paper_initialisation_is_appendix_b(initialised):
-    init, model = initialised
-    if init != "paper":
-        pytest.skip("Appendix B.1 statistics are for init='paper'")
-    # "Any other weight matrix": N(0, 0.01^2); the kernel has 96 x 480 entries.
+def test_paper_initialisation_is_appendix_b():
+    model = _wide("paper")
+    # "Any other weight matrix": N(0, 0.01^2); the kernel has 96 x 384 entries.
     assert _std(model.forward_encoder.input_projection.kernel) == pytest.approx(0.01, rel=0.03)
     assert _std(model.w_o.kernel) == pytest.approx(0.01, rel=0.03)
     assert _std(model.source_embedding.embedding) == pytest.approx(0.01, rel=0.03)
@@ -56,10 +58,8 @@ def test_paper_initialisation_is_appendix_b(initialised):
     assert not np.any(np.asarray(model.attention.v_a[...]))
 
 
-def test_modern_initialisation_scales_by_fan_in(initialised):
-    init, model = initialised
-    if init != "modern":
-        pytest.skip("fan-in statistics are for init='modern'")
+def test_modern_initialisation_scales_by_fan_in():
+    model = _wide("modern")
     kernels = [  # (kernel, its fan-in)
         (model.forward_encoder.input_projection.kernel, M),
         (model.context_to_gates.kernel, 2 * N),
@@ -75,7 +75,7 @@ def test_modern_initialisation_scales_by_fan_in(initialised):
 
 
 def test_each_recurrent_matrix_is_orthogonal(initialised):
-    _, model = initialised
+    model = initialised
     for gru, n in (
         (model.forward_encoder, N),
         (model.backward_encoder, N),
@@ -89,7 +89,7 @@ def test_each_recurrent_matrix_is_orthogonal(initialised):
 
 
 def test_biases_start_at_zero(initialised):
-    _, model = initialised
+    model = initialised
     for bias in (model.forward_encoder.input_projection.bias, model.u_o.bias, model.w_o.bias):
         assert not np.any(np.asarray(bias[...]))
 

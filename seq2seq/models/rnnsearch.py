@@ -279,7 +279,7 @@ class RNNSearch(EncoderDecoder):
                 2 * n,
                 scoring=config.attention,
                 hidden_size=config.alignment_size,
-                kernel_init=init.alignment if additive else init.weights,
+                kernel_init=init.alignment if additive else init.weights,  # general: "any other"
                 vector_init=init.alignment_vector,
                 dtype=dtype,
                 rngs=rngs,
