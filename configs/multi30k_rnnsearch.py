@@ -12,8 +12,9 @@ decoding, a few points under the Transformer of ``multi30k_transformer.py``.
 
 The architecture is the paper's (bidirectional GRU encoder, additive attention, GRU decoder,
 maxout deep output) at about a quarter of its width. It trains with Adam rather than the paper's
-AdaDelta, which converges too slowly for an hour on a CPU. Recurrent models read each row as one
-sentence, so batches are length-bucketed rather than packed.
+AdaDelta, which converges too slowly for an hour on a CPU, from fan-in scaled weights rather than
+Appendix B.1's (``init`` below says why). Recurrent models read each row as one sentence, so
+batches are length-bucketed rather than packed.
 """
 
 from pathlib import Path
