@@ -342,24 +342,34 @@ class AlignmentAttention(nnx.Module):
         *,
         scoring: Scoring = "additive",
         hidden_size: int | None = None,
+        kernel_init: nnx.Initializer | None = None,
+        vector_init: nnx.Initializer = nnx.initializers.zeros,
         dtype: jnp.dtype | None = None,
         rngs: nnx.Rngs,
     ):
+        """``kernel_init`` draws W_a and U_a (additive) or W (general); by default Appendix B.1's
+        N(0, 0.001^2) for additive and LeCun normal for general. ``vector_init`` draws v_a
+        (Appendix B.1: zero)."""
         self.scoring = scoring
         if scoring == "additive":
             hidden_size = hidden_size or query_size
-            # Appendix B.1: W_a and U_a from N(0, 0.001^2), v_a initialised to zero.
-            normal = nnx.initializers.normal(0.001)
+            normal = kernel_init or nnx.initializers.normal(0.001)
             self.w_a = nnx.Linear(
                 query_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
             )
             self.u_a = nnx.Linear(
                 key_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
             )
-            self.v_a = nnx.Param(jnp.zeros((hidden_size,)))
+            self.v_a = nnx.Param(vector_init(rngs.params(), (hidden_size,), jnp.float32))
         elif scoring == "general":
+            general_init = kernel_init or nnx.initializers.lecun_normal()
             self.w_general = nnx.Linear(
-                key_size, query_size, use_bias=False, dtype=dtype, rngs=rngs
+                key_size,
+                query_size,
+                use_bias=False,
+                kernel_init=general_init,
+                dtype=dtype,
+                rngs=rngs,
             )
         elif scoring == "dot":
             if query_size != key_size:

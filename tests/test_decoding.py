@@ -36,10 +36,10 @@ def _transformer():
     return model
 
 
-def _rnnsearch():
+def _rnnsearch(attention="additive"):
     config = RNNSearchConfig(
         VOCAB, VOCAB, embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8,
-        alignment_size=8, maxout_size=4,
+        alignment_size=8, maxout_size=4, attention=attention,
     )  # fmt: skip
     graphdef, params = nnx.split(RNNSearch(config, rngs=nnx.Rngs(0)))
     rng = np.random.default_rng(0)  # N(0, 1.5^2) everywhere: far from uniform
@@ -87,7 +87,12 @@ class RandomTree(nnx.Module):
         return logits, aux
 
 
-MODELS = {"transformer": _transformer, "rnnsearch": _rnnsearch, "random_tree": RandomTree}
+MODELS = {
+    "transformer": _transformer,
+    "rnnsearch": _rnnsearch,
+    "rnnencdec": lambda: _rnnsearch("none"),
+    "random_tree": RandomTree,
+}
 
 
 @pytest.fixture(scope="module", params=list(MODELS))

@@ -35,7 +35,7 @@ def _transformer(norm="post"):
     return Transformer(config, rngs=nnx.Rngs(0))
 
 
-def _rnnsearch(scoring="additive"):
+def _rnnsearch(attention="additive"):
     config = RNNSearchConfig(
         VOCAB,
         VOCAB,
@@ -44,10 +44,10 @@ def _rnnsearch(scoring="additive"):
         decoder_hidden_size=24,
         alignment_size=10,
         maxout_size=8,
-        scoring=scoring,
+        attention=attention,
     )
     model = RNNSearch(config, rngs=nnx.Rngs(0))
-    if scoring == "additive":  # v_a starts at zero, which would make attention uniform
+    if attention == "additive":  # v_a starts at zero, which would make attention uniform
         model.attention.v_a[...] = jax.random.normal(jax.random.key(5), model.attention.v_a.shape)
     return model
 
@@ -58,6 +58,7 @@ MODELS = {
     "rnnsearch": _rnnsearch,
     "rnnsearch_dot": lambda: _rnnsearch("dot"),
     "rnnsearch_general": lambda: _rnnsearch("general"),
+    "rnnencdec": lambda: _rnnsearch("none"),
 }
 
 
@@ -114,6 +115,9 @@ def test_cached_incremental_decoding_equals_full_pass(model):
 def test_cross_attention_weights_are_a_distribution_over_real_source(model):
     source = _tokens(0, 2, 6).at[1, 3:].set(PAD_ID)
     _, aux = model(source, shift_right(_tokens(1, 2, 4)), return_attention=True)
+    if getattr(model, "attention", True) is None:  # RNNencdec: no weights, rather than fake ones
+        assert "cross_attention" not in aux
+        return
     weights = aux["cross_attention"]  # [B, L, H, T, S]
     assert weights.shape[0] == 2 and weights.shape[-2:] == (4, 6)
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
