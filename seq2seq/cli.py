@@ -102,12 +102,12 @@ def parse_flags(argv: list[str]) -> list[str]:
     except Exception as error:  # noqa: BLE001 (an error inside a config file: name file and line)
         message = config_file_error_message(error, list(_config_file_arguments(argv).values()))
         if message is None:
-            message = _flag_error_message(argv, error)
+            message = flag_error_message(argv, error)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def _flag_error_message(argv: list[str], error: Exception) -> str:
+def flag_error_message(argv: list[str], error: Exception) -> str:
     """One line for an error in the flags themselves (unknown key, bad value); else re-raises."""
     if isinstance(error, (AttributeError, KeyError)):
         key = _offending_override(argv, error)

@@ -41,9 +41,13 @@ def run() -> None:
     alpha = flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run.")
     split = flags.DEFINE_string("split", None, "Split to score (default: each config's test).")
     max_test = flags.DEFINE_integer("max_test_sentences", 0, "Score the first N only; 0: all.")
-    config_flags.DEFINE_config_dict(
-        "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
-    )
+    try:  # a config-dict flag reads its --config.KEY=VALUE overrides as it is defined
+        config_flags.DEFINE_config_dict(
+            "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
+        )
+    except Exception as error:  # noqa: BLE001 (one line for an unknown key or a bad value)
+        print(f"error: {cli.flag_error_message(sys.argv, error)}", file=sys.stderr)
+        sys.exit(2)
     flags.mark_flags_as_required(["workdir"])
     flags.register_validator("seeds", lambda n: n >= 1, "--seeds must be at least 1")
 
