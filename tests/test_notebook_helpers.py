@@ -16,15 +16,13 @@ from tests.conftest import REPO, tiny_config
 def test_settings_default_to_the_full_mode_under_the_repository():
     settings = notebook_settings({})
     assert not settings.short
-    assert settings.runs == REPO / "runs" / "notebook"
+    assert settings.runs == REPO / "runs" / "quickstart"  # make quickstart's runs, shared
 
 
 def test_settings_read_the_short_switch_and_a_relative_or_absolute_run_directory(tmp_path):
-    settings = notebook_settings(
-        {"SEQ2SEQ_NOTEBOOK_SHORT": "1", "SEQ2SEQ_NOTEBOOK_RUNS": "runs/quickstart"}
-    )
+    settings = notebook_settings({"SEQ2SEQ_NOTEBOOK_SHORT": "1", "SEQ2SEQ_NOTEBOOK_RUNS": "runs/x"})
     assert settings.short
-    assert settings.runs == REPO / "runs" / "quickstart"
+    assert settings.runs == REPO / "runs" / "x"
     assert notebook_settings({"SEQ2SEQ_NOTEBOOK_RUNS": str(tmp_path)}).runs == tmp_path
     # The tiny models never land in the full mode's directory (their shapes differ).
     assert notebook_settings({"SEQ2SEQ_NOTEBOOK_SHORT": "1"}).runs != notebook_settings({}).runs
@@ -40,7 +38,7 @@ def test_full_mode_trains_the_quickstart_model_itself(model_name):
     quickstart = dict(flatten(load_config_file(REPO / f"configs/quickstart_{model_name}.py")))
     full = dict(flatten(notebook_config(model_name, short=False)))
     changed = {key for key in quickstart if quickstart[key] != full[key]}
-    assert changed and all(key.split(".")[0] in ("train", "checkpoint", "eval") for key in changed)
+    assert changed <= {"train.steps"}  # so the notebook and make quickstart share their runs
 
 
 @pytest.mark.parametrize("model_name", ["rnnsearch", "transformer"])
