@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import timeit
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -29,3 +30,14 @@ def softmax_entropy_by_width(
         entropy = -(weights * np.log(np.maximum(weights, 1e-30))).sum(-1)
         entropies.append(float(entropy.mean()))
     return entropies
+
+
+def best_seconds(function: Callable[..., jax.Array], *args: jax.Array, repeats: int = 20) -> float:
+    """The fastest of ``repeats`` calls of ``function(*args)``, in seconds, after a first call.
+
+    The first call compiles a jitted function and is not timed; each timed call waits for its
+    result (JAX dispatches asynchronously).
+    """
+    jax.block_until_ready(function(*args))
+    timer = timeit.Timer(lambda: jax.block_until_ready(function(*args)))
+    return min(timer.repeat(repeat=repeats, number=1))

@@ -1,0 +1,104 @@
+"""Trained models for the notebooks: reuse the runs in a directory, or train the quickstart models.
+
+A notebook reads two environment variables, so it runs top to bottom on a fresh clone:
+
+* ``SEQ2SEQ_NOTEBOOK_RUNS``: a directory holding ``rnnsearch/`` and ``transformer/`` runs; a
+  relative path is taken from the repository root. A model with no checkpoint there is trained
+  into it first. The default, ``runs/quickstart``, is ``make quickstart``'s: the notebook reuses
+  its runs, and ``make quickstart`` continues the notebook's.
+* ``SEQ2SEQ_NOTEBOOK_SHORT=1``: the tests' mode: tiny models trained for a few dozen steps, enough
+  to run every cell but not to learn the task (default ``runs/notebook_short``).
+
+In the full mode the notebook trains the quickstart configs, RNNsearch for all its 1300 steps
+(about 3.5 minutes on 2 CPU cores; fewer leave its alignment blurred) and the Transformer for 800
+of its 2000 (about 1.5 minutes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import ml_collections
+
+from seq2seq.config import ConfigError, load_config_file
+from seq2seq.evaluation.translator import Translator
+from seq2seq.training.checkpoints import CHECKPOINT_DIR
+from seq2seq.training.trainer import train
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+MODEL_NAMES = ("rnnsearch", "transformer")
+RUNS_VARIABLE = "SEQ2SEQ_NOTEBOOK_RUNS"
+SHORT_VARIABLE = "SEQ2SEQ_NOTEBOOK_SHORT"
+
+# Training steps when the notebook trains a model itself.
+FULL_STEPS = {"rnnsearch": 1300, "transformer": 800}
+SHORT_STEPS = {"rnnsearch": 10, "transformer": 10}
+# The short mode's tiny models: the quickstart configs with these fields replaced.
+SHORT_SIZES = {
+    "rnnsearch": {
+        "embedding_size": 16,
+        "encoder_hidden_size": 16,
+        "decoder_hidden_size": 16,
+        "alignment_size": 16,
+        "maxout_size": 8,
+    },
+    "transformer": {"d_model": 32, "d_ff": 64, "num_heads": 4, "d_k": 8, "d_v": 8},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookSettings:
+    short: bool  # tiny models, a few steps: every cell runs, trained-model claims are not checked
+    runs: Path  # holds one run per model, ``runs / "rnnsearch"`` and ``runs / "transformer"``
+
+
+def notebook_settings(environ: Mapping[str, str] = os.environ) -> NotebookSettings:
+    """The mode and run directory that ``SEQ2SEQ_NOTEBOOK_SHORT`` and ``_RUNS`` ask for."""
+    flag = environ.get(SHORT_VARIABLE, "").strip().lower()
+    if flag not in ("", "0", "1", "false", "true"):
+        raise ConfigError(f"{SHORT_VARIABLE}={flag!r} is not a switch; set it to 1 or 0")
+    short = flag in ("1", "true")
+    default = "runs/notebook_short" if short else "runs/quickstart"
+    return NotebookSettings(short, REPOSITORY / environ.get(RUNS_VARIABLE, default))
+
+
+def notebook_config(model_name: str, short: bool) -> ml_collections.ConfigDict:
+    """The quickstart config of ``model_name``, for the notebook's steps (tiny models if short)."""
+    config = load_config_file(REPOSITORY / "configs" / f"quickstart_{model_name}.py")
+    config.train.steps = (SHORT_STEPS if short else FULL_STEPS)[model_name]
+    if short:
+        config.train.time_budget_minutes = 0.0
+        config.model[model_name].update(SHORT_SIZES[model_name])
+        config.data.tokens_per_batch = 512
+        config.data.bucket_width = config.data.max_length  # one batch shape: one compilation
+    return config
+
+
+def has_checkpoint(workdir: Path) -> bool:
+    """Whether ``workdir`` holds a saved training run to restore."""
+    directory = workdir / CHECKPOINT_DIR
+    return directory.is_dir() and any(path.name.isdigit() for path in directory.iterdir())
+
+
+def ensure_trained(settings: NotebookSettings, model_name: str) -> Path:
+    """The run of ``model_name`` under ``settings.runs``, trained first if it has no checkpoint."""
+    workdir = settings.runs / model_name
+    if not has_checkpoint(workdir):
+        config = notebook_config(model_name, settings.short)
+        print(f"training {model_name} for {config.train.steps} steps into {workdir}", flush=True)
+        start = time.monotonic()
+        summary = train(config, workdir)
+        print(f"  {summary.step} steps in {time.monotonic() - start:.0f} s", flush=True)
+    return workdir
+
+
+def load_translators(settings: NotebookSettings) -> dict[str, Translator]:
+    """A greedy translator per model, trained first where ``settings.runs`` has none."""
+    return {
+        name: Translator.restore(ensure_trained(settings, name), beam_size=1)
+        for name in MODEL_NAMES
+    }

@@ -1,0 +1,87 @@
+"""The notebooks' helpers: their settings, their configs, and the trace of attention inputs."""
+
+import jax
+import numpy as np
+import pytest
+
+from seq2seq.attention import MultiHeadAttention
+from seq2seq.config import ConfigError, flatten, load_config_file
+from seq2seq.models import build_model
+from seq2seq.models.base import shift_right
+from seq2seq.report.attention_trace import record_attention_inputs
+from seq2seq.report.notebook_runs import has_checkpoint, notebook_config, notebook_settings
+from tests.conftest import REPO, tiny_config
+
+
+def test_settings_default_to_the_full_mode_under_the_repository():
+    settings = notebook_settings({})
+    assert not settings.short
+    assert settings.runs == REPO / "runs" / "quickstart"  # make quickstart's runs, shared
+
+
+def test_settings_read_the_short_switch_and_a_relative_or_absolute_run_directory(tmp_path):
+    settings = notebook_settings({"SEQ2SEQ_NOTEBOOK_SHORT": "1", "SEQ2SEQ_NOTEBOOK_RUNS": "runs/x"})
+    assert settings.short
+    assert settings.runs == REPO / "runs" / "x"
+    assert notebook_settings({"SEQ2SEQ_NOTEBOOK_RUNS": str(tmp_path)}).runs == tmp_path
+    # The tiny models never land in the full mode's directory (their shapes differ).
+    assert notebook_settings({"SEQ2SEQ_NOTEBOOK_SHORT": "1"}).runs != notebook_settings({}).runs
+
+
+def test_settings_refuse_a_switch_that_is_not_one():
+    with pytest.raises(ConfigError, match="SEQ2SEQ_NOTEBOOK_SHORT"):
+        notebook_settings({"SEQ2SEQ_NOTEBOOK_SHORT": "yes please"})
+
+
+@pytest.mark.parametrize("model_name", ["rnnsearch", "transformer"])
+def test_full_mode_trains_the_quickstart_model_itself(model_name):
+    quickstart = dict(flatten(load_config_file(REPO / f"configs/quickstart_{model_name}.py")))
+    full = dict(flatten(notebook_config(model_name, short=False)))
+    changed = {key for key in quickstart if quickstart[key] != full[key]}
+    assert changed <= {"train.steps"}  # so the notebook and make quickstart share their runs
+
+
+@pytest.mark.parametrize("model_name", ["rnnsearch", "transformer"])
+def test_short_mode_is_smaller_and_compiles_one_batch_shape(model_name):
+    full = notebook_config(model_name, short=False)
+    short = notebook_config(model_name, short=True)
+    assert short.train.steps < full.train.steps
+    widths = [value for _, value in flatten(short.model[model_name]) if isinstance(value, int)]
+    full_widths = [value for _, value in flatten(full.model[model_name]) if isinstance(value, int)]
+    assert sum(widths) < sum(full_widths)
+    assert short.data.bucket_width == short.data.max_length
+
+
+def test_has_checkpoint_needs_a_numbered_checkpoint(tmp_path):
+    assert not has_checkpoint(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    assert not has_checkpoint(tmp_path)
+    (tmp_path / "checkpoints" / "20").mkdir()
+    assert has_checkpoint(tmp_path)
+
+
+def test_attention_inputs_name_where_queries_keys_and_values_come_from():
+    config = tiny_config("transformer")
+    model = build_model(config, 30, 30, seed=0)
+    source = jax.random.randint(jax.random.key(0), (2, 7), 3, 30)
+    target_inputs = shift_right(jax.random.randint(jax.random.key(1), (2, 5), 3, 30))
+    project_query = MultiHeadAttention.project_query
+
+    calls = record_attention_inputs(model, source, target_inputs)
+
+    assert MultiHeadAttention.project_query is project_query  # the class is left as it was
+    assert [call.module for call in calls] == [
+        "encoder_layers/0/self_attention",
+        "encoder_layers/1/self_attention",
+        "decoder_layers/0/self_attention",
+        "decoder_layers/0/cross_attention",
+        "decoder_layers/1/self_attention",
+        "decoder_layers/1/cross_attention",
+    ]
+    memory = np.asarray(model.encode(source)["memory"])  # [B, S, D]
+    for call in calls:
+        if call.module.endswith("cross_attention"):
+            np.testing.assert_allclose(call.key_value_inputs, memory, atol=1e-6)
+            assert call.query_inputs.shape == (2, 5, config.model.transformer.d_model)
+        else:
+            np.testing.assert_array_equal(call.query_inputs, call.key_value_inputs)
