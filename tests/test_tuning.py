@@ -82,6 +82,8 @@ def test_each_model_takes_the_trial_with_the_best_validation_bleu(tuned):
             row = next(t for t in model["trials"] if t["train.learning_rate"] == rate)
             assert row["validation_bleu"] == record["bleu"]
             assert row["validation_perplexity"] == record["perplexity"]
+            logged = [r["learning_rate"] for r in run.read_metrics() if r["kind"] == "train"]
+            assert row["peak_learning_rate"] == max(logged)
         assert len(set(scores.values())) == 2, "the two trials scored alike: nothing was chosen"
         best = max(scores, key=scores.get)
         assert model["chosen"] == {"train.learning_rate": best}
@@ -99,7 +101,7 @@ def test_every_model_gets_the_same_trials_and_minutes(tuned):
         for run in _trial_runs(workdir, model["name"]):
             assert run.load_config().train.time_budget_minutes == plan.minutes
     text = report_md.read_text()
-    assert "every model got the same 2 trials of 10 training minutes" in text
+    assert "every model got the same 2 trials, each with a budget of 10 training minutes" in text
     assert "## Tuning (chosen on the validation split)" in text
     assert "![tuning](figures/tuning_bleu.png)" in text
 

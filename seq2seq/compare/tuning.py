@@ -1,7 +1,8 @@
 """Tuning as part of a comparison: every model gets the same trials, chosen on validation.
 
     python -m seq2seq.compare --suite multi30k --workdir runs/m30k --budget_minutes 25 \\
-        --tune train.learning_rate=1e-3,3e-3 --tune train.warmup_steps=300,1000 --tune_minutes 5
+        --config.train.schedule=warmup_rsqrt --tune train.learning_rate=1e-3,3e-3 \\
+        --tune train.warmup_steps=300,1000 --tune_minutes 5
 
 Before the final runs, each config trains once per point of the grid (the Cartesian product of
 the ``--tune`` lists, or ``--tune_samples N`` points of it drawn with a fixed seed: the same
@@ -13,7 +14,8 @@ and perplexity on ``data.eval_split``, the first ``eval.num_examples`` sentences
 decodes the test split. The point with the highest validation BLEU (ties: the lower validation
 perplexity) becomes that config's overrides for its final runs, applied after the config file
 and the suite's overrides; a ``--config`` override of a tuned key is refused, so the tuned value
-is never silently replaced.
+is never silently replaced. The report lists each trial's highest logged learning rate, since
+``train.learning_rate`` is a multiplier of d_model^-0.5 under the "transformer" schedule.
 """
 
 from __future__ import annotations
@@ -183,6 +185,9 @@ class Trial:
     validation_sentences: int | None = None
     step: int | None = None  # the step of the validation record that scores the trial
     train_minutes: float | None = None  # training time spent, across resumes
+    # The highest learning rate of its logged steps: what train.learning_rate meant for this
+    # config (a peak rate, or a multiplier of d_model^-0.5 under the "transformer" schedule).
+    peak_learning_rate: float | None = None
 
 
 @dataclasses.dataclass
@@ -212,6 +217,7 @@ def _score(trial: Trial) -> None:
     validations = [record for record in records if record.get("kind") == "validation"]
     if trained:
         trial.train_minutes = trained[-1].get("elapsed_seconds", 0.0) / 60
+        trial.peak_learning_rate = max(record["learning_rate"] for record in trained)
     if not validations:
         if trial.status == "ok":
             trial.status, trial.reason = "unscored", "no validation record in metrics.jsonl"
@@ -252,30 +258,45 @@ def best_trial(trials: Sequence[Trial]) -> Trial | None:
     return max(scored, key=lambda t: (t.validation_bleu, -(t.validation_perplexity or 0.0)))
 
 
-def _validation_split(spec: RunSpec, settings: Settings) -> str:
-    """The split that scores ``spec``'s trials; refuses one that is also the scored split.
+def _check_configs(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict[str, str]:
+    """Each config's validation split (the one that scores its trials).
 
-    A config that cannot be built returns "?": its trials fail with the reason, as its final
-    runs do, and the other configs go on.
+    A config that cannot be built gets "?": its trials fail with the reason, as its final runs
+    do, and the other configs go on. Warns when the configs read ``train.learning_rate`` under
+    different schedules (the same values would then be different rates).
+
+    Raises:
+      ConfigError: a config validates on the split the comparison scores.
     """
-    try:
-        config = run_config(spec, settings, 0)
-    except Exception:  # reported by each trial
-        return "?"
-    test_split = settings.split or config.data.test_split
-    if config.data.eval_split == test_split:
-        raise config_lib.ConfigError(
-            f"{spec.name}: data.eval_split is the scored split {test_split!r}; tuning would "
-            "choose on the test split: set a separate data.eval_split"
+    splits, schedules = {}, set()
+    for spec in specs:
+        try:
+            config = run_config(spec, settings, 0)
+        except Exception:  # reported by each trial
+            splits[spec.name] = "?"
+            continue
+        test_split = settings.split or config.data.test_split
+        if config.data.eval_split == test_split:
+            raise config_lib.ConfigError(
+                f"{spec.name}: data.eval_split is the scored split {test_split!r}; tuning would "
+                "choose on the test split: set a separate data.eval_split"
+            )
+        splits[spec.name] = config.data.eval_split
+        schedules.add(config.train.schedule)
+    if "train.learning_rate" in tuning.keys and len(schedules) > 1:
+        logger.warning(
+            "the configs use the schedules %s, which read train.learning_rate differently; give "
+            "them one (e.g. --config.train.schedule=warmup_rsqrt) to sweep the same peak rates",
+            sorted(schedules),
         )
-    return config.data.eval_split
+    return splits
 
 
 def tune(
     specs: Sequence[RunSpec], settings: Settings, tuning: Tuning, root: Path
 ) -> list[ModelTuning]:
     """Runs every config's trials (stopping at a preempted one); returns what each chose."""
-    splits = {spec.name: _validation_split(spec, settings) for spec in specs}
+    splits = _check_configs(specs, settings, tuning)
     results = []
     points = tuning.points()
     for spec in specs:
@@ -312,6 +333,7 @@ def _trial_row(result: ModelTuning, trial: Trial) -> dict:
         "validation_sentences": trial.validation_sentences,
         "step": trial.step,
         "train_minutes": trial.train_minutes,
+        "peak_learning_rate": trial.peak_learning_rate,
         "chosen": "✓" if trial.point == result.chosen else "",
         "workdir": str(trial.run.path),
     }
@@ -362,7 +384,8 @@ def report_lines(tuning: Tuning, results: Sequence[ModelTuning], figure: str | N
     )
     splits = sorted({result.split for result in results})
     equal = (
-        f"every model got the same {counts[0]} trials of {tuning.minutes:g} training minutes"
+        f"every model got the same {counts[0]} trials, each with a budget of "
+        f"{tuning.minutes:g} training minutes (or its config's train.steps, if reached first)"
         if len(counts) == 1
         else "the sweep was interrupted: models have "
         + ", ".join(f"{r.spec.name} {len(r.trials)}" for r in results)
@@ -388,6 +411,7 @@ def report_lines(tuning: Tuning, results: Sequence[ModelTuning], figure: str | N
         ("validation_sentences", "val sentences", "d"),
         ("step", "steps", "d"),
         ("train_minutes", "train min", ".1f"),
+        ("peak_learning_rate", "peak lr (logged)", ".2e"),
         ("chosen", "chosen", ""),
     ]
     rows = [_trial_row(result, trial) for result in results for trial in result.trials]
