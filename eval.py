@@ -1,7 +1,7 @@
 """Translate and score a split with a trained model, or translate any file.
 
-    python eval.py --workdir runs/qs_transformer [--split test] [--beam_size 4] [--alpha 0.6]
-                   [--checkpoint latest|STEP|average:K]
+    python eval.py --workdir runs/qs_transformer [--split test|validation|STEM] [--beam_size 4]
+                   [--alpha 0.6] [--checkpoint latest|STEP|average:K]
     python eval.py --workdir runs/qs_transformer --input FILE --output FILE [--reference FILE]
 
 Prints sacreBLEU (detokenized, cased, with its signature), chrF and the papers' tokenized BLEU,
@@ -18,7 +18,12 @@ from seq2seq import cli
 from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training work directory to evaluate.")
-_SPLIT = flags.DEFINE_string("split", None, "Split to translate (default: the config's test).")
+_SPLIT = flags.DEFINE_string(
+    "split",
+    None,
+    "Split to translate: train, validation or test (the config's), or a split name or file "
+    "stem such as test_2016_flickr (default: test).",
+)
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", "latest", "'latest', a step number, or 'average:K' (mean of the last K)."
 )

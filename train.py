@@ -28,7 +28,8 @@ flags.mark_flags_as_required(["config", "workdir"])
 @cli.exit_on_error
 def main(argv: list[str]) -> None:
     del argv
-    summary = train(validate(_CONFIG.value), Path(_WORKDIR.value), make_validate_fn)
+    workdir = cli.check_work_directory(Path(_WORKDIR.value))
+    summary = train(validate(_CONFIG.value), workdir, make_validate_fn)
     if summary.preempted:
         print(f"preempted at step {summary.step}; checkpoint saved, rerun to resume")
         sys.exit(143)

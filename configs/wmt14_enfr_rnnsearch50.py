@@ -16,7 +16,7 @@ from seq2seq.config import default_config
 def get_config():
     config = default_config()
     config.model.name = "rnnsearch"  # paper sizes are the schema's defaults: m=620, n=1000,
-    # n'=1000, l=500, additive alignment model, no dropout
+    # n'=1000, l=500, additive alignment model, no dropout, Appendix B.1's initialisation
 
     data = config.data
     data.source = "tfds"

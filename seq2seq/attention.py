@@ -140,20 +140,6 @@ def additive_scores(projected_queries: Array, projected_keys: Array, v: Array) -
     return jnp.einsum("btsa,a->bts", hidden, v)[:, None]
 
 
-def general_scores(queries: Array, keys: Array, w: Array) -> Array:
-    """Luong et al. 2015 "general" score: ``e_ts = q_t^T W k_s``.
-
-    Args:
-      queries: [B, T, Dq].
-      keys: [B, S, Dk].
-      w: [Dq, Dk].
-
-    Returns:
-      [B, 1, T, S] scores.
-    """
-    return jnp.einsum("btq,qk,bsk->bts", queries, w, keys)[:, None]
-
-
 def masked_softmax(scores: Array, mask: Array | None) -> Array:
     """Attention weights: softmax over keys, exactly zero on masked keys.
 
@@ -203,7 +189,8 @@ def scaled_dot_product_attention(
     Two implementations of one equation. The fused one, ``jax.nn.dot_product_attention``, lets a
     GPU use its flash-attention kernel; the explicit one (scores, masked softmax, weighted values)
     is the reference, and the one that can return the weights or drop some of them out. The fused
-    path is taken only when neither is asked for, so results never depend on which ran.
+    path is taken only when neither is asked for (and d_v = d_k, which it requires), so results
+    never depend on which ran.
 
     Args:
       queries: [B, T, H, K].
@@ -220,6 +207,8 @@ def scaled_dot_product_attention(
       ([B, T, H, E] outputs, [B, H, T, S] weights or None).
     """
     use_dropout = dropout_rate > 0.0 and dropout_rng is not None
+    # jax.nn.dot_product_attention needs d_v = d_k; Table 3 (B) varies d_k alone.
+    fused = fused and values.shape[-1] == queries.shape[-1]
     if fused and not (return_weights or use_dropout):
         if mask is not None:
             mask = jnp.broadcast_to(mask, mask.shape[:2] + (queries.shape[1], keys.shape[1]))
@@ -353,24 +342,34 @@ class AlignmentAttention(nnx.Module):
         *,
         scoring: Scoring = "additive",
         hidden_size: int | None = None,
+        kernel_init: nnx.Initializer | None = None,
+        vector_init: nnx.Initializer = nnx.initializers.zeros,
         dtype: jnp.dtype | None = None,
         rngs: nnx.Rngs,
     ):
+        """``kernel_init`` draws W_a and U_a (additive) or W (general); by default Appendix B.1's
+        N(0, 0.001^2) for additive and LeCun normal for general. ``vector_init`` draws v_a
+        (Appendix B.1: zero)."""
         self.scoring = scoring
         if scoring == "additive":
             hidden_size = hidden_size or query_size
-            # Appendix B.1: W_a and U_a from N(0, 0.001^2), v_a initialised to zero.
-            normal = nnx.initializers.normal(0.001)
+            normal = kernel_init or nnx.initializers.normal(0.001)
             self.w_a = nnx.Linear(
                 query_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
             )
             self.u_a = nnx.Linear(
                 key_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
             )
-            self.v_a = nnx.Param(jnp.zeros((hidden_size,)))
+            self.v_a = nnx.Param(vector_init(rngs.params(), (hidden_size,), jnp.float32))
         elif scoring == "general":
+            general_init = kernel_init or nnx.initializers.lecun_normal()
             self.w_general = nnx.Linear(
-                key_size, query_size, use_bias=False, dtype=dtype, rngs=rngs
+                key_size,
+                query_size,
+                use_bias=False,
+                kernel_init=general_init,
+                dtype=dtype,
+                rngs=rngs,
             )
         elif scoring == "dot":
             if query_size != key_size:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from absl import flags
 from absl import logging as absl_logging
 
 from seq2seq.config import ConfigError, unknown_key_message
+
+CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
 
 
 def _offending_override(argv: list[str], error: Exception) -> str | None:
@@ -23,22 +27,114 @@ def _offending_override(argv: list[str], error: Exception) -> str | None:
     return None
 
 
+def _config_file_arguments(argv: list[str]) -> dict[str, str]:
+    """``{flag name: file}`` for each config-file flag given in argv (``--config F`` or ``=F``)."""
+    names = [name for name in CONFIG_FILE_FLAGS if name in flags.FLAGS]
+    files = {}
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg in (f"--{name}", f"-{name}") and i + 1 < len(argv):
+                files[name] = argv[i + 1]
+            elif arg.startswith((f"--{name}=", f"-{name}=")):
+                files[name] = arg.split("=", 1)[1]
+    # A config file may take an argument after a colon: ``--config file.py:big``.
+    return {name: value.split(":", 1)[0] for name, value in files.items()}
+
+
+def missing_config_file_message(argv: list[str]) -> str | None:
+    """The one-line error for a ``--config`` that names no readable file, else None."""
+    for name, path in _config_file_arguments(argv).items():
+        if Path(path).is_dir():
+            return (
+                f"--{name} {path} is a folder; pass a config file, e.g. "
+                "configs/quickstart_transformer.py"
+            )
+        if not Path(path).is_file():
+            return (
+                f"no config file at {path} (--{name}); pass an existing one, e.g. "
+                "configs/quickstart_transformer.py"
+            )
+    return None
+
+
+def _place_in(error: BaseException, files: set[str]) -> tuple[str, int] | None:
+    """(file, line) where ``error`` arose, if that was one of ``files`` (resolved paths)."""
+    if isinstance(error, SyntaxError) and error.filename:
+        places = [(error.filename, error.lineno)]
+    else:
+        places = [(f.filename, f.lineno) for f in traceback.extract_tb(error.__traceback__)]
+    places = [place for place in places if str(Path(place[0]).resolve()) in files]
+    return places[-1] if places else None
+
+
+def config_file_error_message(error: BaseException, config_files: list[str]) -> str | None:
+    """``FILE line N: what went wrong`` when ``error`` arose inside one of ``config_files``.
+
+    Covers syntax errors and exceptions raised while the file runs, also when ml_collections or
+    absl wrapped them in an error whose own message is a multi-line traceback.
+    """
+    files = {str(Path(path).resolve()) for path in config_files}
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    for cause in reversed(seen):  # the original error first
+        place = _place_in(cause, files)
+        if place is not None:
+            what = cause.msg if isinstance(cause, SyntaxError) else str(cause).split("\n")[0]
+            return (
+                f"{place[0]} line {place[1]}: {type(cause).__name__}: {what}; fix the config file"
+            )
+    return None
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing where a bad config file, key or value ends with one line, exit 2.
 
     Used as ``app.run(main, flags_parser=parse_flags)``.
     """
+    message = missing_config_file_message(argv)
+    if message is not None:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
     try:
         return flags.FLAGS(argv)
-    except flags.Error as error:
-        message = str(error).splitlines()[0]
-    except (AttributeError, KeyError) as error:
-        key = _offending_override(argv, error)
-        message = unknown_key_message(key) if key else str(error).splitlines()[0]
-    except (TypeError, ValueError, FileNotFoundError, ImportError) as error:
-        message = str(error).splitlines()[0]
+    except Exception as error:  # noqa: BLE001 (an error inside a config file: name file and line)
+        message = config_file_error_message(error, list(_config_file_arguments(argv).values()))
+        if message is None:
+            message = flag_error_message(argv, error)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def flag_error_message(argv: list[str], error: Exception) -> str:
+    """One line for an error in the flags themselves (unknown key, bad value); else re-raises."""
+    if isinstance(error, (AttributeError, KeyError)):
+        key = _offending_override(argv, error)
+        return unknown_key_message(key) if key else str(error).splitlines()[0]
+    if isinstance(error, (flags.Error, TypeError, ValueError, FileNotFoundError, ImportError)):
+        return str(error).splitlines()[0]
+    raise error
+
+
+def check_work_directory(path: Path) -> Path:
+    """Refuses a ``--workdir`` that is, or lies under, an existing file; returns ``path``.
+
+    Called by ``train.py`` before any work, so nothing is created or overwritten.
+
+    Raises:
+      ValueError: one line naming the file and the fix.
+    """
+    for existing in (path, *path.parents):
+        if existing.exists():
+            break
+    if existing.is_dir():
+        return path
+    where = "is a file" if existing == path else f"lies under {existing}, which is a file"
+    raise ValueError(
+        f"--workdir {path} {where}, not a directory; pass a new folder or an existing run's "
+        "folder (the file was left as it is)"
+    )
 
 
 def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:

@@ -63,7 +63,8 @@ def default_config() -> ml_collections.ConfigDict:
     r.decoder_hidden_size = 1000  # decoder GRU units n
     r.alignment_size = 1000  # hidden width n' of the additive alignment model
     r.maxout_size = 500  # maxout units l in the deep output
-    r.scoring = "additive"  # alignment score: "additive" (Bahdanau), "dot" or "general" (Luong)
+    r.attention = "additive"  # "additive" (Bahdanau), "dot"/"general" (Luong), "none" (RNNencdec)
+    r.init = "paper"  # "paper": Appendix B.1 (N(0, 0.01^2), ...); "modern": fan-in scaled
     r.dropout_rate = 0.0  # on embeddings and the maxout output (the paper: none)
     r.share_embeddings = False  # one embedding table for both languages (needs shared vocab)
 
@@ -218,7 +219,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "train.dtype", DTYPES)
     _choice(config, "model.transformer.norm", ("post", "pre"))
     _choice(config, "model.transformer.positions", ("sinusoidal", "learned"))
-    _choice(config, "model.rnnsearch.scoring", ("additive", "dot", "general"))
+    _choice(config, "model.rnnsearch.attention", ("additive", "dot", "general", "none"))
+    _choice(config, "model.rnnsearch.init", ("paper", "modern"))
     for key, value in flatten(config):
         if key.endswith(("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")):
             if key in ("train.warmup_steps", "eval.every_steps"):
@@ -283,10 +285,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         f"config.model.{config.model.name}.share_embeddings needs data.shared_vocab=True",
     )
     rnn = config.model.rnnsearch
-    if config.model.name == "rnnsearch" and rnn.scoring == "dot":
+    if config.model.name == "rnnsearch" and rnn.attention == "dot":
         _require(
             rnn.decoder_hidden_size == 2 * rnn.encoder_hidden_size,
-            "config.model.rnnsearch.scoring='dot' needs decoder_hidden_size == "
+            "config.model.rnnsearch.attention='dot' needs decoder_hidden_size == "
             "2 * encoder_hidden_size; use 'general' or 'additive'",
         )
     _require(
@@ -294,6 +296,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
     )
     return config
+
+
+# Keys renamed since runs were saved with them: old name -> new name.
+_RENAMED = {"model.rnnsearch.scoring": "model.rnnsearch.attention"}
 
 
 def save(config: ml_collections.ConfigDict, path: Path) -> None:
@@ -311,6 +317,7 @@ def load_saved(path: Path) -> ml_collections.ConfigDict:
         raise ConfigError(f"no config at {path}; is this a training work directory?")
     config = default_config()
     for key, value in flatten(ml_collections.ConfigDict(json.loads(path.read_text()))):
+        key = _RENAMED.get(key, key)
         try:
             _set(config, key, value)
         except (AttributeError, KeyError) as error:

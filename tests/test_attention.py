@@ -26,10 +26,22 @@ def test_scaled_dot_product_matches_equation_1():
             np.testing.assert_allclose(outputs[b, :, h], expected_w @ v_np[b, :, h], atol=1e-5)
 
 
-def test_scores_are_scaled_by_sqrt_dk():
-    q, k = _random(0, 1, 4, 2, 16), _random(1, 1, 6, 2, 16)
-    ratio = attention.dot_product_scores(q, k) / attention.scaled_dot_product_scores(q, k)
-    np.testing.assert_allclose(ratio, 4.0, rtol=1e-5)
+def test_attention_of_one_query_over_two_keys_by_hand():
+    # d_k = 4, so scores are q . k / 2: q . k_1 = 2 -> 1, q . k_2 = 0 -> 0.
+    # weights = [e / (1 + e), 1 / (1 + e)] = [0.7310586, 0.2689414]; without the 1/sqrt(d_k)
+    # they would be [0.8807971, 0.1192029].
+    q = jnp.array([1.0, 1.0, 0.0, 0.0]).reshape(1, 1, 1, 4)  # [B, T, H, K]
+    k = jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0]]).reshape(1, 2, 1, 4)
+    v = jnp.array([[1.0, 0.0, 0.0], [0.0, 10.0, 1.0]]).reshape(1, 2, 1, 3)  # E = 3
+    for fused in (True, False):
+        outputs, _ = attention.scaled_dot_product_attention(q, k, v, fused=fused)
+        np.testing.assert_allclose(outputs[0, 0, 0], [0.7310586, 2.689414, 0.2689414], rtol=1e-5)
+    _, weights = attention.scaled_dot_product_attention(q, k, v, return_weights=True)
+    np.testing.assert_allclose(weights[0, 0, 0], [0.7310586, 0.2689414], rtol=1e-5)
+    only_second = jnp.array([False, True]).reshape(1, 1, 1, 2)
+    for fused in (True, False):
+        outputs, _ = attention.scaled_dot_product_attention(q, k, v, only_second, fused=fused)
+        np.testing.assert_allclose(outputs[0, 0, 0], [0.0, 10.0, 1.0], atol=1e-6)
 
 
 def test_fused_and_reference_paths_agree():
@@ -98,6 +110,35 @@ def test_luong_scorings_weight_real_keys_only(scoring):
     assert float(weights[1, 2:].max()) == 0.0
 
 
+def test_luong_general_score_by_hand():
+    # Luong et al. 2015: score(h_t, h_s) = h_t^T W_a h_s, W_a of shape [query 3, key 2].
+    w_a = np.array([[1.0, 0.0], [0.5, 0.0], [0.0, 2.0]])
+    q = np.array([1.0, 2.0, 3.0])
+    h = np.array([[2.0, 0.0], [0.0, 1.0], [5.0, 5.0]])  # the third key is padding
+    # W_a h_1 = [2, 1, 0] -> e_1 = 2 + 2 = 4;  W_a h_2 = [0, 0, 2] -> e_2 = 6
+    # alpha = [1, e^2] / (1 + e^2) = [0.1192029, 0.8807971];  c = alpha_1 h_1 + alpha_2 h_2
+    model = attention.AlignmentAttention(3, 2, scoring="general", rngs=nnx.Rngs(0))
+    model.w_general.kernel[...] = jnp.asarray(w_a.T, jnp.float32)  # Linear: h @ kernel = W_a h
+    keys = jnp.asarray(h[None], jnp.float32)
+    valid = jnp.array([[True, True, False]])
+    context, weights = model(
+        jnp.asarray(q[None], jnp.float32), model.precompute_keys(keys), keys, valid
+    )
+    np.testing.assert_allclose(weights[0], [0.1192029, 0.8807971, 0.0], rtol=1e-5)
+    np.testing.assert_allclose(context[0], [0.2384058, 0.8807971], rtol=1e-5)
+
+
+def test_luong_dot_score_by_hand():
+    # score = h_t . h_s: q = [1, 2] against keys [1, 0] and [0, 1] -> e = [1, 2],
+    # alpha = [1, e] / (1 + e) = [0.2689414, 0.7310586].
+    model = attention.AlignmentAttention(2, 2, scoring="dot", rngs=nnx.Rngs(0))
+    keys = jnp.array([[[1.0, 0.0], [0.0, 1.0]]])
+    _, weights = model(
+        jnp.array([[1.0, 2.0]]), model.precompute_keys(keys), keys, jnp.ones((1, 2), bool)
+    )
+    np.testing.assert_allclose(weights[0], [0.2689414, 0.7310586], rtol=1e-5)
+
+
 def test_heads_are_independent():
     mha = attention.MultiHeadAttention(16, 4, 4, 4, rngs=nnx.Rngs(0))
     x = _random(0, 1, 5, 16)
@@ -127,13 +168,25 @@ def test_folding_a_linear_map_into_w_query_changes_nothing():
     np.testing.assert_allclose(folded, with_pre_projection, atol=1e-5)
 
 
-def test_self_and_cross_attention_are_one_module():
+def test_cross_attention_takes_queries_from_the_decoder_and_keys_from_the_memory():
     mha = attention.MultiHeadAttention(8, 2, 4, 4, rngs=nnx.Rngs(0))
     x, memory = _random(0, 1, 3, 8), _random(1, 1, 5, 8)
-    _, self_weights = mha(x, x, return_weights=True)
-    _, cross_weights = mha(x, memory, return_weights=True)
-    assert self_weights.shape == (1, 2, 3, 3)
-    assert cross_weights.shape == (1, 2, 3, 5)
+    outputs, weights = mha(x, memory, return_weights=True)
+    assert weights.shape == (1, 2, 3, 5)  # [B, H, T from the decoder, S from the memory]
+    # A query position changes its own output row only ...
+    changed_query, _ = mha(x.at[0, 1].set(_random(2, 8)), memory)
+    row_change = np.abs(np.asarray(changed_query - outputs)).max(axis=(0, 2))
+    assert row_change[1] > 1e-3 and row_change[0] == row_change[2] == 0.0
+    # ... while every row reads every memory position.
+    changed_memory, _ = mha(x, memory.at[0, 4].set(_random(3, 8)))
+    assert np.abs(np.asarray(changed_memory - outputs)).max(axis=(0, 2)).min() > 1e-4
+    # Self-attention is the same module given one sequence twice.
+    self_outputs, _ = mha(x, x)
+    keys, values = mha.project_keys_values(x)
+    expected, _ = attention.scaled_dot_product_attention(mha.project_query(x), keys, values)
+    np.testing.assert_allclose(
+        self_outputs, jnp.einsum("bthe,hed->btd", expected, mha.w_output[...]), atol=1e-5
+    )
 
 
 def test_scaling_keeps_attention_from_saturating_as_width_grows():

@@ -1,4 +1,4 @@
-"""Beam search: exact on a space small enough to enumerate, greedy at width one, cache-blind."""
+"""Beam search: exact on a space small enough to enumerate, argmax at width one, cache-blind."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from flax import nnx
 
 from seq2seq.decoding.beam_search import beam_search, length_penalty
 from seq2seq.decoding.common import expand_to_beams, output_limits, select_beams
-from seq2seq.decoding.greedy import greedy_search
 from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerConfig
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -37,10 +36,10 @@ def _transformer():
     return model
 
 
-def _rnnsearch():
+def _rnnsearch(attention="additive"):
     config = RNNSearchConfig(
         VOCAB, VOCAB, embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8,
-        alignment_size=8, maxout_size=4,
+        alignment_size=8, maxout_size=4, attention=attention,
     )  # fmt: skip
     graphdef, params = nnx.split(RNNSearch(config, rngs=nnx.Rngs(0)))
     rng = np.random.default_rng(0)  # N(0, 1.5^2) everywhere: far from uniform
@@ -88,7 +87,12 @@ class RandomTree(nnx.Module):
         return logits, aux
 
 
-MODELS = {"transformer": _transformer, "rnnsearch": _rnnsearch, "random_tree": RandomTree}
+MODELS = {
+    "transformer": _transformer,
+    "rnnsearch": _rnnsearch,
+    "rnnencdec": lambda: _rnnsearch("none"),
+    "random_tree": RandomTree,
+}
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -103,11 +107,6 @@ def _beam(graphdef, params, source, limits, alpha, *, max_length, beam_size, use
         model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
         use_cache=use_cache,
     )  # fmt: skip
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_length"))
-def _greedy(graphdef, params, source, limits, *, max_length):
-    return greedy_search(nnx.merge(graphdef, params), source, max_length, limits=limits)
 
 
 @functools.partial(jax.jit, static_argnames="graphdef")
@@ -194,15 +193,47 @@ def test_wide_beam_finds_the_best_output_by_exhaustive_search(model, enumerated,
         assert greedy_differs > 0, "a case where greedy search is already optimal proves little"
 
 
-def test_beam_of_one_is_greedy_search(model):
+@functools.partial(jax.jit, static_argnames="graphdef")
+def _decode_one(graphdef, params, encoded, previous, cache):
+    logits, _, cache = nnx.merge(graphdef, params).decode(encoded, previous, cache=cache)
+    return logits, cache
+
+
+def _argmax_by_hand(model, source: np.ndarray, limits: np.ndarray, max_length: int):
+    """Greedy decoding written out: one ``model.decode`` call per step, NumPy argmax, no search.
+
+    Returns (outputs as token lists, their log P(Y | x)).
+    """
+    graphdef, params = nnx.split(model)
+    encoded = model.encode(jnp.asarray(source))
+    cache = model.init_cache(encoded, max_length)
+    previous = np.full((len(source),), BOS_ID, np.int32)
+    outputs = [[] for _ in source]
+    log_probs = np.zeros(len(source))
+    for _ in range(max_length):
+        logits, cache = _decode_one(graphdef, params, encoded, previous[:, None], cache)
+        scores = np.asarray(jax.nn.log_softmax(logits[:, 0].astype(jnp.float32)), np.float64)
+        scores[:, [PAD_ID, BOS_ID]] = -np.inf  # never part of a translation
+        previous = scores.argmax(axis=1).astype(np.int32)
+        for b, output in enumerate(outputs):
+            done = (output and output[-1] == EOS_ID) or len(output) >= limits[b]
+            if not done:
+                output.append(int(previous[b]))
+                log_probs[b] += scores[b, previous[b]]
+    return outputs, log_probs
+
+
+def test_beam_of_one_takes_the_most_probable_token_at_every_step(model):
     source = np.random.default_rng(0).integers(1, VOCAB, (8, 7)).astype(np.int32)
     source[:, -1] = EOS_ID
     source[3, 4:] = PAD_ID
-    limits = output_limits(jnp.asarray(source), 3)  # 6 to 10 tokens
-    graphdef, params = nnx.split(model)
-    greedy = _greedy(graphdef, params, jnp.asarray(source), limits, max_length=10)
-    tokens, _ = _search(model, source, limits, 0.6, max_length=10, beam_size=1)
-    np.testing.assert_array_equal(tokens, greedy)
+    limits = np.asarray(output_limits(jnp.asarray(source), 3))  # 6 to 10 tokens
+    tokens, scores = _search(model, source, limits, 0.6, max_length=10, beam_size=1)
+    expected, log_probs = _argmax_by_hand(model, source, limits, max_length=10)
+    assert [_as_list(row) for row in np.asarray(tokens)] == expected
+    lengths = np.array([len(output) for output in expected])
+    np.testing.assert_allclose(scores, log_probs / ((5 + lengths) / 6) ** 0.6, rtol=1e-5)
+    assert lengths.max() > 1, "outputs of EOS alone would make this test vacuous"
 
 
 def test_decoding_with_the_cache_equals_rerunning_the_whole_prefix(model):

@@ -7,7 +7,14 @@ import pytest
 from flax import nnx
 
 from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerConfig
-from seq2seq.models.base import EOS_ID, PAD_ID, positions_from_segments, shift_right
+from seq2seq.models.base import (
+    EOS_ID,
+    PAD_ID,
+    positions_from_segments,
+    shift_right,
+    sinusoidal_positions,
+)
+from seq2seq.models.rnnsearch import GRU, maxout
 
 VOCAB = 40
 
@@ -28,7 +35,7 @@ def _transformer(norm="post"):
     return Transformer(config, rngs=nnx.Rngs(0))
 
 
-def _rnnsearch(scoring="additive"):
+def _rnnsearch(attention="additive"):
     config = RNNSearchConfig(
         VOCAB,
         VOCAB,
@@ -37,10 +44,10 @@ def _rnnsearch(scoring="additive"):
         decoder_hidden_size=24,
         alignment_size=10,
         maxout_size=8,
-        scoring=scoring,
+        attention=attention,
     )
     model = RNNSearch(config, rngs=nnx.Rngs(0))
-    if scoring == "additive":  # v_a starts at zero, which would make attention uniform
+    if attention == "additive":  # v_a starts at zero, which would make attention uniform
         model.attention.v_a[...] = jax.random.normal(jax.random.key(5), model.attention.v_a.shape)
     return model
 
@@ -51,6 +58,7 @@ MODELS = {
     "rnnsearch": _rnnsearch,
     "rnnsearch_dot": lambda: _rnnsearch("dot"),
     "rnnsearch_general": lambda: _rnnsearch("general"),
+    "rnnencdec": lambda: _rnnsearch("none"),
 }
 
 
@@ -107,6 +115,9 @@ def test_cached_incremental_decoding_equals_full_pass(model):
 def test_cross_attention_weights_are_a_distribution_over_real_source(model):
     source = _tokens(0, 2, 6).at[1, 3:].set(PAD_ID)
     _, aux = model(source, shift_right(_tokens(1, 2, 4)), return_attention=True)
+    if getattr(model, "attention", True) is None:  # RNNencdec: no weights, rather than fake ones
+        assert "cross_attention" not in aux
+        return
     weights = aux["cross_attention"]  # [B, L, H, T, S]
     assert weights.shape[0] == 2 and weights.shape[-2:] == (4, 6)
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
@@ -124,3 +135,82 @@ def test_transformer_shares_one_embedding_three_ways():
     model = _transformer()
     assert model.source_embedding is model.target_embedding
     assert not hasattr(model, "output_projection")
+
+
+# -- equations against numbers worked out by hand ------------------------------------------------
+
+
+def _set_recurrent_weights(gru: GRU, u_z, u_r, u) -> None:
+    """Sets the paper's U_z, U_r, U ([n, n], acting on column vectors: ``U_z s``)."""
+    # nnx.Linear computes ``s @ kernel``: the kernel of ``U s`` is U^T.
+    gru.u_gates.kernel[...] = jnp.asarray(np.concatenate([u_z.T, u_r.T], axis=1), jnp.float32)
+    gru.u_candidate.kernel[...] = jnp.asarray(u.T, jnp.float32)
+
+
+def test_gru_step_with_one_unit_by_hand():
+    # s = 1, inputs W x = 0, U_z = U_r = 0, U = 2:
+    #   z = sigmoid(0) = 0.5, r = sigmoid(0) = 0.5, s~ = tanh(2 * (0.5 * 1)) = tanh(1)
+    #   s_new = (1 - z) s + z s~ = 0.5 + 0.5 tanh(1) = 0.8807970779778824
+    gru = GRU(3, 1, jnp.float32, rngs=nnx.Rngs(0))
+    _set_recurrent_weights(gru, np.zeros((1, 1)), np.zeros((1, 1)), np.full((1, 1), 2.0))
+    new_state = gru.step(jnp.ones((1, 1)), jnp.zeros((1, 3)))
+    np.testing.assert_allclose(new_state, [[0.8807970779778824]], rtol=1e-6)
+
+
+def test_gru_step_follows_appendix_a_gate_by_gate():
+    """Bahdanau et al. 2015, Appendix A.1.1, with U matrices a transpose would change."""
+    s = np.array([0.5, -1.0])
+    x_z, x_r, x_candidate = np.array([0.2, -0.1]), np.array([0.0, 0.3]), np.array([0.4, -0.2])
+    u_z = np.array([[1.0, 2.0], [0.0, -1.0]])
+    u_r = np.array([[0.0, -0.5], [1.5, 0.0]])
+    u = np.array([[0.5, 1.0], [-2.0, 0.0]])
+    # U_z s = [0.5 - 2, 1] = [-1.5, 1];  U_r s = [0.5, 0.75]
+    z = 1 / (1 + np.exp(-(x_z + np.array([-1.5, 1.0]))))
+    r = 1 / (1 + np.exp(-(x_r + np.array([0.5, 0.75]))))
+    candidate = np.tanh(x_candidate + u @ (r * s))
+    expected = (1 - z) * s + z * candidate  # the update gate z weighs the new candidate
+    gru = GRU(4, 2, jnp.float32, rngs=nnx.Rngs(0))
+    _set_recurrent_weights(gru, u_z, u_r, u)
+    projected = np.concatenate([x_z, x_r, x_candidate])[None]  # [W_z x, W_r x, W x]
+    new_state = gru.step(jnp.asarray(s[None], jnp.float32), jnp.asarray(projected, jnp.float32))
+    np.testing.assert_allclose(new_state[0], expected, rtol=1e-5)
+    # A GRU that swapped the roles of z and 1 - z would move s toward s~ by the other weight:
+    assert np.abs((z * s + (1 - z) * candidate) - expected).max() > 0.05
+
+
+def test_maxout_takes_the_larger_of_each_adjacent_pair():
+    t_tilde = jnp.array([[1.0, 5.0, -2.0, -3.0, 0.5, 0.25]])
+    # pairs (1, 5), (-2, -3), (0.5, 0.25); pairing the halves instead would give [1, 5, 0.5]
+    np.testing.assert_array_equal(maxout(t_tilde), [[5.0, -2.0, 0.5]])
+
+
+def test_rnnsearch_deep_output_is_a_maxout_of_its_three_terms():
+    # With U_o, V_o, C_o zero, t~ = U_o's bias b for every position; with W_o reading t out
+    # unchanged into the first l logits, those logits are maxout(b). For b = 0, -1, 2, -3, ...
+    # each pair's larger piece is the even one: t = 0, 2, 4, ...
+    model = _rnnsearch()
+    l = model.config.maxout_size
+    for layer in (model.u_o, model.v_o, model.c_o):
+        layer.kernel[...] = jnp.zeros_like(layer.kernel[...])
+    model.u_o.bias[...] = jnp.arange(2 * l, dtype=jnp.float32) * jnp.tile(jnp.array([1.0, -1.0]), l)
+    model.w_o.kernel[...] = jnp.eye(l, VOCAB)
+    model.w_o.bias[...] = jnp.zeros(VOCAB)
+    logits, _ = model(_tokens(0, 2, 5), shift_right(_tokens(1, 2, 3)))
+    expected = np.broadcast_to(np.arange(0.0, 2 * l, 2), (2, 3, l))
+    np.testing.assert_allclose(logits[..., :l], expected, atol=1e-6)
+
+
+def test_sinusoidal_encodings_are_section_3_5_by_hand():
+    # PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). At d = 4
+    # the second pair has 10000^(2/4) = 100: PE(pos, 2) = sin(pos / 100), PE(pos, 3) = cos(...).
+    encodings = np.asarray(sinusoidal_positions(jnp.array([[0, 1, 2]]), 4))[0]
+    expected = [
+        [0.0, 1.0, 0.0, 1.0],  # pos 0
+        [0.8414709848078965, 0.5403023058681398, 0.009999833334166664, 0.9999500004166653],
+        [0.9092974268256817, -0.4161468365471424, 0.01999866669333308, 0.9998000066665778],
+    ]
+    np.testing.assert_allclose(encodings, expected, rtol=1e-6, atol=1e-7)
+    wide = np.asarray(sinusoidal_positions(jnp.array([[1]]), 512))[0, 0]
+    assert wide[0] == pytest.approx(np.sin(1.0)) and wide[1] == pytest.approx(np.cos(1.0))
+    # the last pair (2i = 510) has wavelength 2 pi 10000^(510/512): almost constant in pos
+    assert wide[510] == pytest.approx(np.sin(1 / 10000 ** (510 / 512)), rel=1e-5)

@@ -1,9 +1,11 @@
-"""The training step learns, and the schedule is the paper's formula."""
+"""The training step learns; the schedule and the loss give the numbers worked out by hand."""
 
 import jax
 import numpy as np
 import pytest
 
+from seq2seq.models.base import PAD_ID
+from seq2seq.training.losses import smoothed_cross_entropy
 from seq2seq.training.schedules import transformer_schedule
 from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
@@ -30,12 +32,36 @@ def test_training_lowers_the_loss(model_name):
     assert int(state.step) == 60
 
 
-@pytest.mark.parametrize("step", [1, 100, 4000, 4001, 100_000])
-def test_transformer_schedule_is_equation_3(step):
-    d_model, warmup = 512, 4000
-    expected = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        # lrate = 512^-0.5 * min(step^-0.5, step * 4000^-1.5); 512^-0.5 = 0.04419417
+        (1, 1.746928107421711e-07),  # warm-up: 0.04419417 * 1 / 252982.2
+        (4000, 0.0006987712429686843),  # the peak, both terms 4000^-0.5 = 0.01581139
+        (16000, 0.00034938562148434214),  # decay: 4 times the steps, half the rate
+    ],
+)
+def test_transformer_schedule_is_equation_3_by_hand(step, expected):
     # optax counts updates from 0; the paper's step_num counts from 1.
-    np.testing.assert_allclose(transformer_schedule(d_model, warmup)(step - 1), expected, rtol=1e-6)
+    rate = transformer_schedule(d_model=512, warmup_steps=4000)(step - 1)
+    np.testing.assert_allclose(rate, expected, rtol=1e-6)
+
+
+def test_label_smoothed_cross_entropy_of_a_three_class_case_by_hand():
+    # Three classes, epsilon 0.3: the smoothed target is 0.3 / 3 = 0.1 on every class plus
+    # 0.7 on the reference, e.g. [0.1, 0.8, 0.1] for class 1.
+    #   token 1: p = [1/4, 1/2, 1/4] (logits log 1, log 2, log 1), reference 1:
+    #     loss = -(0.1 ln 1/4 + 0.8 ln 1/2 + 0.1 ln 1/4) = 0.4 ln 2 + 0.8 ln 2 = 1.2 ln 2
+    #     nll = ln 2
+    #   token 2: p = [1/2, 1/4, 1/4], reference 2, target [0.1, 0.1, 0.8]:
+    #     loss = 0.1 ln 2 + 0.1 ln 4 + 0.8 ln 4 = 1.9 ln 2;  nll = ln 4 = 2 ln 2
+    #   token 3: padding (id 0), left out whatever its logits.
+    logits = np.log(np.array([[[1.0, 2.0, 1.0], [2.0, 1.0, 1.0], [9.0, 1.0, 1.0]]], np.float32))
+    targets = np.array([[1, 2, PAD_ID]])
+    loss, nll, tokens = smoothed_cross_entropy(logits, targets, label_smoothing=0.3)
+    np.testing.assert_allclose(loss, 3.1 * np.log(2), rtol=1e-6)  # 2.1487562597358303
+    np.testing.assert_allclose(nll, 3.0 * np.log(2), rtol=1e-6)
+    assert float(tokens) == 2.0
 
 
 @pytest.mark.parametrize("model_name", ["transformer", "rnnsearch"])

@@ -51,9 +51,13 @@ def run() -> None:
     tune_samples = flags.DEFINE_integer(
         "tune_samples", 0, "Train N points drawn from the grid (fixed seed); 0: every point."
     )
-    config_flags.DEFINE_config_dict(
-        "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
-    )
+    try:  # a config-dict flag reads its --config.KEY=VALUE overrides as it is defined
+        config_flags.DEFINE_config_dict(
+            "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
+        )
+    except Exception as error:  # noqa: BLE001 (one line for an unknown key or a bad value)
+        print(f"error: {cli.flag_error_message(sys.argv, error)}", file=sys.stderr)
+        sys.exit(2)
     flags.mark_flags_as_required(["workdir"])
     flags.register_validator("seeds", lambda n: n >= 1, "--seeds must be at least 1")
 

@@ -53,6 +53,13 @@ COLUMNS = [
 ]
 
 
+def _columns(rows: Sequence[dict]) -> list:
+    """The table's columns; suites whose runs describe themselves (table3) get a "what" column."""
+    if any(row.get("description") for row in rows):
+        return [COLUMNS[0], ("description", "what", ""), *COLUMNS[1:]]
+    return COLUMNS
+
+
 def _each(value, formatter) -> str:
     if isinstance(value, list):
         present = [v for v in value if v is not None]
@@ -125,7 +132,11 @@ def aggregate(rows: Sequence[dict]) -> list[dict]:
         if len(members) == 1:
             merged.append({**members[0], "name": name})
             continue
-        row = {"name": name, "seeds": [m["seed"] for m in members]}
+        row = {
+            "name": name,
+            "description": members[0].get("description"),
+            "seeds": [m["seed"] for m in members],
+        }
         failed = [m["status"] for m in members if m["status"] != "ok"]
         row["status"] = "ok" if not failed else f"{len(failed)} of {len(members)} failed"
         for field in NUMERIC_FIELDS:
@@ -275,7 +286,7 @@ def _markdown(
         )
         + f"; training: {budget}; seeds per config: {settings.seeds}.",
         "",
-        tables.markdown_table(table_rows, COLUMNS),
+        tables.markdown_table(table_rows, _columns(table_rows)),
         "sacreBLEU signature: " + ("; ".join(signatures) if signatures else "(no run was scored)"),
         "",
         "Columns: test sacreBLEU (detokenized), the papers' tokenized BLEU, chrF, parameters, "

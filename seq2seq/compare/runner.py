@@ -14,6 +14,7 @@ from pathlib import Path
 
 import ml_collections
 
+from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.compare.suites import RunSpec
 from seq2seq.evaluation.evaluate import evaluate
@@ -52,7 +53,13 @@ class RunOutcome:
 
 def run_config(spec: RunSpec, settings: Settings, seed_index: int) -> ml_collections.ConfigDict:
     """The config of one run: the file, the suite's overrides, then the comparison's."""
-    config = config_lib.load_config_file(spec.config)
+    try:
+        config = config_lib.load_config_file(spec.config)
+    except config_lib.ConfigError:
+        raise
+    except Exception as error:  # an error inside the config file: name the file and line
+        message = cli.config_file_error_message(error, [str(spec.config)])
+        raise config_lib.ConfigError(message or f"{spec.config}: {error}") from error
     for key, value in (*spec.overrides, *settings.overrides):
         config_lib.set_value(config, key, value)
     if settings.budget_minutes is not None:

@@ -82,9 +82,8 @@ def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpe
     def heads(count: int) -> dict:
         return {"num_heads": count, "d_k": d // count, "d_v": d // count}
 
-    for factor in (1 / 8, 1 / 2, 2, 4):  # the paper: h = 1, 4, 16, 32 around h = 8
-        count = int(h * factor)
-        if count >= 1 and d % count == 0 and count != h:
+    for count in sorted({1, h // 2, h * 2, h * 4} - {0, h}):  # the paper: 1, 4, 16, 32 around 8
+        if d % count == 0:
             rows.append((f"A_h{count}", f"(A) h={count}, d_k=d_v={d // count}", heads(count)))
     rows.append(("B_dk_half", f"(B) d_k={t.d_k // 2}", {"d_k": max(t.d_k // 2, 1)}))
     for count in sorted({max(layers // 3, 1), layers * 2} - {layers}):  # the paper: N=2, 4, 8

@@ -231,6 +231,45 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
+def available_splits(data: ml_collections.ConfigDict) -> list[str] | None:
+    """The split names (or file stems) ``data`` can open; None where that is not known cheaply.
+
+    For ``text`` data: every stem with both a source and a target file in ``data.dir``.
+    """
+    if data.source == "synthetic":
+        return list(_SYNTHETIC_SPLITS)
+    folder = Path(data.dir)
+    if data.source != "text" or not folder.is_dir():
+        return None
+    names = {path.name.removesuffix(".gz") for path in folder.iterdir() if path.is_file()}
+    source_suffix, target_suffix = f".{data.src_lang}", f".{data.tgt_lang}"
+    stems = {name.removesuffix(source_suffix) for name in names if name.endswith(source_suffix)}
+    return sorted(stem for stem in stems if stem + target_suffix in names)
+
+
+def resolve_split(data: ml_collections.ConfigDict, name: str) -> str:
+    """The split (or file stem) that ``name`` means: a role or a split's own name.
+
+    The roles ``train``, ``validation`` and ``test`` stand for ``data.train_split``,
+    ``data.eval_split`` and ``data.test_split`` (e.g. ``test`` is ``test_2016_flickr`` for
+    Multi30k); any other name is taken as a split name or file stem.
+
+    Raises:
+      DataError: ``name`` is neither a role nor a split the data has (the message lists both).
+    """
+    roles = {"train": data.train_split, "validation": data.eval_split, "test": data.test_split}
+    if name in roles:
+        return roles[name]
+    available = available_splits(data)
+    if available is None or name in available:
+        return name
+    described = ", ".join(f"{role} ({split})" for role, split in roles.items())
+    raise DataError(
+        f"unknown split {name!r}; use a role: {described}, or one of the splits in "
+        f"{data.dir or data.source}: {', '.join(available) or 'none'}"
+    )
+
+
 def open_corpus(
     data: ml_collections.ConfigDict, split: str, *, seed: int = 0, limit: int = 0
 ) -> ParallelCorpus:

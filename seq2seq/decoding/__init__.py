@@ -1,5 +1,6 @@
-"""Decoding: greedy and beam search over the model contract's cached ``decode``.
+"""Decoding: beam search over the model contract's cached ``decode``.
 
-``greedy.greedy_search`` and ``beam_search.beam_search`` decode a batch of sentences in one
-``jax.lax.while_loop``; ``common`` holds what they share.
+``beam_search.beam_search`` decodes a batch of sentences in one ``jax.lax.while_loop``; with a
+beam of one it is greedy search (validation during training decodes that way). ``common`` holds
+the next-token scores, output length limits and beam plumbing.
 """

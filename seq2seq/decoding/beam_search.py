@@ -10,8 +10,10 @@ limit) leaves the beam and competes for the answer with the score
 which Vaswani et al. 2017 (Section 6.1) use with beam size 4 and alpha 0.6. A sentence stops
 early when none of its live hypotheses can beat its best finished one any more.
 
-Because finished hypotheses leave the beam rather than being replaced, a beam of one is exactly
-greedy search. (tensor2tensor, which produced Vaswani et al.'s numbers, refills the beam from
+Because finished hypotheses leave the beam rather than being replaced, and each hypothesis
+ranks its own next tokens by their log-probabilities before prefixes are compared, a beam of one
+is exactly greedy search: the one decoder serves validation (beam 1) and evaluation alike.
+(tensor2tensor, which produced Vaswani et al.'s numbers, refills the beam from
 the 2N best extensions so that N hypotheses stay live; its beam of one is not greedy search.)
 With a beam wide enough to keep every extension, the search is exact: it returns the
 highest-scoring output under the rule above (``tests/test_decoding.py`` checks both).
@@ -143,13 +145,23 @@ def _advance(
     """Keeps the N most probable extensions; those that end compete for the best output."""
     batch, beam_size, vocab_size = log_probs.shape
     step = state.step
-    candidates = state.live_log_probs[:, :, None] + log_probs  # [B, N, V]
+    # Each hypothesis's K best next tokens, ranked by log p(y_t) itself: adding the prefix's
+    # log P first could round near-ties together, and a beam of one must take the argmax.
+    per_hypothesis = min(beam_size, vocab_size)  # K: no more survive from one hypothesis
+    token_log_probs, token_ids = jax.lax.top_k(log_probs, per_hypothesis)  # [B, N, K] twice
+    candidates = state.live_log_probs[:, :, None] + token_log_probs  # [B, N, K]
     top_log_probs, top_index = jax.lax.top_k(
-        candidates.reshape(batch, beam_size * vocab_size), beam_size
+        candidates.reshape(batch, beam_size * per_hypothesis), beam_size
     )  # [B, N], [B, N]
-    origin = top_index // vocab_size  # [B, N] the hypothesis each extension extends
-    token = (top_index % vocab_size).astype(jnp.int32)  # [B, N]
-    tokens = jnp.take_along_axis(state.live_tokens, origin[:, :, None], axis=1)  # [B, N, T]
+    origin = top_index // per_hypothesis  # [B, N] the hypothesis each extension extends
+    token = jnp.take_along_axis(
+        token_ids.reshape(batch, beam_size * per_hypothesis), top_index, axis=1
+    ).astype(jnp.int32)  # [B, N]
+    if beam_size == 1:  # the one hypothesis extends itself: nothing to reorder
+        tokens = state.live_tokens
+    else:
+        tokens = jnp.take_along_axis(state.live_tokens, origin[:, :, None], axis=1)  # [B, N, T]
+        cache = None if cache is None else select_beams(cache, origin)
     tokens = tokens.at[:, :, step].set(token)
 
     ends = (token == EOS_ID) | (step + 1 >= limits)[:, None]  # [B, N]
@@ -173,5 +185,5 @@ def _advance(
         live_log_probs=live_log_probs,
         best_tokens=best_tokens,
         best_scores=best_scores,
-        cache=None if cache is None else select_beams(cache, origin),
+        cache=cache,
     )

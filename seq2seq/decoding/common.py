@@ -1,4 +1,4 @@
-"""What greedy and beam search share: next-token scores, output length limits, beam plumbing."""
+"""Beam search's building blocks: next-token scores, output length limits, beam plumbing."""
 
 from __future__ import annotations
 

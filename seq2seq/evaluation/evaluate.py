@@ -9,6 +9,7 @@ from pathlib import Path
 
 from seq2seq import provenance
 from seq2seq.data.pipeline import load_pairs
+from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
 from seq2seq.evaluation.translator import Translator
@@ -80,13 +81,16 @@ def evaluate(
 ) -> dict[str, object]:
     """Translates ``split`` (default: the config's test split), writes and scores it.
 
-    Writes ``eval/SPLIT.hyp.txt`` (line i translates source line i) and ``eval/SPLIT.json``.
+    ``split`` is a role (``train``, ``validation``, ``test``: the config's splits) or a split's
+    own name or file stem (``test_2016_flickr``). Writes ``eval/SPLIT.hyp.txt`` (line i
+    translates source line i) and ``eval/SPLIT.json``, SPLIT being the split's own name.
     ``max_sentences`` scores only the first N pairs (quick looks and tests; recorded).
     """
+    config = RunDirectory(workdir).load_config()
+    split = resolve_split(config.data, split or "test")  # checked before the model is loaded
+    pairs = load_pairs(config, split)[:max_sentences]
     translator = Translator.restore(workdir, checkpoint, beam_size=beam_size, alpha=alpha)
     config = translator.config
-    split = split or config.data.test_split
-    pairs = load_pairs(config, split)[:max_sentences]
     sources = [source for source, _ in pairs]
     hypotheses, facts = _translate(translator, sources)
     result = {

@@ -1,4 +1,4 @@
-"""A trained model with its tokenizer, translating lists of sentences with greedy or beam search."""
+"""A trained model with its tokenizer, translating lists of sentences with beam search."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.common import output_limits
-from seq2seq.decoding.greedy import greedy_search
 from seq2seq.evaluation.averaging import (
     CheckpointChoice,
     abstract_model,
@@ -89,9 +88,7 @@ class Translator:
             model = nnx.merge(graphdef, params)
             max_length = source.shape[1] + extra
             limits = output_limits(source, extra)  # [B] input length + extra, per sentence
-            if beam_size == 1:
-                return greedy_search(model, source, max_length, limits=limits)
-            tokens, _ = beam_search(
+            tokens, _ = beam_search(  # a beam of one is greedy search
                 model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits
             )
             return tokens

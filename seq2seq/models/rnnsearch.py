@@ -1,4 +1,4 @@
-"""RNNsearch: the encoder–decoder with additive attention of Bahdanau, Cho & Bengio (2015).
+"""RNNsearch (Bahdanau, Cho & Bengio 2015) and its baseline RNNencdec (Cho et al. 2014).
 
 Appendix A of the paper, piece by piece:
 
@@ -11,9 +11,19 @@ Appendix A of the paper, piece by piece:
 * deep output with maxout: ``t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``,
   ``t_i = max(t~_{i,2j-1}, t~_{i,2j})``, ``p(y_i) = softmax(W_o t_i)``.
 
+``attention="none"`` is the paper's baseline, RNNencdec (Cho et al. 2014, Appendix A.1): the
+decoder sees the source only through one fixed vector ``c = tanh(V h_N)``, used at every step in
+the same three places as ``c_i`` above (GRU input, deep output) and for the initial state
+``s_0 = tanh(V' c)``. Here ``h_N`` is the encoder's summary ``[forward h_{T_x} ; backward h_1]``:
+the encoder stays the bidirectional one of RNNsearch, so the two models differ in attention
+alone (Cho et al. and the paper's RNNencdec read the source in one direction).
+
 The recurrences run under ``jax.lax.scan``, so they compile once whatever the sentence length.
 Everything that does not depend on the previous state (input projections, the deep output and
 the vocabulary projection) is computed for all positions at once, outside the scan.
+
+Shapes: B batch, S source length, T target length, m embedding width, n encoder units per
+direction, n_dec decoder units, A alignment width, l maxout units, V target vocabulary.
 """
 
 from __future__ import annotations
@@ -36,6 +46,9 @@ from seq2seq.models.base import (
     check_shared_vocabulary,
 )
 
+ATTENTIONS = ("additive", "dot", "general", "none")
+INITIALISATIONS = ("paper", "modern")
+
 
 @dataclasses.dataclass(frozen=True)
 class RNNSearchConfig:
@@ -48,10 +61,109 @@ class RNNSearchConfig:
     decoder_hidden_size: int = 1000  # n
     alignment_size: int = 1000  # n', the width of the additive scorer's hidden layer
     maxout_size: int = 500  # l
-    scoring: str = "additive"  # or Luong et al.'s "dot" / "general"
+    attention: str = "additive"  # or Luong et al.'s "dot" / "general"; "none" is RNNencdec
+    init: str = "paper"  # "paper" (Appendix B.1) or "modern" (fan-in scaled); see initializers
     dropout_rate: float = 0.0  # the paper uses none; applied to embeddings and to t_i
     share_embeddings: bool = False  # one embedding table for both languages (shared vocabulary)
     dtype: str = "float32"
+
+
+# -- initialisation -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Initializers:
+    """Where each kind of weight starts. Biases start at zero under both schemes."""
+
+    weights: nnx.Initializer  # every non-recurrent matrix not named below
+    embeddings: nnx.Initializer  # the word embedding tables E
+    recurrent: nnx.Initializer  # each square recurrent matrix U, U_z, U_r
+    alignment: nnx.Initializer  # W_a and U_a of the additive alignment model
+    alignment_vector: nnx.Initializer  # v_a
+
+
+def paper_initializers() -> Initializers:
+    """Bahdanau et al. 2015, Appendix B.1.
+
+    Recurrent matrices random orthogonal; W_a and U_a from N(0, 0.001^2); v_a and all biases
+    zero; every other weight matrix (embeddings included) from N(0, 0.01^2). Under Adam these
+    tiny weights make a small model learn slowly (see the Multi30k config).
+    """
+    return Initializers(
+        weights=nnx.initializers.normal(0.01),
+        embeddings=nnx.initializers.normal(0.01),
+        recurrent=nnx.initializers.orthogonal(),
+        alignment=nnx.initializers.normal(0.001),
+        alignment_vector=nnx.initializers.zeros,
+    )
+
+
+def _fan_in_vector(key: Array, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+    """A vector read as a [A, 1] kernel (v_a^T x is one output unit): N(0, 1/A), LeCun normal."""
+    return nnx.initializers.lecun_normal()(key, (shape[0], 1), dtype)[:, 0]
+
+
+def modern_initializers() -> Initializers:
+    """The usual fan-in scaling (LeCun et al. 1998; Flax's default for dense layers).
+
+    Kernels from N(0, 1/fan_in) (truncated, rescaled to that variance), so each layer's outputs
+    keep the scale of its inputs; embeddings from N(0, 1), the scale those kernels expect;
+    recurrent matrices orthogonal (Saxe et al. 2014); v_a, like any kernel, N(0, 1/A), so the
+    first alignments are not uniform; biases zero.
+    """
+    return Initializers(
+        weights=nnx.initializers.lecun_normal(),
+        embeddings=nnx.initializers.normal(1.0),
+        recurrent=nnx.initializers.orthogonal(),
+        alignment=nnx.initializers.lecun_normal(),
+        alignment_vector=_fan_in_vector,
+    )
+
+
+INITIALIZERS = {"paper": paper_initializers, "modern": modern_initializers}
+
+
+def stacked(square_init: nnx.Initializer, blocks: int) -> nnx.Initializer:
+    """An [n, blocks * n] kernel made of ``blocks`` square [n, n] matrices, each drawn alone.
+
+    ``[U_z U_r]`` is stored as one kernel so both gates take one matrix product; drawing it as
+    one [n, 2n] orthogonal matrix would make neither U_z nor U_r orthogonal (Appendix B.1 asks
+    for each to be).
+    """
+
+    def init(key: Array, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+        rows, columns = shape
+        keys = jax.random.split(key, blocks)
+        squares = [square_init(k, (rows, columns // blocks), dtype) for k in keys]
+        return jnp.concatenate(squares, axis=1)
+
+    return init
+
+
+# -- equations (Appendix A) -----------------------------------------------------------------
+
+
+def gru_gates(x_z: Array, x_r: Array, h_z: Array, h_r: Array) -> tuple[Array, Array]:
+    """Appendix A.1.1: update ``z = sigma(W_z x + U_z s)``, reset ``r = sigma(W_r x + U_r s)``."""
+    return jax.nn.sigmoid(x_z + h_z), jax.nn.sigmoid(x_r + h_r)
+
+
+def gru_new_state(state: Array, update: Array, candidate: Array) -> Array:
+    """Appendix A.1.1: ``s_i = (1 - z_i) * s_{i-1} + z_i * s~_i`` (element-wise)."""
+    return (1.0 - update) * state + update * candidate
+
+
+def maxout(t_tilde: Array) -> Array:
+    """Appendix A.2.2: ``t_{i,j} = max(t~_{i,2j-1}, t~_{i,2j})``. [..., 2l] -> [..., l]."""
+    return jnp.max(t_tilde.reshape(*t_tilde.shape[:-1], -1, 2), axis=-1)
+
+
+def fixed_context(projected_summary: Array) -> Array:
+    """Cho et al. 2014, Appendix A.1: the one context of RNNencdec, ``c = tanh(V h_N)``."""
+    return jnp.tanh(projected_summary)
+
+
+# -- modules --------------------------------------------------------------------------------
 
 
 class GRU(nnx.Module):
@@ -62,38 +174,49 @@ class GRU(nnx.Module):
     The input projections ``W_z x, W_r x, W x`` are taken outside the recurrence.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, dtype, *, rngs: nnx.Rngs):
-        normal = nnx.initializers.normal(0.01)  # Appendix B.1: non-recurrent weights N(0, 0.01^2)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        dtype,
+        *,
+        initializers: Initializers,
+        rngs: nnx.Rngs,
+    ):
         self.input_projection = nnx.Linear(
-            input_size, 3 * hidden_size, kernel_init=normal, dtype=dtype, rngs=rngs
-        )
-        orthogonal = nnx.initializers.orthogonal()  # Appendix B.1: recurrent weights orthogonal
+            input_size, 3 * hidden_size, kernel_init=initializers.weights, dtype=dtype, rngs=rngs
+        )  # [W_z W_r W] and their biases
         self.u_gates = nnx.Linear(
             hidden_size,
             2 * hidden_size,
             use_bias=False,
-            kernel_init=orthogonal,
+            kernel_init=stacked(initializers.recurrent, 2),
             dtype=dtype,
             rngs=rngs,
-        )  # [U_z U_r]
+        )  # [U_z U_r]: [n, 2n], each half orthogonal
         self.u_candidate = nnx.Linear(
-            hidden_size, hidden_size, use_bias=False, kernel_init=orthogonal, dtype=dtype, rngs=rngs
-        )  # U
+            hidden_size,
+            hidden_size,
+            use_bias=False,
+            kernel_init=initializers.recurrent,
+            dtype=dtype,
+            rngs=rngs,
+        )  # U: [n, n]
 
     def step(self, state: Array, projected_input: Array) -> Array:
         """[B, n] previous state, [B, 3n] projected input -> [B, n] new state."""
         x_z, x_r, x_candidate = jnp.split(projected_input, 3, axis=-1)
         h_z, h_r = jnp.split(self.u_gates(state), 2, axis=-1)
-        z = jax.nn.sigmoid(x_z + h_z)
-        r = jax.nn.sigmoid(x_r + h_r)
-        candidate = jnp.tanh(x_candidate + self.u_candidate(r * state))
-        return (1.0 - z) * state + z * candidate
+        update, reset = gru_gates(x_z, x_r, h_z, h_r)
+        candidate = jnp.tanh(x_candidate + self.u_candidate(reset * state))  # s~
+        return gru_new_state(state, update, candidate)
 
     def run(self, projected_inputs: Array, valid: Array, *, reverse: bool = False) -> Array:
         """Runs over [B, T, 3n] inputs from a zero state; padding steps keep the state.
 
         Keeping the state over padding makes the backward direction start at each sentence's
-        own last word, not at the end of the padded batch.
+        own last word, not at the end of the padded batch, and leaves the forward direction's
+        state at the last real word in the last position.
 
         Returns:
           [B, T, n] states.
@@ -114,41 +237,54 @@ class GRU(nnx.Module):
 
 
 class RNNSearch(EncoderDecoder):
-    """RNNsearch behind the ``Seq2SeqModel`` contract."""
+    """RNNsearch (or, with ``attention="none"``, RNNencdec) behind the ``Seq2SeqModel`` contract."""
 
     def __init__(self, config: RNNSearchConfig, *, rngs: nnx.Rngs):
         check_shared_vocabulary(config)
+        if config.attention not in ATTENTIONS:
+            raise ValueError(f"attention={config.attention!r} is not one of {ATTENTIONS}")
+        if config.init not in INITIALISATIONS:
+            raise ValueError(f"init={config.init!r} is not one of {INITIALISATIONS}")
         self.config = config
         dtype = jnp.dtype(config.dtype)
         self.dtype = dtype
         m, n, n_dec = config.embedding_size, config.encoder_hidden_size, config.decoder_hidden_size
-        normal = nnx.initializers.normal(0.01)  # Appendix B.1: N(0, 0.01^2) for most weights
+        init = INITIALIZERS[config.init]()
 
         def linear(d_in, d_out, use_bias=True):
             return nnx.Linear(
-                d_in, d_out, use_bias=use_bias, kernel_init=normal, dtype=dtype, rngs=rngs
+                d_in, d_out, use_bias=use_bias, kernel_init=init.weights, dtype=dtype, rngs=rngs
             )
 
-        self.target_embedding = nnx.Embed(
-            config.target_vocab_size, m, embedding_init=normal, rngs=rngs
-        )
+        def embedding(vocab_size):
+            return nnx.Embed(vocab_size, m, embedding_init=init.embeddings, rngs=rngs)
+
+        self.target_embedding = embedding(config.target_vocab_size)
         self.source_embedding = (
             self.target_embedding
             if config.share_embeddings
-            else nnx.Embed(config.source_vocab_size, m, embedding_init=normal, rngs=rngs)
+            else embedding(config.source_vocab_size)
         )
-        self.forward_encoder = GRU(m, n, dtype, rngs=rngs)
-        self.backward_encoder = GRU(m, n, dtype, rngs=rngs)
-        self.initial_state = linear(n, n_dec)  # W_s
-        self.attention = AlignmentAttention(
-            n_dec,
-            2 * n,
-            scoring=config.scoring,
-            hidden_size=config.alignment_size,
-            dtype=dtype,
-            rngs=rngs,
-        )
-        self.decoder = GRU(m, n_dec, dtype, rngs=rngs)  # its input projection takes E y_{i-1}
+        self.forward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs)
+        self.backward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs)
+        if config.attention == "none":
+            self.summary = linear(2 * n, 2 * n, use_bias=False)  # V: h_N -> c
+            self.initial_state = linear(2 * n, n_dec)  # V': c -> s_0
+            self.attention = None
+        else:
+            self.initial_state = linear(n, n_dec)  # W_s: backward h_1 -> s_0
+            additive = config.attention == "additive"
+            self.attention = AlignmentAttention(
+                n_dec,
+                2 * n,
+                scoring=config.attention,
+                hidden_size=config.alignment_size,
+                kernel_init=init.alignment if additive else init.weights,  # general: "any other"
+                vector_init=init.alignment_vector,
+                dtype=dtype,
+                rngs=rngs,
+            )
+        self.decoder = GRU(m, n_dec, dtype, initializers=init, rngs=rngs)  # input: E y_{i-1}
         self.context_to_gates = linear(2 * n, 3 * n_dec, use_bias=False)  # C, C_z, C_r
         self.u_o = linear(n_dec, 2 * config.maxout_size)
         self.v_o = linear(m, 2 * config.maxout_size, use_bias=False)
@@ -160,7 +296,11 @@ class RNNSearch(EncoderDecoder):
     def encode(
         self, source: Array, *, source_segments: Array | None = None, dropout: Dropout | None = None
     ) -> Encoded:
-        """Annotations ``h_j`` [B, S, 2n], their projections for the scorer, and ``s_0``."""
+        """The source as the decoder reads it, and ``s_0``.
+
+        RNNsearch: annotations ``h_j`` [B, S, 2n], their projections for the scorer, the mask.
+        RNNencdec: only the fixed context ``c`` [B, 2n]; nothing else of the source remains.
+        """
         if source_segments is not None:
             raise ValueError("RNNsearch does not support packed examples; set data.pack=False")
         valid = source != PAD_ID  # [B, S]
@@ -170,7 +310,13 @@ class RNNSearch(EncoderDecoder):
         forward = self.forward_encoder.run(self.forward_encoder.input_projection(x), valid)
         backward = self.backward_encoder.run(
             self.backward_encoder.input_projection(x), valid, reverse=True
-        )
+        )  # [B, S, n] each
+        if self.attention is None:
+            # h_N: the forward state after the last real word (kept over padding) and the
+            # backward state after the first.
+            last_states = jnp.concatenate([forward[:, -1], backward[:, 0]], axis=-1)  # [B, 2n]
+            context = fixed_context(self.summary(last_states))  # c: [B, 2n]
+            return {"context": context, "initial_state": jnp.tanh(self.initial_state(context))}
         annotations = jnp.concatenate([forward, backward], axis=-1)  # [B, S, 2n]
         return {
             "annotations": annotations,
@@ -194,7 +340,11 @@ class RNNSearch(EncoderDecoder):
         dropout: Dropout | None = None,
         return_attention: bool = False,
     ) -> tuple[Array, dict[str, Array], Cache | None]:
-        """Logits [B, T, V] for inputs ``y_0 .. y_{T-1}``, starting from ``s_0`` or the cache."""
+        """Logits [B, T, V] for inputs ``y_0 .. y_{T-1}``, starting from ``s_0`` or the cache.
+
+        ``aux["cross_attention"]`` ([B, 1 layer, 1 head, T, S], as the Transformer's) is given
+        when asked for and the model attends; RNNencdec has no attention to give.
+        """
         if target_segments is not None:
             raise ValueError("RNNsearch does not support packed examples; set data.pack=False")
         state = encoded["initial_state"] if cache is None else cache["state"]
@@ -203,7 +353,29 @@ class RNNSearch(EncoderDecoder):
             self.config.dropout_rate,
             dropout,
         )  # E y_{i-1}: [B, T, m]
-        projected = self.decoder.input_projection(embedded)  # [B, T, 3n]
+        projected = self.decoder.input_projection(embedded)  # [B, T, 3n_dec]
+        if self.attention is None:
+            final_state, previous_states, contexts = self._run_with_fixed_context(
+                encoded, state, projected
+            )
+            weights = None
+        else:
+            final_state, previous_states, contexts, weights = self._run_with_attention(
+                encoded, state, projected
+            )
+        logits = self._deep_output(previous_states, embedded, contexts, dropout)
+        aux = {}
+        if return_attention and weights is not None:
+            aux["cross_attention"] = weights[:, None, None]  # [B, 1, 1, T, S]
+        new_cache = None if cache is None else {"state": final_state}
+        return logits, aux, new_cache
+
+    def _run_with_attention(self, encoded: Encoded, state: Array, projected: Array):
+        """The decoder GRU with a fresh ``c_i`` at every step (Appendix A.2.2).
+
+        Returns:
+          (s_T [B, n_dec], s_{i-1} [B, T, n_dec], c_i [B, T, 2n], alpha [B, T, S]).
+        """
 
         def body(previous_state, projected_input):
             context, weights = self.attention(
@@ -215,19 +387,31 @@ class RNNSearch(EncoderDecoder):
 
         final_state, (previous_states, contexts, weights) = jax.lax.scan(
             body, state, jnp.swapaxes(projected, 0, 1)
+        )  # time-major: [T, B, ...]
+        return (
+            final_state,
+            jnp.swapaxes(previous_states, 0, 1),
+            jnp.swapaxes(contexts, 0, 1),
+            jnp.swapaxes(weights, 0, 1),
         )
-        previous_states = jnp.swapaxes(previous_states, 0, 1)  # s_{i-1}: [B, T, n]
-        contexts = jnp.swapaxes(contexts, 0, 1)  # c_i: [B, T, 2n]
-        logits = self._deep_output(previous_states, embedded, contexts, dropout)
-        aux = {}
-        if return_attention:  # [T, B, S] -> [B, 1 layer, 1 head, T, S], as the Transformer's
-            aux["cross_attention"] = jnp.transpose(weights, (1, 0, 2))[:, None, None]
-        new_cache = None if cache is None else {"state": final_state}
-        return logits, aux, new_cache
+
+    def _run_with_fixed_context(self, encoded: Encoded, state: Array, projected: Array):
+        """The decoder GRU with the one context ``c`` at every step (Cho et al. 2014, A.1).
+
+        Returns:
+          (s_T [B, n_dec], s_{i-1} [B, T, n_dec], c [B, 1, 2n] for every step).
+        """
+        context = encoded["context"]  # [B, 2n]
+        gates_inputs = projected + self.context_to_gates(context)[:, None]  # [B, T, 3n_dec]
+
+        def body(previous_state, gates_input):
+            return self.decoder.step(previous_state, gates_input), previous_state
+
+        final_state, previous_states = jax.lax.scan(body, state, jnp.swapaxes(gates_inputs, 0, 1))
+        return final_state, jnp.swapaxes(previous_states, 0, 1), context[:, None]
 
     def _deep_output(self, previous_states, embedded, contexts, dropout) -> Array:
         """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, maxout, ``W_o t``."""
         t_tilde = self.u_o(previous_states) + self.v_o(embedded) + self.c_o(contexts)
-        t = jnp.max(t_tilde.reshape(*t_tilde.shape[:-1], -1, 2), axis=-1)  # maxout: [B, T, l]
-        t = apply_dropout(t, self.config.dropout_rate, dropout)
+        t = apply_dropout(maxout(t_tilde), self.config.dropout_rate, dropout)  # [B, T, l]
         return self.w_o(t).astype(jnp.float32)

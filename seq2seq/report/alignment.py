@@ -22,11 +22,12 @@ class Alignment:
         return self.weights[layer].mean(axis=0)
 
 
-def cross_attention(translator: Translator, sentence: str) -> Alignment:
+def cross_attention(translator: Translator, sentence: str) -> Alignment | None:
     """Translates ``sentence``, then reads the attention that produced each output token.
 
     The translation is fed back with teacher forcing, which gives exactly the decoding pass's
-    weights (the cache changes nothing, as the tests check) in one call.
+    weights (the cache changes nothing, as the tests check) in one call. Returns None for a model
+    without attention (RNNencdec, ``model.rnnsearch.attention="none"``): it has nothing to show.
     """
     tokenizer = translator.tokenizer
     source = tokenizer.encode_source([sentence])[0]
@@ -34,6 +35,8 @@ def cross_attention(translator: Translator, sentence: str) -> Alignment:
     target = tokenizer.encode_target([hypothesis])[0]
     model = nnx.merge(translator.graphdef, translator.params)
     _, aux = model(source[None], shift_right(target[None]), return_attention=True)
+    if "cross_attention" not in aux:
+        return None
     return Alignment(
         source_pieces=[tokenizer.source.id_to_piece(int(i)) for i in source],
         target_pieces=[tokenizer.target.id_to_piece(int(i)) for i in target],

@@ -263,6 +263,8 @@ def alignment_figures(
     paths = []
     for index, sentence in enumerate(sentences, start=1):
         alignment = alignment_lib.cross_attention(translator, sentence)
+        if alignment is None:  # a model without attention (RNNencdec) has nothing to draw
+            continue
         layers, heads = alignment.weights.shape[:2]
         draw = plot_rnn_alignment if (layers, heads) == (1, 1) else plot_transformer_attention
         path = Path(out_dir) / f"{_file_stem(label)}_alignment_{index}.png"

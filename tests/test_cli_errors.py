@@ -1,0 +1,110 @@
+"""Bad inputs to the real entry points: one line naming the problem and the fix, nothing lost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from seq2seq import config as config_lib
+from tests.conftest import REPO, subprocess_env, tiny_config, train_command
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+
+
+def _one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a failed run (fails the test on a traceback or exit 0)."""
+    assert result.returncode != 0, result.stdout[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
+    return lines[0]
+
+
+def _with_config(command: list[str], config_file: str) -> list[str]:
+    command = list(command)
+    command[command.index("--config") + 1] = config_file
+    return command
+
+
+def test_a_workdir_that_is_a_file_is_refused_and_left_alone(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    line = _one_error_line(_run(train_command(notes)))
+    assert str(notes) in line and "is a file" in line and "pass a new folder" in line
+    assert notes.read_text() == "my notes\n"
+    under = _one_error_line(_run(train_command(notes / "run")))
+    assert f"lies under {notes}, which is a file" in under
+    assert notes.read_text() == "my notes\n"
+
+
+def test_a_missing_config_file_is_named(tmp_path):
+    workdir = tmp_path / "run"
+    line = _one_error_line(_run(_with_config(train_command(workdir), "configs/no_such.py")))
+    assert "no config file at configs/no_such.py" in line
+    assert "configs/quickstart_transformer.py" in line  # the fix: an example that exists
+    assert not workdir.exists(), "no work may start without a config"
+
+
+@pytest.mark.parametrize(
+    ("body", "line_number", "what"),
+    [
+        ("def get_config(:\n    pass\n", 1, "SyntaxError: invalid syntax"),
+        (
+            "from seq2seq.config import default_config\n\n\ndef get_config():\n"
+            "    config = default_config()\n"
+            "    config.train.steps = int('ten')\n"
+            "    return config\n",
+            6,
+            "ValueError: invalid literal for int()",
+        ),
+    ],
+)
+def test_an_error_inside_a_config_file_names_the_file_and_line(tmp_path, body, line_number, what):
+    broken = tmp_path / "broken.py"
+    broken.write_text(body)
+    workdir = tmp_path / "run"
+    line = _one_error_line(_run(_with_config(train_command(workdir), str(broken))))
+    assert f"{broken} line {line_number}: {what}" in line, line
+    assert "fix the config file" in line
+    assert not workdir.exists()
+
+
+@pytest.fixture
+def text_run(tmp_path):
+    """A work directory whose config reads Multi30k-like files (only its config is needed)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for stem in ("train", "val", "test_2016_flickr"):
+        (data / f"{stem}.en").write_text("a dog\n")
+        (data / f"{stem}.de").write_text("ein Hund\n")
+    (data / "mono.en").write_text("one side only\n")  # not a split: no German side
+    config = tiny_config()
+    config.data.source, config.data.dir = "text", str(data)
+    config.data.eval_split, config.data.test_split = "val", "test_2016_flickr"
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    config_lib.save(config, workdir / "config.json")
+    return workdir
+
+
+def test_an_unknown_eval_split_lists_the_roles_and_the_splits(text_run):
+    saved = (text_run / "config.json").read_text()
+    result = _run([sys.executable, "eval.py", "--workdir", str(text_run), "--split", "test2017"])
+    line = _one_error_line(result)
+    assert "unknown split 'test2017'" in line
+    assert "validation (val), test (test_2016_flickr)" in line
+    assert line.endswith(": test_2016_flickr, train, val"), line  # "mono" has no German side
+    assert sorted(p.name for p in text_run.iterdir()) == ["config.json"]
+    assert (text_run / "config.json").read_text() == saved
+
+
+def test_eval_split_roles_are_resolved_before_the_model_is_loaded(text_run):
+    # "validation" means the config's eval split "val": the run gets as far as loading the
+    # model, which this work directory lacks (an unknown split would have stopped earlier).
+    result = _run([sys.executable, "eval.py", "--workdir", str(text_run), "--split", "validation"])
+    assert "no tokenizer in" in _one_error_line(result)
