@@ -9,7 +9,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from seq2seq import cli
-from seq2seq.compare import RunSpec, Settings, compare, expand_suite, suite_names
+from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
 from seq2seq.config import default_config
 
 
@@ -41,6 +41,16 @@ def run() -> None:
     alpha = flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run.")
     split = flags.DEFINE_string("split", None, "Split to score (default: each config's test).")
     max_test = flags.DEFINE_integer("max_test_sentences", 0, "Score the first N only; 0: all.")
+    tune = flags.DEFINE_multi_string(
+        "tune",
+        [],
+        "KEY=V1,V2,...: before the final runs, train each config once per point of the grid "
+        "(repeat for more keys) and keep its best point by validation BLEU.",
+    )
+    tune_minutes = flags.DEFINE_float("tune_minutes", None, "Training minutes of every trial.")
+    tune_samples = flags.DEFINE_integer(
+        "tune_samples", 0, "Train N points drawn from the grid (fixed seed); 0: every point."
+    )
     try:  # a config-dict flag reads its --config.KEY=VALUE overrides as it is defined
         config_flags.DEFINE_config_dict(
             "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
@@ -65,7 +75,8 @@ def run() -> None:
             split=split.value,
             max_test_sentences=max_test.value,
         )
-        outcomes, report = compare(specs, Path(workdir.value), settings, title)
+        tuning = make_tuning(tune.value, tune_minutes.value, tune_samples.value)
+        outcomes, report = compare(specs, Path(workdir.value), settings, title, tuning)
         print(f"\n{title} (beam {settings.beam_size}, alpha {settings.alpha}):")
         print(_table(report))
         print(f"\nreport: {report}")

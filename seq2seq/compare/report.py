@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq.compare import tuning as tuning_lib
 from seq2seq.compare.runner import RunOutcome, Settings
 from seq2seq.report import figures, tables
 
@@ -159,9 +160,17 @@ def summary_statistics(values: Sequence[float | None]) -> dict | None:
 
 
 def write_report(
-    root: Path, outcomes: Sequence[RunOutcome], settings: Settings, title: str
+    root: Path,
+    outcomes: Sequence[RunOutcome],
+    settings: Settings,
+    title: str,
+    tuning: tuning_lib.Tuning | None = None,
+    tuned: Sequence[tuning_lib.ModelTuning] | None = None,
 ) -> Path:
-    """Writes ``report.md``, ``report.json`` and the figures under ``root``; returns the .md."""
+    """Writes ``report.md``, ``report.json`` and the figures under ``root``; returns the .md.
+
+    With ``tuning`` and its results ``tuned``, both get a tuning section and its figure.
+    """
     figure_dir = root / "figures"
     figure_dir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -171,6 +180,8 @@ def write_report(
         rows.append(row)
     table_rows = aggregate(rows)
     figure_paths = _figures(root, figure_dir, outcomes)
+    if tuning is not None and tuned:
+        figure_paths["tuning"] = [tuning_lib.plot(tuning, tuned, figure_dir / "tuning_bleu.png")]
     report_json = {
         "title": title,
         "settings": {
@@ -182,6 +193,7 @@ def write_report(
             "split": settings.split,
             "max_test_sentences": settings.max_test_sentences,
         },
+        "tuning": tuning_lib.report_json(tuning, tuned) if tuning is not None and tuned else None,
         "runs": rows,
         "configs": [
             {
@@ -200,7 +212,11 @@ def write_report(
     }
     (root / "report.json").write_text(json.dumps(report_json, indent=2, default=str) + "\n")
     path = root / "report.md"
-    path.write_text(_markdown(title, table_rows, rows, settings, figure_paths, root))
+    tuning_lines = []
+    if tuning is not None and tuned:
+        figure = str(figure_paths["tuning"][0].relative_to(root))
+        tuning_lines = tuning_lib.report_lines(tuning, tuned, figure)
+    path.write_text(_markdown(title, table_rows, rows, settings, figure_paths, root, tuning_lines))
     return path
 
 
@@ -247,6 +263,7 @@ def _markdown(
     settings: Settings,
     figure_paths: dict[str, list[Path]],
     root: Path,
+    tuning_lines: Sequence[str] = (),
 ) -> str:
     def image(path: Path) -> str:
         return f"![{path.stem}]({path.relative_to(root)})"
@@ -286,7 +303,7 @@ def _markdown(
         lines += ["## Failed runs", ""]
         lines += [f"- `{r['name']}`: {r['status']}" for r in failed]
         lines.append("")
-    lines += ["## Training curves", ""]
+    lines += [*tuning_lines, "## Training curves", ""]
     lines += [image(p) for p in figure_paths.get("curves", [])]
     if "bleu_by_length" in figure_paths:
         lines += ["", "## BLEU by source length (Bahdanau et al. 2015, Figure 2)", ""]

@@ -271,3 +271,51 @@ def alignment_figures(
         draw(alignment, path, title=f"{label}: sentence {index}")
         paths.append(path)
     return paths
+
+
+def plot_tuning(
+    trials: Mapping[str, Sequence[tuple[Mapping[str, object], float | None]]],
+    path: Path,
+    *,
+    keys: Sequence[str],
+) -> Figure:
+    """Validation BLEU of each tuning trial against the swept value, one line per model.
+
+    Args:
+      trials: model label -> its trials as (point: key -> value, validation BLEU or None for a
+        trial without a score, which is left out).
+      path: the PNG to write.
+      keys: the swept keys in the grid's order; the x axis is the first. With several keys a
+        model's line shows, at each value of the first, its best BLEU over the other keys (the
+        title says so). A learning rate is drawn on a logarithmic axis.
+
+    Returns:
+      The figure; its one axes holds one ``Line2D`` per model with a scored trial, in order of x.
+    """
+    key = keys[0]
+    numeric = all(
+        isinstance(point[key], int | float) and not isinstance(point[key], bool)
+        for model in trials.values()
+        for point, _ in model
+    )
+    figure = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = figure.subplots()
+    for label, model in trials.items():
+        best: dict[object, float] = {}
+        for point, bleu in model:
+            if _finite(bleu):
+                value = point[key] if numeric else str(point[key])
+                best[value] = max(bleu, best.get(value, -math.inf))
+        if best:
+            xs = sorted(best) if numeric else list(best)
+            ax.plot(xs, [best[x] for x in xs], marker="o", label=label)
+    if numeric and key.endswith("learning_rate"):
+        ax.set_xscale("log")
+    ax.set_xlabel(key)
+    ax.set_ylabel("validation BLEU")
+    if len(keys) > 1:
+        ax.set_title(f"best over {', '.join(keys[1:])} at each {key}", fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.get_lines():
+        ax.legend(fontsize=8)
+    return _save(figure, path)

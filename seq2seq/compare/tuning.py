@@ -1,0 +1,436 @@
+"""Tuning as part of a comparison: every model gets the same trials, chosen on validation.
+
+    python -m seq2seq.compare --suite multi30k --workdir runs/m30k --budget_minutes 25 \\
+        --config.train.schedule=warmup_rsqrt --tune train.learning_rate=1e-3,3e-3 \\
+        --tune train.warmup_steps=300,1000 --tune_minutes 5
+
+Before the final runs, each config trains once per point of the grid (the Cartesian product of
+the ``--tune`` lists, or ``--tune_samples N`` points of it drawn with a fixed seed: the same
+points for every model), each trial with the same budget of ``--tune_minutes`` minutes of
+training. A trial is an ordinary run in ``WORKDIR/tuning/<config>/<key=value,...>``, so an
+interrupted sweep resumes where it stopped (the budget counts across resumes) and a finished
+trial is reused. Its score is its own final validation record in ``metrics.jsonl`` (greedy BLEU
+and perplexity on ``data.eval_split``, the first ``eval.num_examples`` sentences): nothing here
+decodes the test split. The point with the highest validation BLEU (ties: the lower validation
+perplexity) becomes that config's overrides for its final runs, applied after the config file
+and the suite's overrides; a ``--config`` override of a tuned key is refused, so the tuned value
+is never silently replaced. The report lists each trial's highest logged learning rate, since
+``train.learning_rate`` is a multiplier of d_model^-0.5 under the "transformer" schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+from seq2seq import config as config_lib
+from seq2seq.compare.runner import Settings, run_config
+from seq2seq.compare.suites import RunSpec
+from seq2seq.evaluation.validation import make_validate_fn
+from seq2seq.report import figures, tables
+from seq2seq.run_directory import RunDirectory
+from seq2seq.training.trainer import train
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_SEED = 0  # draws the --tune_samples points (the same for every model and every rerun)
+TUNING_DIR = "tuning"  # trials live in WORKDIR/tuning/<config name>/<point>
+# Set by the trial budget itself; a --tune of it would make the budgets unequal.
+UNTUNABLE = frozenset({"train.time_budget_minutes"})
+
+Point = tuple[tuple[str, object], ...]  # (dotted key, value) per swept key, in grid order
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """The grid every config of a comparison is tuned over, and each trial's budget."""
+
+    grid: tuple[tuple[str, tuple[object, ...]], ...]  # (dotted key, its values), --tune order
+    minutes: float  # training minutes of every trial (train.time_budget_minutes)
+    samples: int = 0  # 0: every point of the grid; N: N points drawn with SAMPLE_SEED
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for key, _ in self.grid]
+
+    def points(self) -> list[Point]:
+        """The points every config is trained at, the same list for every config."""
+        keys = self.keys
+        product = [
+            tuple(zip(keys, values, strict=True))
+            for values in itertools.product(*(values for _, values in self.grid))
+        ]
+        if not self.samples:
+            return product
+        chosen = sorted(random.Random(SAMPLE_SEED).sample(range(len(product)), self.samples))
+        return [product[index] for index in chosen]
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+
+
+def _parse_value(key: str, text: str, kind: type) -> object:
+    """``text`` as a value of the schema field ``key`` (whose default is of type ``kind``)."""
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        return kind(text)
+    except ValueError:
+        raise config_lib.ConfigError(
+            f"--tune {key}: {text!r} is not {_KINDS.get(kind, kind.__name__)}, as "
+            f"config.{key} needs"
+        ) from None
+
+
+def parse_tune_flag(text: str) -> tuple[str, tuple[object, ...]]:
+    """``"train.learning_rate=1e-3,3e-3"`` -> ``("train.learning_rate", (0.001, 0.003))``.
+
+    Values take the type of the schema's field (``float`` for a learning rate, ``int`` for
+    warm-up steps) and must pass ``config.validate`` on their own.
+
+    Raises:
+      ConfigError: one line naming the key or value at fault and the expected form.
+    """
+    key, equals, listed = text.partition("=")
+    key = key.strip()
+    if not equals or not key:
+        raise config_lib.ConfigError(f"--tune {text!r} is not KEY=V1,V2,...")
+    schema = config_lib.default_config()
+    defaults = dict(config_lib.flatten(schema))
+    if key not in defaults:
+        raise config_lib.ConfigError(f"--tune: {config_lib.unknown_key_message(key, schema)}")
+    if key in UNTUNABLE:
+        raise config_lib.ConfigError(
+            f"--tune {key}: every trial trains for --tune_minutes; tune another key"
+        )
+    texts = [value.strip() for value in listed.split(",") if value.strip()]
+    if not texts:
+        raise config_lib.ConfigError(f"--tune {key}= lists no values; give KEY=V1,V2,...")
+    values = tuple(_parse_value(key, value, type(defaults[key])) for value in texts)
+    if len(set(values)) != len(values):
+        raise config_lib.ConfigError(f"--tune {key} repeats a value: {listed}")
+    for value in values:
+        config = config_lib.default_config()
+        config_lib.set_value(config, key, value)
+        try:
+            config_lib.validate(config)
+        except config_lib.ConfigError as error:
+            raise config_lib.ConfigError(f"--tune {key}={value!r}: {error}") from None
+    return key, values
+
+
+def make_tuning(flags: Sequence[str], minutes: float | None, samples: int = 0) -> Tuning | None:
+    """The ``Tuning`` of ``--tune`` flags, ``--tune_minutes`` and ``--tune_samples``; None
+    without ``--tune``.
+
+    Raises:
+      ConfigError: a bad flag, or a combination that cannot run (one line).
+    """
+    if not flags:
+        if minutes is not None or samples:
+            raise config_lib.ConfigError(
+                "--tune_minutes and --tune_samples need --tune KEY=V1,V2,... (what to tune)"
+            )
+        return None
+    grid = [parse_tune_flag(flag) for flag in flags]
+    keys = [key for key, _ in grid]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise config_lib.ConfigError(f"--tune {repeated[0]} is given twice; list its values once")
+    if minutes is None or minutes <= 0:
+        raise config_lib.ConfigError(
+            "--tune needs --tune_minutes M > 0: the training time of every trial (equal budgets)"
+        )
+    size = 1
+    for _, values in grid:
+        size *= len(values)
+    if samples < 0 or samples >= size and samples:
+        raise config_lib.ConfigError(
+            f"--tune_samples {samples}: the grid has {size} points; sample 1 to {size - 1} of "
+            "them, or drop --tune_samples to train them all"
+        )
+    return Tuning(tuple(grid), float(minutes), samples)
+
+
+def check_overrides(tuning: Tuning, settings: Settings) -> None:
+    """Refuses a ``--config`` override of a tuned key (it would replace the tuned value)."""
+    for key, value in settings.overrides:
+        if key in tuning.keys:
+            raise config_lib.ConfigError(
+                f"--config.{key}={value} would replace the value --tune {key} chooses; drop one"
+            )
+
+
+def point_name(point: Point) -> str:
+    """A trial's folder name: ``train.learning_rate=0.001,train.warmup_steps=300``."""
+    return ",".join(f"{key}={value!r}".replace("/", "_").replace("'", "") for key, value in point)
+
+
+@dataclasses.dataclass
+class Trial:
+    """One config trained at one point of the grid, scored by its last validation record."""
+
+    point: Point
+    run: RunDirectory
+    status: str = "ok"  # "ok", "failed", "preempted" or "unscored" (no validation record)
+    reason: str = ""
+    validation_bleu: float | None = None
+    validation_perplexity: float | None = None
+    validation_sentences: int | None = None
+    step: int | None = None  # the step of the validation record that scores the trial
+    train_minutes: float | None = None  # training time spent, across resumes
+    # The highest learning rate of its logged steps: what train.learning_rate meant for this
+    # config (a peak rate, or a multiplier of d_model^-0.5 under the "transformer" schedule).
+    peak_learning_rate: float | None = None
+
+
+@dataclasses.dataclass
+class ModelTuning:
+    """A config's trials and the point its final runs use (None when no trial was scored)."""
+
+    spec: RunSpec
+    trials: list[Trial]
+    split: str  # the validation split that scored the trials
+    chosen: Point | None = None
+
+    @property
+    def preempted(self) -> bool:
+        return any(trial.status == "preempted" for trial in self.trials)
+
+    def tuned_spec(self) -> RunSpec:
+        """``spec`` with the chosen point appended to its overrides (unchanged without one)."""
+        if self.chosen is None:
+            return self.spec
+        return dataclasses.replace(self.spec, overrides=(*self.spec.overrides, *self.chosen))
+
+
+def _score(trial: Trial) -> None:
+    """Fills the trial's numbers from its own ``metrics.jsonl``."""
+    records = trial.run.read_metrics()
+    trained = [record for record in records if record.get("kind") == "train"]
+    validations = [record for record in records if record.get("kind") == "validation"]
+    if trained:
+        trial.train_minutes = trained[-1].get("elapsed_seconds", 0.0) / 60
+        trial.peak_learning_rate = max(record["learning_rate"] for record in trained)
+    if not validations:
+        if trial.status == "ok":
+            trial.status, trial.reason = "unscored", "no validation record in metrics.jsonl"
+        return
+    last = validations[-1]
+    trial.step = last["step"]
+    trial.validation_bleu = last.get("bleu")
+    trial.validation_perplexity = last.get("perplexity")
+    trial.validation_sentences = last.get("n")
+
+
+def run_trial(spec: RunSpec, point: Point, settings: Settings, tuning: Tuning, root: Path) -> Trial:
+    """Trains (resumes, or reuses) one trial and scores it; a failure is recorded, not raised."""
+    trial = Trial(point, RunDirectory(root / TUNING_DIR / spec.name / point_name(point)))
+    trial_spec = dataclasses.replace(spec, overrides=(*spec.overrides, *point))
+    try:
+        config = run_config(
+            trial_spec, dataclasses.replace(settings, budget_minutes=tuning.minutes), 0
+        )
+        summary = train(config, trial.run, make_validate_fn)
+        if summary.preempted:
+            trial.status, trial.reason = "preempted", "stopped by SIGTERM; rerun to resume"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as error:  # a diverging learning rate must not end the sweep
+        trial.status = "failed"
+        trial.reason = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        logger.warning("== trial %s failed: %s", trial.run.path, trial.reason)
+    _score(trial)
+    return trial
+
+
+def best_trial(trials: Sequence[Trial]) -> Trial | None:
+    """The scored trial with the highest validation BLEU; ties go to the lower perplexity."""
+    scored = [t for t in trials if t.status == "ok" and t.validation_bleu is not None]
+    if not scored:
+        return None
+    return max(scored, key=lambda t: (t.validation_bleu, -(t.validation_perplexity or 0.0)))
+
+
+def _check_configs(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict[str, str]:
+    """Each config's validation split (the one that scores its trials).
+
+    A config that cannot be built gets "?": its trials fail with the reason, as its final runs
+    do, and the other configs go on. Warns when the configs read ``train.learning_rate`` under
+    different schedules (the same values would then be different rates).
+
+    Raises:
+      ConfigError: a config validates on the split the comparison scores.
+    """
+    splits, schedules = {}, set()
+    for spec in specs:
+        try:
+            config = run_config(spec, settings, 0)
+        except Exception:  # reported by each trial
+            splits[spec.name] = "?"
+            continue
+        test_split = settings.split or config.data.test_split
+        if config.data.eval_split == test_split:
+            raise config_lib.ConfigError(
+                f"{spec.name}: data.eval_split is the scored split {test_split!r}; tuning would "
+                "choose on the test split: set a separate data.eval_split"
+            )
+        splits[spec.name] = config.data.eval_split
+        schedules.add(config.train.schedule)
+    if "train.learning_rate" in tuning.keys and len(schedules) > 1:
+        logger.warning(
+            "the configs use the schedules %s, which read train.learning_rate differently; give "
+            "them one (e.g. --config.train.schedule=warmup_rsqrt) to sweep the same peak rates",
+            sorted(schedules),
+        )
+    return splits
+
+
+def tune(
+    specs: Sequence[RunSpec], settings: Settings, tuning: Tuning, root: Path
+) -> list[ModelTuning]:
+    """Runs every config's trials (stopping at a preempted one); returns what each chose."""
+    splits = _check_configs(specs, settings, tuning)
+    results = []
+    points = tuning.points()
+    for spec in specs:
+        result = ModelTuning(spec, [], splits[spec.name])
+        results.append(result)
+        for index, point in enumerate(points, start=1):
+            logger.info(
+                "== tuning %s: trial %d of %d, %s", spec.name, index, len(points), point_name(point)
+            )
+            result.trials.append(run_trial(spec, point, settings, tuning, root))
+            if result.preempted:
+                return results
+        best = best_trial(result.trials)
+        if best is None:
+            logger.warning(
+                "== %s: no trial was scored; its final runs keep its own values", spec.name
+            )
+        else:
+            result.chosen = best.point
+            logger.info("== %s: chose %s", spec.name, point_name(best.point))
+    return results
+
+
+# The report's tuning section (called by seq2seq.compare.report).
+
+
+def _trial_row(result: ModelTuning, trial: Trial) -> dict:
+    return {
+        "model": result.spec.name,
+        **{key: value for key, value in trial.point},
+        "status": trial.status if trial.status == "ok" else f"{trial.status}: {trial.reason}",
+        "validation_bleu": trial.validation_bleu,
+        "validation_perplexity": trial.validation_perplexity,
+        "validation_sentences": trial.validation_sentences,
+        "step": trial.step,
+        "train_minutes": trial.train_minutes,
+        "peak_learning_rate": trial.peak_learning_rate,
+        "chosen": "✓" if trial.point == result.chosen else "",
+        "workdir": str(trial.run.path),
+    }
+
+
+def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
+    """The tuning section of report.json."""
+    return {
+        "grid": {key: list(values) for key, values in tuning.grid},
+        "minutes_per_trial": tuning.minutes,
+        "samples": tuning.samples or None,
+        "sample_seed": SAMPLE_SEED if tuning.samples else None,
+        "trials_per_model": {result.spec.name: len(result.trials) for result in results},
+        "chosen_on": "validation",
+        "models": [
+            {
+                "name": result.spec.name,
+                "validation_split": result.split,
+                "chosen": dict(result.chosen) if result.chosen is not None else None,
+                "trials": [_trial_row(result, trial) for trial in result.trials],
+            }
+            for result in results
+        ],
+    }
+
+
+def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
+    """The figure of validation BLEU against the (first) swept value; returns ``path``."""
+    figures.plot_tuning(
+        {
+            result.spec.name: [(dict(t.point), t.validation_bleu) for t in result.trials]
+            for result in results
+        },
+        path,
+        keys=tuning.keys,
+    )
+    return path
+
+
+def report_lines(tuning: Tuning, results: Sequence[ModelTuning], figure: str | None) -> list[str]:
+    """The tuning section of report.md; ``figure`` is the figure's path relative to it."""
+    counts = sorted({len(result.trials) for result in results})
+    grid = "; ".join(f"`{key}` ∈ {{{', '.join(map(repr, values))}}}" for key, values in tuning.grid)
+    drawn = (
+        f"{tuning.samples} points drawn (seed {SAMPLE_SEED}, the same for every model) from "
+        if tuning.samples
+        else "every point of "
+    )
+    splits = sorted({result.split for result in results})
+    equal = (
+        f"every model got the same {counts[0]} trials, each with a budget of "
+        f"{tuning.minutes:g} training minutes (or its config's train.steps, if reached first)"
+        if len(counts) == 1
+        else "the sweep was interrupted: models have "
+        + ", ".join(f"{r.spec.name} {len(r.trials)}" for r in results)
+        + " trials so far (rerun to finish)"
+    )
+    lines = [
+        "## Tuning (chosen on the validation split)",
+        "",
+        f"Before the final runs each config trained on {drawn}the grid {grid}: {equal}. Each "
+        f"trial was scored by its own last validation record (greedy decoding, split "
+        f"{', '.join(f'`{s}`' for s in splits)}); the test split was never read while tuning. "
+        "The trial with the highest validation BLEU (ties: lower validation perplexity) gave "
+        "its values to the config's final runs, applied after the config file and the suite's "
+        "overrides.",
+        "",
+    ]
+    columns = [
+        ("model", "model", ""),
+        *[(key, key, "") for key in tuning.keys],
+        ("status", "status", ""),
+        ("validation_bleu", "val BLEU", ".2f"),
+        ("validation_perplexity", "val ppl", ".2f"),
+        ("validation_sentences", "val sentences", "d"),
+        ("step", "steps", "d"),
+        ("train_minutes", "train min", ".1f"),
+        ("peak_learning_rate", "peak lr (logged)", ".2e"),
+        ("chosen", "chosen", ""),
+    ]
+    rows = [_trial_row(result, trial) for result in results for trial in result.trials]
+    for row in rows:  # values as typed on the command line, not as formatted numbers
+        row.update({key: repr(row[key]) for key in tuning.keys})
+    lines.append(tables.markdown_table(rows, columns))
+    for result in results:
+        chosen = (
+            ", ".join(f"{key}={value!r}" for key, value in result.chosen)
+            if result.chosen is not None
+            else "none (no trial was scored): the config's own values"
+        )
+        lines.append(f"- `{result.spec.name}`: {chosen}")
+    lines.append("")
+    if figure:
+        against = (
+            f" against `{tuning.keys[0]}` (best over {', '.join(tuning.keys[1:])} at each value)"
+            if len(tuning.keys) > 1
+            else ""
+        )
+        lines += [f"Validation BLEU of every trial{against}:", "", f"![tuning]({figure})", ""]
+    return lines

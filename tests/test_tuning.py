@@ -1,0 +1,237 @@
+"""Tuning inside a comparison: the same trials for every model, chosen on validation only,
+trials reused on a rerun, bad --tune flags refused with one line."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from seq2seq.compare import RunSpec, Settings, compare, make_tuning, tuning
+from seq2seq.config import ConfigError
+from seq2seq.data import sources
+from seq2seq.report import figures
+from seq2seq.run_directory import RunDirectory
+from tests.conftest import REPO, subprocess_env
+from tests.test_compare import TINY_CONFIG
+
+MODELS = ("tiny_transformer", "tiny_rnnsearch")
+RATES = (0.5, 4.0)  # multipliers of d_model^-0.5 under the "transformer" schedule
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A tuned comparison of two tiny models over a 2-point learning-rate grid, with the splits
+    each phase opened: ``("tuning", split)`` while a trial runs, ``("final", split)`` after."""
+    root = tmp_path_factory.mktemp("tuned")
+    configs = root / "configs"
+    configs.mkdir()
+    for name in MODELS:
+        (configs / f"{name}.py").write_text(TINY_CONFIG.format(model=name.split("_")[1]))
+    specs = [RunSpec(name, configs / f"{name}.py") for name in MODELS]
+    settings = Settings(beam_size=1, max_test_sentences=4)
+    # Steps end every trial: the budget is generous so that it is equal and never the limit.
+    plan = make_tuning([f"train.learning_rate={RATES[0]},{RATES[1]}"], minutes=10)
+    opened: list[tuple[str, str]] = []
+    phase = ["final"]
+    open_corpus, run_trial = sources.open_corpus, tuning.run_trial
+
+    def recording_open_corpus(data, split, **kwargs):
+        opened.append((phase[0], split))
+        return open_corpus(data, split, **kwargs)
+
+    def flagged_run_trial(*args, **kwargs):
+        phase[0] = "tuning"
+        try:
+            return run_trial(*args, **kwargs)
+        finally:
+            phase[0] = "final"
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sources, "open_corpus", recording_open_corpus)
+        patch.setattr(tuning, "run_trial", flagged_run_trial)
+        outcomes, report = compare(specs, root / "work", settings, "tuned", plan)
+    return specs, settings, plan, root / "work", outcomes, report, opened
+
+
+def _last_validation(run: RunDirectory) -> dict:
+    return [r for r in run.read_metrics() if r["kind"] == "validation"][-1]
+
+
+def _trial_runs(workdir, name) -> list[RunDirectory]:
+    return sorted(
+        (RunDirectory(path) for path in (workdir / "tuning" / name).iterdir()),
+        key=lambda run: run.path.name,
+    )
+
+
+@pytest.mark.slow
+def test_each_model_takes_the_trial_with_the_best_validation_bleu(tuned):
+    _, _, _, workdir, outcomes, _, _ = tuned
+    assert [o.status for o in outcomes] == ["ok", "ok"]
+    report = json.loads((workdir / "report.json").read_text())["tuning"]
+    for model, outcome in zip(report["models"], outcomes, strict=True):
+        runs = _trial_runs(workdir, model["name"])
+        assert len(runs) == 2
+        scores = {}
+        for run in runs:
+            record = _last_validation(run)
+            rate = run.load_config().train.learning_rate
+            scores[rate] = (record["bleu"], -record["perplexity"])
+            row = next(t for t in model["trials"] if t["train.learning_rate"] == rate)
+            assert row["validation_bleu"] == record["bleu"]
+            assert row["validation_perplexity"] == record["perplexity"]
+            logged = [r["learning_rate"] for r in run.read_metrics() if r["kind"] == "train"]
+            assert row["peak_learning_rate"] == max(logged)
+        assert len(set(scores.values())) == 2, "the two trials scored alike: nothing was chosen"
+        best = max(scores, key=scores.get)
+        assert model["chosen"] == {"train.learning_rate": best}
+        assert outcome.run.load_config().train.learning_rate == best  # the final run used it
+
+
+@pytest.mark.slow
+def test_every_model_gets_the_same_trials_and_minutes(tuned):
+    _, _, plan, workdir, _, report_md, _ = tuned
+    report = json.loads((workdir / "report.json").read_text())["tuning"]
+    assert report["trials_per_model"] == {name: 2 for name in MODELS}
+    assert report["chosen_on"] == "validation"
+    for model in report["models"]:
+        assert sorted(t["train.learning_rate"] for t in model["trials"]) == list(RATES)
+        for run in _trial_runs(workdir, model["name"]):
+            assert run.load_config().train.time_budget_minutes == plan.minutes
+    text = report_md.read_text()
+    assert "every model got the same 2 trials, each with a budget of 10 training minutes" in text
+    assert "## Tuning (chosen on the validation split)" in text
+    assert "![tuning](figures/tuning_bleu.png)" in text
+
+
+@pytest.mark.slow
+def test_the_test_split_is_not_opened_while_tuning(tuned):
+    *_, opened = tuned
+    while_tuning = {split for phase, split in opened if phase == "tuning"}
+    assert while_tuning == {"train", "validation"}
+    assert ("final", "test") in opened, "the recorder missed the final runs' test decoding"
+
+
+@pytest.mark.slow
+def test_the_figure_has_one_line_per_model_on_a_log_axis(tuned):
+    _, _, plan, workdir, _, _, _ = tuned
+    report = json.loads((workdir / "report.json").read_text())["tuning"]
+    drawn = figures.plot_tuning(
+        {
+            model["name"]: [
+                ({"train.learning_rate": t["train.learning_rate"]}, t["validation_bleu"])
+                for t in model["trials"]
+            ]
+            for model in report["models"]
+        },
+        workdir / "figure_check.png",
+        keys=plan.keys,
+    )
+    assert (workdir / "figures" / "tuning_bleu.png").read_bytes()[:4] == b"\x89PNG"
+    (ax,) = drawn.axes
+    assert ax.get_xscale() == "log"
+    assert [line.get_label() for line in ax.get_lines()] == list(MODELS)
+
+
+@pytest.mark.slow
+def test_a_rerun_reuses_finished_trials(tuned):
+    specs, settings, plan, workdir, _, _, _ = tuned
+    runs = [run for name in MODELS for run in _trial_runs(workdir, name)]
+    before = [(run.metrics_file.read_text(), sorted(run.checkpoints_dir.iterdir())) for run in runs]
+    results = tuning.tune(specs, settings, plan, workdir)
+    assert [
+        (run.metrics_file.read_text(), sorted(run.checkpoints_dir.iterdir())) for run in runs
+    ] == before
+    assert [len(result.trials) for result in results] == [2, 2]
+
+
+def test_the_figure_plots_the_best_over_a_second_key(tmp_path):
+    trials = {
+        "a": [
+            ({"train.learning_rate": 1e-3, "train.warmup_steps": 100}, 10.0),
+            ({"train.learning_rate": 1e-3, "train.warmup_steps": 300}, 12.0),
+            ({"train.learning_rate": 3e-3, "train.warmup_steps": 100}, 15.0),
+            ({"train.learning_rate": 3e-3, "train.warmup_steps": 300}, None),  # diverged
+        ],
+        "b": [({"train.learning_rate": 1e-3, "train.warmup_steps": 100}, None)],
+    }
+    figure = figures.plot_tuning(
+        trials, tmp_path / "t.png", keys=["train.learning_rate", "train.warmup_steps"]
+    )
+    (ax,) = figure.axes
+    (line,) = ax.get_lines()  # "b" has no scored trial
+    assert list(line.get_xdata()) == [1e-3, 3e-3]
+    assert list(line.get_ydata()) == [12.0, 15.0]
+    assert ax.get_xscale() == "log" and "best over train.warmup_steps" in ax.get_title()
+    figure = figures.plot_tuning(
+        {"a": [({"train.warmup_steps": 300}, 2.0), ({"train.warmup_steps": 100}, 1.0)]},
+        tmp_path / "w.png",
+        keys=["train.warmup_steps"],
+    )
+    assert figure.axes[0].get_xscale() == "linear"
+    assert list(figure.axes[0].get_lines()[0].get_xdata()) == [100, 300]
+
+
+def test_sampled_points_are_the_same_draw_for_every_call():
+    grid = ["train.learning_rate=1e-3,2e-3,3e-3", "train.warmup_steps=100,300"]
+    points = make_tuning(grid, 5, samples=4).points()
+    assert points == make_tuning(grid, 5, samples=4).points()
+    assert len(set(points)) == 4
+    assert set(points) <= set(make_tuning(grid, 5).points())
+    assert len(make_tuning(grid, 5).points()) == 6
+
+
+@pytest.mark.parametrize(
+    "flags, minutes, samples, message",
+    [
+        (["train.learning_rat=1e-3,3e-3"], 5, 0, "unknown config key 'train.learning_rat'"),
+        (["train.learning_rate="], 5, 0, "lists no values"),
+        (["train.warmup_steps=300,1e3"], 5, 0, "'1e3' is not an integer"),
+        (["train.learning_rate=fast"], 5, 0, "'fast' is not a number"),
+        (["train.warmup_steps=-5,300"], 5, 0, "must be >= 0"),
+        (["train.learning_rate=1e-3"], None, 0, "needs --tune_minutes"),
+        (["train.learning_rate=1e-3,3e-3"], 5, 2, "the grid has 2 points"),
+        ([], 5, 0, "need --tune"),
+        (["train.time_budget_minutes=1,2"], 5, 0, "tune another key"),
+    ],
+)
+def test_bad_tune_flags_are_refused_in_one_line(flags, minutes, samples, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        make_tuning(flags, minutes, samples)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--tune", "train.warmup_steps=1.5,3", "--tune_minutes", "1"], "not an integer"),
+        (
+            [
+                "--tune=train.learning_rate=1,2",
+                "--tune_minutes=1",
+                "--config.train.learning_rate=3",
+            ],
+            "would replace the value --tune train.learning_rate chooses",
+        ),
+    ],
+)
+def test_bad_tune_invocations_end_with_one_line(tmp_path, arguments, message):
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.compare",
+        "--workdir",
+        str(tmp_path),
+        "--configs",
+        "configs/quickstart_transformer.py",
+        *arguments,
+    ]
+    result = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, textwrap.shorten(result.stderr, 800)
+    assert not any(tmp_path.iterdir()), "a refused comparison wrote something"
