@@ -23,7 +23,9 @@ def get_config():
     config.model.rnnsearch.attention = "additive"  # Bahdanau et al.
 
     data = config.data
-    # TODO(long data): config.data.synthetic_max_words = 64
+    data.synthetic_lengths = "uniform"  # every source length equally likely, not mostly short
+    data.synthetic_min_words = 3
+    data.synthetic_max_words = 64  # Bahdanau et al.'s Figure 2 runs to 60 words
     data.max_length = 80  # tokens, either side: 64 words, EOS and a few target words to spare
     data.tokens_per_batch = 1024  # as the quickstart: longer sentences, fewer per batch
     data.bucket_width = 16  # padded lengths 16, 32, ..., 80: five compiled shapes

@@ -2,7 +2,8 @@
 
 A notebook reads two environment variables, so it runs top to bottom on a fresh clone:
 
-* ``SEQ2SEQ_NOTEBOOK_RUNS``: a directory holding ``rnnsearch/`` and ``transformer/`` runs; a
+* ``SEQ2SEQ_NOTEBOOK_RUNS``: a directory holding ``quickstart_rnnsearch/`` and
+  ``quickstart_transformer/`` runs (the quickstart suite's layout); a
   relative path is taken from the repository root. A model with no checkpoint there is trained
   into it first. The default, ``runs/quickstart``, is ``make quickstart``'s: the notebook reuses
   its runs, and ``make quickstart`` continues the notebook's.
@@ -26,7 +27,7 @@ import ml_collections
 
 from seq2seq.config import ConfigError, load_config_file
 from seq2seq.evaluation.translator import Translator
-from seq2seq.training.checkpoints import CHECKPOINT_DIR
+from seq2seq.run_directory import RunDirectory
 from seq2seq.training.trainer import train
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ SHORT_SIZES = {
 @dataclasses.dataclass(frozen=True)
 class NotebookSettings:
     short: bool  # tiny models, a few steps: every cell runs, trained-model claims are not checked
-    runs: Path  # holds one run per model, ``runs / "rnnsearch"`` and ``runs / "transformer"``
+    runs: Path  # one run per model, ``runs / run_name(model)``, as ``make quickstart`` lays out
 
 
 def notebook_settings(environ: Mapping[str, str] = os.environ) -> NotebookSettings:
@@ -78,15 +79,20 @@ def notebook_config(model_name: str, short: bool) -> ml_collections.ConfigDict:
     return config
 
 
+def run_name(model_name: str) -> str:
+    """The folder of a model's run: the quickstart suite names runs after their configs."""
+    return f"quickstart_{model_name}"
+
+
 def has_checkpoint(workdir: Path) -> bool:
     """Whether ``workdir`` holds a saved training run to restore."""
-    directory = workdir / CHECKPOINT_DIR
+    directory = RunDirectory(workdir).checkpoints_dir
     return directory.is_dir() and any(path.name.isdigit() for path in directory.iterdir())
 
 
 def ensure_trained(settings: NotebookSettings, model_name: str) -> Path:
     """The run of ``model_name`` under ``settings.runs``, trained first if it has no checkpoint."""
-    workdir = settings.runs / model_name
+    workdir = settings.runs / run_name(model_name)
     if not has_checkpoint(workdir):
         config = notebook_config(model_name, settings.short)
         print(f"training {model_name} for {config.train.steps} steps into {workdir}", flush=True)
