@@ -166,13 +166,13 @@ def train(
 def _restore_or_place(checkpoints, state, state_shardings, batches) -> tuple[TrainState, dict]:
     """The latest readable checkpoint (its data position set) if any, else the fresh state;
     and what the run had spent so far (``elapsed_seconds``, ``train_flops``)."""
-    restored = checkpoints.restore_latest_readable(state)
+    restored = checkpoints.restore_latest_readable(state, state_shardings)
     if restored is None:
         return jax.device_put(state, state_shardings), {}
     state, record = restored
     batches.set_state(record["iterator"])
     logger.info("resumed from step %d", int(state.step))
-    return jax.device_put(state, state_shardings), record["progress"]
+    return state, record["progress"]  # already on the mesh
 
 
 class _Loop:
