@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,7 +117,11 @@ def default_config() -> ml_collections.ConfigDict:
     mesh.data = -1  # devices along the "data" axis; -1: all that fsdp leaves
     mesh.fsdp = 1  # devices along the "fsdp" axis: large parameters are split over them
     mesh.fsdp_min_size = 2**16  # arrays with fewer elements stay replicated (not worth a split)
-    mesh.distributed = False  # call jax.distributed.initialize() (multi-host runs)
+    mesh.distributed = False  # call jax.distributed.initialize(), detecting the cluster
+    # Processes started by hand (e.g. two on one machine); setting all three implies distributed.
+    mesh.coordinator_address = ""  # host:port of process 0's coordinator, e.g. "localhost:12345"
+    mesh.num_processes = 0  # processes in the job; 0: unset (detected)
+    mesh.process_id = -1  # this process, 0 .. num_processes - 1; -1: unset (detected)
 
     config.checkpoint = ckpt = ml_collections.ConfigDict()
     ckpt.every_steps = 1000  # steps between checkpoints (one is always written at the end)
@@ -291,6 +296,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "config.model.rnnsearch.attention='dot' needs decoder_hidden_size == "
             "2 * encoder_hidden_size; use 'general' or 'additive'",
         )
+    _validate_processes(config.mesh)
     _require(
         config.train.grad_accum_steps >= 1,
         f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
@@ -298,13 +304,41 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return config
 
 
+def _validate_processes(mesh: ml_collections.ConfigDict) -> None:
+    given = {
+        "coordinator_address": mesh.coordinator_address != "",
+        "num_processes": mesh.num_processes != 0,
+        "process_id": mesh.process_id != -1,
+    }
+    _require(
+        all(given.values()) or not any(given.values()),
+        f"config.mesh.{' and mesh.'.join(k for k, v in given.items() if not v)} unset: set "
+        "mesh.coordinator_address, mesh.num_processes and mesh.process_id together, or none",
+    )
+    if all(given.values()):
+        _require(
+            mesh.num_processes >= 1,
+            f"config.mesh.num_processes={mesh.num_processes} must be >= 1",
+        )
+        _require(
+            0 <= mesh.process_id < mesh.num_processes,
+            f"config.mesh.process_id={mesh.process_id} must be in 0 .. mesh.num_processes - 1 "
+            f"= {mesh.num_processes - 1}",
+        )
+
+
 # Keys renamed since runs were saved with them: old name -> new name.
 _RENAMED = {"model.rnnsearch.scoring": "model.rnnsearch.attention"}
 
 
 def save(config: ml_collections.ConfigDict, path: Path) -> None:
-    """Writes the config as JSON (the record of what a run ran with)."""
-    path.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    """Writes the config as JSON (the record of what a run ran with).
+
+    Through a temporary file and a rename, so a process reading it never sees half a file.
+    """
+    temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    temporary.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
 
 
 def load_saved(path: Path) -> ml_collections.ConfigDict:

@@ -100,8 +100,11 @@ class RunDirectory:
         """The config the run saved, read into the current schema."""
         return config_lib.load_saved(self.require().config_file)
 
-    def save_config(self, config: ml_collections.ConfigDict) -> None:
+    def save_config(self, config: ml_collections.ConfigDict, write: bool = True) -> None:
         """Records ``config``; refuses one that changes the identity of the run already here.
+
+        ``write=False`` checks only: the other processes of a multi-process run, whose
+        process 0 writes.
 
         Raises:
           RunDirectoryError: a key of the run's identity (``config.identity_keys``) differs;
@@ -115,7 +118,8 @@ class RunDirectory:
                         f"{self.path} holds a run with a different config.{key}; nothing was "
                         "overwritten: use a new --workdir, or the run's own config"
                     )
-        config_lib.save(config, self.config_file)
+        if write:
+            config_lib.save(config, self.config_file)
 
     def read_metrics(self) -> list[dict]:
         """Every record of metrics.jsonl, oldest first (empty if none was written yet)."""

@@ -79,3 +79,25 @@ def test_validate_names_the_offending_key(key, value, named):
 
 def test_unknown_key_message_suggests_close_matches():
     assert "model.transformer.d_model" in unknown_key_message("model.transformer.dmodel")
+
+
+@pytest.mark.parametrize(
+    ("address", "processes", "process", "error"),
+    [
+        ("localhost:12345", 0, -1, r"mesh\.num_processes and mesh\.process_id unset"),
+        ("", 2, 0, r"mesh\.coordinator_address unset"),
+        ("localhost:12345", 2, 2, r"mesh\.process_id=2 must be in 0 \.\. .* = 1"),
+        ("localhost:12345", 2, 1, None),
+        ("", 0, -1, None),
+    ],
+)
+def test_processes_started_by_hand_are_named_together(address, processes, process, error):
+    config = default_config()
+    config.mesh.coordinator_address = address
+    config.mesh.num_processes = processes
+    config.mesh.process_id = process
+    if error is None:
+        validate(config)
+    else:
+        with pytest.raises(ConfigError, match=error):
+            validate(config)

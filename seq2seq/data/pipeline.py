@@ -12,6 +12,7 @@ import grain
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
 from seq2seq.data import sources
 from seq2seq.data.batching import BucketedBatches, BucketSpec
@@ -42,10 +43,22 @@ def build_tokenizer(
     config: ml_collections.ConfigDict, directory: Path, corpus: ParallelCorpus
 ) -> Tokenizer:
     """The tokenizer saved in ``directory`` (a run's ``tokenizer_dir``); trained on a seeded
-    sample of ``corpus`` the first time."""
-    tokenizer = load_tokenizer(directory)
-    if tokenizer is not None:
-        return tokenizer
+    sample of ``corpus`` the first time.
+
+    In a multi-process run process 0 alone trains and saves it; the others wait for it and read
+    it, so every process encodes with the very same model and no two write the same file.
+    """
+    if jax.process_index() == 0:
+        tokenizer = load_tokenizer(directory) or _train_tokenizer(config, directory, corpus)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices("seq2seq: tokenizer saved")
+        tokenizer = load_tokenizer(directory)
+    return tokenizer
+
+
+def _train_tokenizer(
+    config: ml_collections.ConfigDict, directory: Path, corpus: ParallelCorpus
+) -> Tokenizer:
     data = config.data
     sample = corpus.take(sample_indices(len(corpus), data.tokenizer_sample_size, config.seed))
     logger.info("training a %s tokenizer on %d sampled pairs", data.tokenizer, len(sample))

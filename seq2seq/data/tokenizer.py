@@ -167,7 +167,7 @@ def _processor(model: bytes) -> spm.SentencePieceProcessor:
 def _write_atomically(path: Path, content: bytes) -> None:
     """Writes via a temporary file and a rename: a crash never leaves half a model behind.
 
-    Hosts of a multi-host run, which all train the same model, then never interleave writes.
+    A process of a multi-process run reading the directory meanwhile sees no partial file.
     """
     temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
     temporary.write_bytes(content)

@@ -124,9 +124,15 @@ class Checkpoints:
             force=True,
         )
 
-    def restore(self, template: TrainState, step: int | None = None) -> tuple[TrainState, dict]:
+    def restore(
+        self, template: TrainState, step: int | None = None, shardings: TrainState | None = None
+    ) -> tuple[TrainState, dict]:
         """The state at ``step`` (default: latest) with ``template``'s structure, and the JSON
         record ``{"iterator": data position, "progress": what was spent so far}``.
+
+        ``shardings`` (a tree of shardings like ``template``) reads every array straight onto
+        the mesh, each process its own shards: a multi-process run cannot move a restored
+        single-device array onto devices of other processes.
 
         Raises:
           IncompatibleCheckpointError: its arrays do not have the template's shapes.
@@ -135,6 +141,14 @@ class Checkpoints:
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.manager.directory}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(template))
+        if shardings is not None:
+            abstract = jax.tree.map(
+                lambda leaf, sharding: jax.ShapeDtypeStruct(
+                    leaf.shape, leaf.dtype, sharding=sharding
+                ),
+                abstract,
+                _saveable(shardings),
+            )
         self._check_shapes(step, abstract)
         restored = self.manager.restore(
             step,
@@ -193,8 +207,11 @@ class Checkpoints:
                     "own config or a new --workdir"
                 )
 
-    def restore_latest_readable(self, template: TrainState) -> tuple[TrainState, dict] | None:
-        """The newest checkpoint that restores; damaged ones are skipped with a warning.
+    def restore_latest_readable(
+        self, template: TrainState, shardings: TrainState | None = None
+    ) -> tuple[TrainState, dict] | None:
+        """The newest checkpoint that restores (onto ``shardings``, see ``restore``); damaged
+        ones are skipped with a warning.
 
         Returns None when there is no checkpoint at all.
 
@@ -205,7 +222,7 @@ class Checkpoints:
         steps = self.all_steps()
         for step in reversed(steps):
             try:
-                return self.restore(template, step)
+                return self.restore(template, step, shardings)
             except IncompatibleCheckpointError:
                 raise
             except Exception as error:  # orbax raises many types for damaged files

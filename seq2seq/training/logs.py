@@ -37,9 +37,16 @@ def interval_record(step_metrics: list[dict], seconds: float, padding: list[floa
 
 
 class MetricsWriter:
-    """Appends JSON lines to metrics.jsonl (full-precision floats) and mirrors to TensorBoard."""
+    """Appends JSON lines to metrics.jsonl (full-precision floats) and mirrors to TensorBoard.
 
-    def __init__(self, run: RunDirectory, resume_step: int):
+    ``active=False`` writes nothing: every process of a multi-process run logs the same
+    (global) metrics, and process 0 alone writes them.
+    """
+
+    def __init__(self, run: RunDirectory, resume_step: int, active: bool = True):
+        self.active = active
+        if not active:
+            return
         self.path = run.metrics_file
         self._drop_records_after(resume_step)
         self.file = self.path.open("a")
@@ -55,6 +62,8 @@ class MetricsWriter:
             self.path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, step: int, record: dict, prefix: str = "train") -> None:
+        if not self.active:
+            return
         self.file.write(json.dumps({"step": step, **record}) + "\n")
         self.file.flush()
         for key, value in record.items():
@@ -62,9 +71,12 @@ class MetricsWriter:
                 self.tensorboard.add_scalar(f"{prefix}/{key}", value, step)
 
     def write_text(self, step: int, tag: str, text: str) -> None:
-        self.tensorboard.add_text(tag, text, step)
+        if self.active:
+            self.tensorboard.add_text(tag, text, step)
 
     def close(self) -> None:
+        if not self.active:
+            return
         self.file.close()
         self.tensorboard.close()
 

@@ -16,6 +16,25 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 DATA_AXES = ("data", "fsdp")  # the batch is split over both mesh axes
 
 
+def initialize_processes(
+    coordinator_address: str = "", num_processes: int = 0, process_id: int = -1
+) -> None:
+    """Joins this process to a multi-process job (``jax.distributed.initialize``).
+
+    Call before anything touches a device. Unset arguments ("", 0, -1) are detected from the
+    cluster (SLURM, Cloud TPU, ...); set, they describe processes started by hand, e.g. two
+    ``train.py`` on one machine.
+    """
+    # Devices of different processes on CPU reduce gradients over TCP with Gloo: the default
+    # of the installed jax, named here so that a jax whose default is "none" still works.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address or None,
+        num_processes=num_processes or None,
+        process_id=process_id if process_id >= 0 else None,
+    )
+
+
 def build_mesh(data: int = -1, fsdp: int = 1) -> Mesh:
     """A ("data", "fsdp") mesh over all devices; ``data=-1`` takes what ``fsdp`` leaves."""
     devices = jax.device_count()

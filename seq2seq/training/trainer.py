@@ -97,10 +97,14 @@ def train(
         the best checkpoint. Passed in by entry points, so training never imports evaluation.
     """
     run = workdir if isinstance(workdir, RunDirectory) else RunDirectory(workdir)
-    if config.mesh.distributed:
-        jax.distributed.initialize()
-    run.create().save_config(config)
-    if jax.process_index() == 0:
+    mesh_config = config.mesh
+    if mesh_config.distributed or mesh_config.coordinator_address:
+        sharding.initialize_processes(
+            mesh_config.coordinator_address, mesh_config.num_processes, mesh_config.process_id
+        )
+    primary = jax.process_index() == 0  # the one process that writes the run's files
+    run.create().save_config(config, write=primary)
+    if primary:
         provenance.record_start(run.path)  # versions, devices and commit of this (re)start
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
     multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
@@ -129,7 +133,7 @@ def train(
         mesh.size,
         sharding.count_split(state_shardings),
     )
-    writer = MetricsWriter(run, int(state.step))
+    writer = MetricsWriter(run, int(state.step), active=primary)
     validate = make_validate(config, data.tokenizer, state.graphdef) if make_validate else None
 
     def batch_flops(source_lengths: np.ndarray, target_lengths: np.ndarray) -> float:
@@ -162,13 +166,13 @@ def train(
 def _restore_or_place(checkpoints, state, state_shardings, batches) -> tuple[TrainState, dict]:
     """The latest readable checkpoint (its data position set) if any, else the fresh state;
     and what the run had spent so far (``elapsed_seconds``, ``train_flops``)."""
-    restored = checkpoints.restore_latest_readable(state)
+    restored = checkpoints.restore_latest_readable(state, state_shardings)
     if restored is None:
         return jax.device_put(state, state_shardings), {}
     state, record = restored
     batches.set_state(record["iterator"])
     logger.info("resumed from step %d", int(state.step))
-    return jax.device_put(state, state_shardings), record["progress"]
+    return state, record["progress"]  # already on the mesh
 
 
 class _Loop:
