@@ -1,6 +1,7 @@
 """The comparison: every run in the report with its own numbers, failures reported, seeds
 aggregated, finished runs reused, table3 rows derived from a base config."""
 
+import importlib.metadata
 import json
 import statistics
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 
 from seq2seq import config as config_lib
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite
+from seq2seq.compare.report import provenance_warnings
 from seq2seq.compare.suites import table3_runs
 from seq2seq.run_directory import RunDirectory
 from tests.conftest import REPO, subprocess_env
@@ -72,6 +74,7 @@ def test_every_run_is_reported_with_the_numbers_of_its_own_records(comparison):
         assert row["test_sentences"] == result["n"] == 12
         assert row["steps"] == last_train["step"] == 12
         assert row["train_flops"] == last_train["train_flops"] > 0
+        assert row["provenance"]["jax"] == importlib.metadata.version("jax")
 
 
 @pytest.mark.slow
@@ -173,3 +176,19 @@ def test_bad_invocations_end_with_one_line(tmp_path, arguments, message):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and message in last, textwrap.shorten(result.stderr, 800)
     assert not any(tmp_path.iterdir()), "a refused comparison wrote something"
+
+
+def test_runs_made_under_different_versions_or_changed_midway_are_flagged():
+    def made_by(jax, changes=()):
+        return {"jax": jax, "device_kind": "cpu", "commit": "abc", "changed_during_run": changes}
+
+    rows = [
+        {"name": "a", "provenance": made_by("0.10.2")},
+        {"name": "b", "provenance": made_by("0.9.0", ["flax 0.11.0 -> 0.12.8"])},
+        {"name": "c"},  # no record: nothing to compare
+    ]
+    assert provenance_warnings(rows) == [
+        "runs were produced under different jax versions: 0.10.2, 0.9.0",
+        "`b` changed between its starts: flax 0.11.0 -> 0.12.8",
+    ]
+    assert provenance_warnings(rows[:1]) == []

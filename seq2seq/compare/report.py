@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq import provenance
 from seq2seq.compare import tuning as tuning_lib
 from seq2seq.compare.runner import RunOutcome, Settings
 from seq2seq.report import figures, tables
@@ -109,7 +110,27 @@ def run_row(outcome: RunOutcome) -> dict:
         )
     if outcome.config is not None and outcome.run.tokenizer_dir.exists():
         row["params"] = _parameter_count(outcome)
+    made_by = provenance.summary(outcome.run.path) if outcome.run.path.exists() else None
+    if made_by:
+        row["provenance"] = made_by
+        commit = (made_by["commit"] or "no git")[:10] + ("+dirty" if made_by["dirty"] else "")
+        row["made_by"] = f"{commit}, {made_by['device_kind']}, jax {made_by['jax']}"
     return row
+
+
+def provenance_warnings(rows: Sequence[dict]) -> list[str]:
+    """Lines flagging runs made under different jax versions, devices or commits, or changed
+    between their own starts: numbers from such runs may not be comparable."""
+    made = [r for r in rows if r.get("provenance")]
+    warnings = []
+    for field, what in (("jax", "jax versions"), ("device_kind", "devices"), ("commit", "commits")):
+        values = sorted({str(r["provenance"][field]) for r in made})
+        if len(values) > 1:
+            warnings.append(f"runs were produced under different {what}: {', '.join(values)}")
+    for row in made:
+        for change in row["provenance"]["changed_during_run"]:
+            warnings.append(f"`{row['name']}` changed between its starts: {change}")
+    return warnings
 
 
 def _parameter_count(outcome: RunOutcome) -> int:
@@ -298,6 +319,10 @@ def _markdown(
     if settings.overrides:
         overrides = ", ".join(f"{k}={v!r}" for k, v in settings.overrides)
         lines += [f"Overrides applied to every run: {overrides}.", ""]
+    lines += ["## Provenance", ""]
+    lines += [f"- `{r['name']}`: {r.get('made_by', 'no provenance record')}" for r in rows]
+    lines += [f"- **warning**: {warning}" for warning in provenance_warnings(rows)]
+    lines.append("")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         lines += ["## Failed runs", ""]
