@@ -106,6 +106,7 @@ def run_row(outcome: RunOutcome) -> dict:
             chrf=result.get("chrf"),
             decode_sentences_per_second=result.get("sentences_per_second"),
             test_sentences=result.get("n"),
+            split=result.get("split"),
             checkpoint=result.get("checkpoint"),
         )
     if outcome.config is not None and outcome.run.tokenizer_dir.exists():

@@ -18,6 +18,7 @@ of its 2000 (about 1.5 minutes).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -108,3 +109,46 @@ def load_translators(settings: NotebookSettings) -> dict[str, Translator]:
         name: Translator.restore(ensure_trained(settings, name), beam_size=1)
         for name in MODEL_NAMES
     }
+
+
+def comparison_settings(settings: NotebookSettings):
+    """The quickstart suite's comparison as the notebook runs it: as ``make quickstart`` does,
+    or, in the short mode, with tiny models, a few steps and a few test sentences."""
+    from seq2seq.compare import Settings
+
+    if not settings.short:
+        return Settings()
+    overrides = {
+        **{
+            f"model.{name}.{key}": value
+            for name in MODEL_NAMES
+            for key, value in (SHORT_SIZES[name].items())
+        },
+        "train.steps": SHORT_STEPS["transformer"],
+        "train.time_budget_minutes": 0.0,
+        "data.tokens_per_batch": 512,
+        "data.bucket_width": 48,  # the quickstart's max_length: one batch shape, one compile
+        "eval.num_examples": 8,
+    }
+    return Settings(overrides=tuple(sorted(overrides.items())), max_test_sentences=16)
+
+
+def ensure_comparison(settings: NotebookSettings) -> Path:
+    """The quickstart suite's comparison under ``settings.runs``, run first if it has no report.
+
+    Reuses finished runs there (those of ``make quickstart`` in the full mode).
+    """
+    from seq2seq.compare import compare, expand_suite
+
+    if not (settings.runs / "report.json").exists():
+        print(f"running the quickstart comparison into {settings.runs}", flush=True)
+        compare(expand_suite("quickstart"), settings.runs, comparison_settings(settings))
+    return settings.runs
+
+
+def load_comparison(workdir: Path) -> dict:
+    """A comparison's ``report.json``, each run's metrics records added as ``records``."""
+    report = json.loads((workdir / "report.json").read_text())
+    for run in report["runs"]:
+        run["records"] = RunDirectory(run["workdir"]).read_metrics()
+    return report
