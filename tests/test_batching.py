@@ -8,10 +8,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from seq2seq.data.batching import BucketedBatches, BucketSpec, plan_epoch
+from seq2seq.data.batching import (
+    BucketedBatches,
+    BucketSpec,
+    PlannedBatch,
+    inference_batches,
+    plan_batches,
+    plan_epoch,
+)
 from seq2seq.data.encoded import EncodedCorpus, filter_pairs
 from seq2seq.data.packing import packed_batches
 from seq2seq.data.pipeline import padding_share
+from seq2seq.evaluation.validation import _loss_batches
 from seq2seq.models import build_model
 from seq2seq.models.base import EOS_ID, shift_right
 from tests.conftest import tiny_config
@@ -91,7 +99,7 @@ def test_epochs_are_reshuffled_and_seeds_differ():
     dataset = bucketed(corpus)
     lengths = dataset.lengths
     plans = [plan_epoch(lengths, dataset.spec, 0, 0), plan_epoch(lengths, dataset.spec, 0, 1)]
-    assert [b.tolist() for b in plans[0]] != [b.tolist() for b in plans[1]]
+    assert [b.members.tolist() for b in plans[0]] != [b.members.tolist() for b in plans[1]]
     assert_same_batches(draw(iter(bucketed(corpus)), 5), draw(iter(bucketed(corpus)), 5))
     other = draw(iter(bucketed(corpus, seed=1)), 5)
     assert [pair_ids(b) for b in other] != [pair_ids(b) for b in draw(iter(dataset), 5)]
@@ -231,7 +239,7 @@ def test_exact_sentences_per_batch_fills_every_batch_and_buckets_by_length():
     epochs = []
     for epoch in range(2):
         plan = plan_epoch(dataset.lengths, dataset.spec, 0, epoch)
-        epochs.append([dataset.batch(members) for members in plan])
+        epochs.append([dataset.batch(planned) for planned in plan])
     for batches in epochs:
         assert len(batches) == 203 // 8
         seen = [i for batch in batches for i in pair_ids(batch)]
@@ -261,3 +269,91 @@ def test_exact_batches_split_between_hosts_and_reject_an_indivisible_multiple():
         exact(corpus, multiple=3)
     with pytest.raises(ValueError, match="only 5 training pairs"):
         exact(make_corpus(5, 16))
+
+
+# The one planner, on a hand-made corpus. Lengths, bucket width 4, longest 12: buckets 4, 8, 12;
+# by a budget of 8 tokens, 2 sentences per batch of length 4 and 1 of length 8 or 12. The last
+# example (20 tokens) is over the longest and is planned at 12.
+HAND_LENGTHS = np.array([3, 9, 4, 1, 12, 8, 5, 2, 20])
+
+
+def as_pairs(plan: list[PlannedBatch]) -> list[tuple[int, list[int]]]:
+    return [(b.padded_length, b.members.tolist()) for b in plan]
+
+
+def test_planner_groups_a_hand_made_corpus_in_the_order_given_or_sorted():
+    budget = BucketSpec(12, 4, tokens_per_batch=8)
+    assert as_pairs(plan_batches(HAND_LENGTHS, budget)) == [
+        (4, [0, 2]), (4, [3, 7]), (8, [5]), (8, [6]), (12, [1]), (12, [4]), (12, [8])
+    ]  # fmt: skip
+    assert as_pairs(plan_batches(HAND_LENGTHS, budget, sort_by_length=True)) == [
+        (4, [3, 7]), (4, [0, 2]), (8, [6]), (8, [5]), (12, [1]), (12, [4]), (12, [8])
+    ]  # fmt: skip
+    three = BucketSpec(12, 4, tokens_per_batch=0, sentences_per_batch=3)
+    assert as_pairs(plan_batches(HAND_LENGTHS, three, sort_by_length=True)) == [
+        (4, [3, 7, 0]), (8, [2, 6, 5]), (12, [1, 4, 8])
+    ]  # fmt: skip
+    four = BucketSpec(12, 4, tokens_per_batch=0, sentences_per_batch=4)
+    assert as_pairs(plan_batches(HAND_LENGTHS, four, sort_by_length=True)) == [
+        (4, [3, 7, 0, 2]), (12, [6, 5, 1, 4]), (12, [8])  # straddles; the last is short
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("sentences", [0, 8], ids=["budget", "exact"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shuffled_plan_holds_each_example_once_in_batches_that_fit(seed, sentences):
+    lengths = np.random.default_rng(seed).integers(1, 30, 203)  # some over the longest, 24
+    spec = BucketSpec(24, 4, tokens_per_batch=96, batch_multiple=2, sentences_per_batch=sentences)
+    plan = plan_batches(lengths, spec, np.random.default_rng(seed))
+    members = np.concatenate([b.members for b in plan])
+    assert len(members) == len(set(members.tolist()))
+    assert len(members) == (203 - 203 % 8 if sentences else 203)
+    per_bucket = collections.Counter()
+    for batch in plan:
+        longest = min(lengths[batch.members].max(), 24)
+        assert batch.padded_length == -(-longest // 4) * 4  # the smallest bucket that fits all
+        if sentences:
+            assert len(batch.members) == 8
+        else:  # budget: one bucket per batch, full batches except one per bucket
+            assert np.all(
+                -(-np.minimum(lengths[batch.members], 24) // 4) * 4 == batch.padded_length
+            )
+            size = max(2, 96 // batch.padded_length // 2 * 2)
+            assert len(batch.members) <= size
+            per_bucket[batch.padded_length] += len(batch.members) < size
+    assert max(per_bucket.values(), default=0) <= 1
+    ordered = [b.padded_length for b in plan]
+    assert ordered != sorted(ordered)  # the batches are shuffled too
+
+
+def test_inference_batches_cover_every_sentence_once_sorted_by_length():
+    rng = np.random.default_rng(8)
+    sources = [rng.integers(4, 40, n).astype(np.int32) for n in rng.integers(1, 20, 23)]
+    batches = inference_batches(sources, batch_size=5, bucket_width=4, max_length=12)
+    order = np.concatenate([indices for indices, _ in batches])
+    assert sorted(order.tolist()) == list(range(23))
+    clipped = [min(len(sources[i]), 12) for i in order]
+    assert clipped == sorted(clipped)
+    for indices, source in batches:
+        longest = max(min(len(sources[i]), 12) for i in indices)
+        assert source.shape == (5, -(-longest // 4) * 4)
+        for row, i in enumerate(indices):
+            kept = sources[i][:12]
+            np.testing.assert_array_equal(source[row, : len(kept)], kept)
+            assert np.all(source[row, len(kept) :] == 0)
+        assert np.all(source[len(indices) :] == 0)  # rows past the last sentence are padding
+
+
+def test_validation_loss_batches_hold_each_pair_once_in_corpus_order_per_bucket():
+    examples = [  # pair i: both sides start with its id, the source HAND_LENGTHS[i] tokens long
+        (np.r_[FIRST_ID + i, np.full(n - 1, 5)].astype(np.int32), np.array([FIRST_ID + i, EOS_ID]))
+        for i, n in enumerate(HAND_LENGTHS)
+    ]
+    config = tiny_config("transformer")
+    config.data.max_length, config.data.bucket_width, config.data.tokens_per_batch = 12, 4, 8
+    batches = _loss_batches(examples, config)
+    assert [(b["source"].shape, pair_ids(b)) for b in batches] == [
+        ((2, 4), [0, 2]), ((2, 4), [3, 7]), ((1, 8), [5]), ((1, 8), [6]),
+        ((1, 12), [1]), ((1, 12), [4]), ((1, 12), [8])
+    ]  # fmt: skip
+    np.testing.assert_array_equal(batches[-1]["source"][0], examples[8][0][:12])  # truncated

@@ -7,8 +7,10 @@ uses a handful of array shapes and ``jax.jit`` compiles the step once per bucket
 (Appendix B) instead use minibatches of exactly 80 sentences: with ``sentences_per_batch`` every
 batch holds exactly that many, still grouped by length and padded to a bucket length.
 
-The order of one epoch is a pure function of (seed, epoch), so the iterator's state is just
-(epoch, position): saving and restoring it resumes the identical stream of batches.
+One planner, ``plan_batches``, groups examples into batches for training (shuffled), decoding
+(sorted by length) and the validation loss (in corpus order). The order of one training epoch
+is a pure function of (seed, epoch), so the iterator's state is just (epoch, position): saving
+and restoring it resumes the identical stream of batches.
 """
 
 from __future__ import annotations
@@ -63,32 +65,73 @@ class BucketSpec:
         return max(self.batch_multiple, sentences // self.batch_multiple * self.batch_multiple)
 
 
-def plan_epoch(lengths: np.ndarray, spec: BucketSpec, seed: int, epoch: int) -> list[np.ndarray]:
-    """The batches of one epoch, as arrays of indices into ``lengths``, in training order.
+@dataclasses.dataclass(frozen=True)
+class PlannedBatch:
+    """One batch of a plan: its padded length and its members (indices into the lengths)."""
 
-    Shuffles the examples, groups them by padded length, cuts each group into batches of that
-    bucket's size and shuffles the batches; a pure function of its arguments.
+    padded_length: int  # L: every member fits, [B, L] once collated
+    members: np.ndarray  # [B'] indices into the planned lengths, B' <= the bucket's batch size
 
-    With ``spec.sentences_per_batch`` (n) the examples, sorted by padded length, are cut into
-    batches of exactly n: a batch that straddles two buckets pads to the longer, and the
-    ``N mod n`` examples left over sit this epoch out (drawn at random, so every length and
-    every example has the same chance; the next epoch draws others).
+
+def plan_batches(
+    lengths: np.ndarray,
+    spec: BucketSpec,
+    rng: np.random.Generator | None = None,
+    sort_by_length: bool = False,
+) -> list[PlannedBatch]:
+    """Groups examples by padded length into batches: the one planner of every batch stream.
+
+    Examples are taken in one of three orders: shuffled by ``rng`` (training), sorted by length
+    (``sort_by_length``: decoding, so a batch pads little) or as given (validation). By token
+    budget (``spec.sentences_per_batch == 0``), they are grouped by bucket, in that order, and
+    each group is cut into batches of the bucket's ``spec.batch_size``. With
+    ``spec.sentences_per_batch`` (n), they are stably sorted by padded length and cut into
+    batches of n: a batch that straddles two buckets pads to the longer.
+
+    With ``rng`` (training) the ``N mod n`` examples that would make a short batch sit this
+    epoch out (random ones, since the order is shuffled) and the batches are shuffled too;
+    without it every example is in exactly one batch and the batches come in increasing padded
+    length. A pure function of its arguments (and of ``rng``'s state).
+
+    Args:
+      lengths: [N] each example's length in tokens (the longer side, EOS included); lengths over
+        ``spec.max_length`` are planned at the longest padded length (the caller truncates).
+      spec: padded lengths and batch sizes.
+      rng: shuffles examples and batches; None keeps the order given or sorted.
+      sort_by_length: without ``rng``, take examples shortest first (stable for ties).
+
+    Returns:
+      The batches, in the order they are to be used.
     """
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths))
+    lengths = np.asarray(lengths)
+    if rng is not None:
+        order = rng.permutation(len(lengths))
+    elif sort_by_length:
+        order = np.argsort(np.minimum(lengths, spec.padded_max_length), kind="stable")
+    else:
+        order = np.arange(len(lengths))
+    padded = spec.padded_lengths(lengths)
     if spec.sentences_per_batch:
         size = spec.sentences_per_batch
-        order = order[len(order) % size :]  # random examples, since the order is shuffled
-        order = order[np.argsort(spec.padded_lengths(lengths[order]), kind="stable")]
-        batches = np.split(order, len(order) // size) if len(order) else []
-        return [batches[i] for i in rng.permutation(len(batches))]
-    padded = spec.padded_lengths(lengths[order])
-    batches = []
-    for bucket in np.unique(padded):
-        members = order[padded == bucket]
-        size = spec.batch_size(int(bucket))
-        batches.extend(members[i : i + size] for i in range(0, len(members), size))
-    return [batches[i] for i in rng.permutation(len(batches))]
+        if rng is not None:
+            order = order[len(order) % size :]  # random examples, since the order is shuffled
+        order = order[np.argsort(padded[order], kind="stable")]
+        groups = [order[start : start + size] for start in range(0, len(order), size)]
+    else:
+        groups = []
+        for bucket in np.unique(padded[order]):
+            members = order[padded[order] == bucket]
+            size = spec.batch_size(int(bucket))
+            groups.extend(members[start : start + size] for start in range(0, len(members), size))
+    batches = [PlannedBatch(int(padded[members].max()), members) for members in groups]
+    if rng is not None:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def plan_epoch(lengths: np.ndarray, spec: BucketSpec, seed: int, epoch: int) -> list[PlannedBatch]:
+    """The training batches of one epoch, in training order: a pure function of its arguments."""
+    return plan_batches(lengths, spec, np.random.default_rng([seed, epoch]))
 
 
 def collate(examples: Sequence[Example], batch_size: int, length: int) -> dict[str, np.ndarray]:
@@ -143,13 +186,12 @@ class BucketedBatches(grain.IterDataset):
     def __iter__(self) -> BucketedBatchIterator:
         return BucketedBatchIterator(self)
 
-    def batch(self, members: np.ndarray) -> dict[str, np.ndarray]:
-        """This host's rows of the global batch made of ``members`` (indices into ``indices``)."""
-        spec = self.spec
-        length = spec.padded_length(int(self.lengths[members].max()))
-        rows = spec.batch_size(length) // self.shard_count
-        mine = self.indices[members[self.shard_index * rows : (self.shard_index + 1) * rows]]
-        examples = [(self.corpus.source(i), self.corpus.target(i)) for i in mine]
+    def batch(self, planned: PlannedBatch) -> dict[str, np.ndarray]:
+        """This host's rows of a planned global batch (members index ``indices``)."""
+        length = planned.padded_length
+        rows = self.spec.batch_size(length) // self.shard_count
+        members = planned.members[self.shard_index * rows : (self.shard_index + 1) * rows]
+        examples = [(self.corpus.source(i), self.corpus.target(i)) for i in self.indices[members]]
         return collate(examples, rows, length)
 
 
@@ -163,7 +205,7 @@ class BucketedBatchIterator(grain.DatasetIterator):
         self._position = 0
         self._plan = self._plan_for(0)
 
-    def _plan_for(self, epoch: int) -> list[np.ndarray]:
+    def _plan_for(self, epoch: int) -> list[PlannedBatch]:
         dataset = self._dataset
         return plan_epoch(dataset.lengths, dataset.spec, dataset.seed, epoch)
 
@@ -171,9 +213,9 @@ class BucketedBatchIterator(grain.DatasetIterator):
         if self._position >= len(self._plan):
             self._epoch, self._position = self._epoch + 1, 0
             self._plan = self._plan_for(self._epoch)
-        members = self._plan[self._position]
+        planned = self._plan[self._position]
         self._position += 1
-        return self._dataset.batch(members)
+        return self._dataset.batch(planned)
 
     def get_state(self) -> dict[str, int]:
         return {"epoch": self._epoch, "position": self._position}
@@ -197,16 +239,13 @@ def inference_batches(
     Sentences are sorted by length so each batch pads little; inputs longer than ``max_length``
     are truncated (still translated, never dropped). The caller puts outputs back in order.
     """
-    spec = BucketSpec(max_length, bucket_width, tokens_per_batch=batch_size * max_length)
-    lengths = np.array([min(len(s), spec.padded_max_length) for s in sources])
-    order = np.argsort(lengths, kind="stable")
+    spec = BucketSpec(max_length, bucket_width, tokens_per_batch=0, sentences_per_batch=batch_size)
+    lengths = np.array([len(ids) for ids in sources], np.int64)
     batches = []
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        length = spec.padded_length(int(lengths[indices].max()))
-        source = np.full((batch_size, length), PAD_ID, np.int32)
-        for row, i in enumerate(indices):
-            ids = sources[i][:length]
+    for planned in plan_batches(lengths, spec, sort_by_length=True):
+        source = np.full((batch_size, planned.padded_length), PAD_ID, np.int32)
+        for row, i in enumerate(planned.members):
+            ids = sources[i][: planned.padded_length]
             source[row, : len(ids)] = ids
-        batches.append((indices, source))
+        batches.append((planned.members, source))
     return batches

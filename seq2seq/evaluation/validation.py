@@ -8,7 +8,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from seq2seq.data.batching import BucketSpec, collate
+from seq2seq.data.batching import BucketSpec, collate, plan_batches
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation.bleu import sacrebleu_score
@@ -17,20 +17,23 @@ from seq2seq.training.step import TrainState, eval_step
 
 
 def _loss_batches(examples, config: ml_collections.ConfigDict) -> list[dict[str, np.ndarray]]:
-    """Fixed-shape batches of (source, target) examples for the validation loss."""
+    """Fixed-shape batches of (source, target) examples for the validation loss.
+
+    Every example is in exactly one batch, grouped by bucket and cut by the token budget (the
+    training buckets without shuffling); examples over the longest bucket are cut to it.
+    """
     spec = BucketSpec(
         config.data.max_length, config.data.bucket_width, config.data.tokens_per_batch
     )
-    limit = spec.padded_max_length
-    examples = [(s[:limit], t[:limit]) for s, t in examples]
-    padded = np.array([spec.padded_length(max(len(s), len(t))) for s, t in examples])
-    batches = []
-    for length in np.unique(padded):
-        members = [examples[i] for i in np.flatnonzero(padded == length)]
-        size = spec.batch_size(int(length))
-        for start in range(0, len(members), size):
-            batches.append(collate(members[start : start + size], size, int(length)))
-    return batches
+    lengths = np.array([max(len(source), len(target)) for source, target in examples], np.int64)
+    return [
+        collate(
+            [examples[i] for i in planned.members],
+            spec.batch_size(planned.padded_length),
+            planned.padded_length,
+        )
+        for planned in plan_batches(lengths, spec)
+    ]
 
 
 def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, graphdef):
