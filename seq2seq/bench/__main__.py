@@ -160,7 +160,9 @@ def run() -> None:
 
         def config():
             if config_flag.value is None:
-                raise ConfigError(f"bench {command} needs --config FILE, e.g. --config configs/bench_small.py")
+                raise ConfigError(
+                    f"bench {command} needs --config FILE, e.g. --config configs/bench_small.py"
+                )
             return validate(config_flag.value)
 
         if command == "matmul":
