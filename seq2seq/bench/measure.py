@@ -7,6 +7,7 @@ over repeats is the median, so one slow repeat on a shared machine does not move
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import statistics
 import tempfile
@@ -80,14 +81,28 @@ def matmul_peak(dtype: str = "float32", sizes=MATMUL_SIZES, repeats: int = 5) ->
     return {"dtype": dtype, "gflops_by_size": by_size, "peak_gflops": max(by_size.values())}
 
 
+def reset_peak_memory() -> None:
+    """Starts a new process peak (Linux: ``/proc/self/clear_refs``), so that one process can
+    measure several benchmarks in turn; elsewhere the peak stays the process's since start."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
 def peak_memory_mb() -> tuple[float, str]:
     """Peak memory in MiB and where it was read: the device's allocator where it reports one
-    (GPU, TPU), else the process's maximum resident set size (CPU: parameters, activations and
-    everything else the process holds, Python and XLA included)."""
+    (GPU, TPU), else the process's peak resident set size (CPU: parameters, activations and
+    everything else the process holds, Python and XLA included) since ``reset_peak_memory``."""
     stats = jax.local_devices()[0].memory_stats() or {}
     if "peak_bytes_in_use" in stats:
         return stats["peak_bytes_in_use"] / 2**20, "device peak_bytes_in_use"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process max RSS"
+    try:
+        status = Path("/proc/self/status").read_text()
+        kilobytes = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")
+        )
+        return kilobytes / 1024, "process peak RSS (VmHWM)"
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process max RSS"
 
 
 def batch_shape(config: ml_collections.ConfigDict) -> tuple[int, int]:
@@ -125,6 +140,7 @@ def train_benchmark(
     Compile time is that of ``lower().compile()``; step time is the median of ``steps`` steps
     after ``warmup`` steps, each waited for.
     """
+    reset_peak_memory()
     vocab = config.data.vocab_size
     rows, length = batch_shape(config)
     batch = synthetic_batch(rows, length, vocab, config.seed)
