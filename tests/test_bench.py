@@ -125,7 +125,7 @@ TINY_TRAIN = [
 def test_bench_train_json_is_one_line_with_positive_figures():
     result = subprocess.run(
         [sys.executable, "-m", "seq2seq.bench", "train", *TINY_TRAIN]
-        + ["--steps=2", "--warmup=1", "--json", "--persistent_cache"],
+        + ["--steps=2", "--warmup=1", "--json", "--persistent_cache", "--matmul_sizes=256"],
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,

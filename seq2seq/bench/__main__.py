@@ -142,6 +142,9 @@ def run() -> None:
     output_length = flags.DEFINE_integer("output_length", 30, "decode, untrained: output tokens.")
     repeats = flags.DEFINE_integer("repeats", 3, "decode: timed batches (median reported).")
     batches = flags.DEFINE_integer("batches", 300, "data: batches drawn.")
+    matmul_sizes = flags.DEFINE_list(
+        "matmul_sizes", [str(n) for n in measure.MATMUL_SIZES], "matmul, train: square sizes n."
+    )
     persistent_cache = flags.DEFINE_bool(
         "persistent_cache",
         False,
@@ -165,8 +168,9 @@ def run() -> None:
                 )
             return validate(config_flag.value)
 
+        sizes = tuple(int(n) for n in matmul_sizes.value)
         if command == "matmul":
-            result = {dtype: measure.matmul_peak(dtype) for dtype in ("float32", "bfloat16")}
+            result = {d: measure.matmul_peak(d, sizes) for d in ("float32", "bfloat16")}
             table = "\n\n".join(
                 _table(
                     f"matmul {d} (GFLOP/s by size)",
@@ -175,7 +179,9 @@ def run() -> None:
                 for d, r in result.items()
             )
         elif command == "train":
-            result = measure.train_benchmark(config(), steps.value, warmup.value)
+            train_config = config()
+            peak = measure.matmul_peak(train_config.train.dtype, sizes)
+            result = measure.train_benchmark(train_config, steps.value, warmup.value, peak)
             table = _table(f"train {result['model']}", result, _train_targets(result))
         elif command == "decode":
             if workdir.value:
