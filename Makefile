@@ -10,7 +10,7 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart test lint format clean lock lock-upgrade
+.PHONY: quickstart test bench lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -34,6 +34,13 @@ quickstart: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest
+
+# Every benchmark (matmul peak, training step, beam search, input pipeline) on
+# configs/bench_small.py and configs/bench_small_rnnsearch.py, in one process; prints the figures
+# beside the targets of issue 11. 4-6 minutes on the 2-core development CPU while shared with
+# other runs (load average 8-11); longer when a higher-priority job holds the cores (README).
+bench: $(STAMP)
+	$(PYTHON) -m seq2seq.bench all
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check . && $(PYTHON) -m ruff format --check .

@@ -3,7 +3,8 @@
 import importlib
 import pkgutil
 
-from absl import flags
+import orbax.checkpoint  # noqa: F401  (defines its own experimental flags on first import)
+from absl import app, flags  # noqa: F401  (absl.app defines --pdb, --profile_file, ... likewise)
 
 import seq2seq
 

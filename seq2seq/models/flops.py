@@ -50,8 +50,9 @@ def rnnsearch_forward_flops(r: ml_collections.ConfigDict, vocab: int, source_len
         gru = length * 2 * 3 * n_dec * (m + n_dec)  # W E y, U s
         deep_output = length * (2 * (n_dec + m) * 2 * l + 2 * l * vocab)
         return encoder + context + gru + deep_output
+    initial_state = 2 * n * n_dec  # s_0 = tanh(W_s backward h_1), once per sentence
     keys = s * 2 * (2 * n) * a  # U_a h_j, once per sentence
     attention = length * (2 * n_dec * a + s * 2 * a + s * 2 * (2 * n))  # W_a s, v_a^T tanh, c_i
     gru = length * 2 * 3 * n_dec * (m + 2 * n + n_dec)  # W E y, C c, U s
     deep_output = length * (2 * (n_dec + m + 2 * n) * 2 * l + 2 * l * vocab)
-    return encoder + keys + attention + gru + deep_output
+    return encoder + initial_state + keys + attention + gru + deep_output

@@ -1,0 +1,226 @@
+"""``python -m seq2seq.bench COMMAND``: flags, then ``seq2seq.bench.measure``; prints a table.
+
+    python -m seq2seq.bench matmul
+    python -m seq2seq.bench train --config configs/bench_small.py [--steps 20]
+    python -m seq2seq.bench decode --config configs/bench_small.py [--beam_size 4] [--workdir RUN]
+    python -m seq2seq.bench data --config configs/bench_small.py
+    python -m seq2seq.bench all        # every one of them on the bench configs (make bench)
+
+``--json`` prints one JSON line instead of the table. JAX's persistent compilation cache is
+switched off unless ``--persistent_cache``, so compile times are real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from seq2seq import cli
+from seq2seq.bench import measure
+from seq2seq.config import ConfigError, validate
+from seq2seq.run_directory import RunDirectory
+
+COMMANDS = ("matmul", "train", "decode", "data", "all")
+REPO = Path(__file__).resolve().parents[2]
+BENCH_CONFIGS = (REPO / "configs" / "bench_small.py", REPO / "configs" / "bench_small_rnnsearch.py")
+
+
+def _format(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_format(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _table(title: str, figures: dict, targets: dict | None = None) -> str:
+    targets = targets or {}
+    lines = [title, "| figure | value | target |", "|---|---:|---|"]
+    lines += [f"| {k} | {_format(v)} | {targets.get(k, '')} |" for k, v in figures.items()]
+    return "\n".join(lines)
+
+
+def _met(value: float, bound: float) -> str:
+    return f">= {_format(bound)}: {'met' if value >= bound else 'NOT met'}"
+
+
+def _train_targets(result: dict) -> dict:
+    if result["model"] != "transformer":
+        return {}
+    return {"mfu": _met(result["mfu"], measure.TARGET_TRAIN_MFU)}
+
+
+def _decode_targets(result: dict) -> dict:
+    bound = measure.TARGET_DECODE_SENTENCES_PER_S.get(result["model"])
+    beam = {"transformer": 4, "rnnsearch": 5}[result["model"]]
+    if bound is None or result["beam_size"] != beam:
+        return {}
+    return {"sentences_per_s": _met(result["sentences_per_s"], bound) + f" (beam {beam})"}
+
+
+def _all(settings: dict) -> dict:
+    """Every benchmark on the bench configs, in one process; the summary against the targets."""
+    from seq2seq.config import load_config_file
+
+    configs = [load_config_file(path) for path in BENCH_CONFIGS]
+    results = {
+        "matmul_float32": measure.matmul_peak("float32"),
+        "matmul_bfloat16": measure.matmul_peak("bfloat16"),
+    }
+    for config in configs:
+        name = config.model.name
+        peak = results[f"matmul_{config.train.dtype}"]
+        results[f"train_{name}"] = measure.train_benchmark(
+            config, settings["steps"], settings["warmup"], peak
+        )
+        results[f"decode_{name}"] = measure.decode_benchmark(
+            config,
+            sentences=settings["sentences"],
+            source_length=settings["source_length"],
+            output_length=settings["output_length"],
+            repeats=settings["repeats"],
+        )
+    results["data_transformer"] = measure.data_benchmark(configs[0], settings["batches"])
+    return results
+
+
+def summary(results: dict) -> str:
+    """The figures of ``all`` beside the issue's targets, as a markdown table."""
+    train_t, train_r = results["train_transformer"], results["train_rnnsearch"]
+    decode_t, decode_r = results["decode_transformer"], results["decode_rnnsearch"]
+    data = results["data_transformer"]
+    ratio = data["tokens_per_s"] / train_t["tokens_per_s"]
+    target_t = measure.TARGET_DECODE_SENTENCES_PER_S
+    rows = [
+        ("matmul peak float32 (GFLOP/s)", results["matmul_float32"]["peak_gflops"], ""),
+        ("matmul peak bfloat16 (GFLOP/s)", results["matmul_bfloat16"]["peak_gflops"], ""),
+        ("bench_small step (ms)", train_t["step_ms"], ""),
+        ("bench_small target tokens/s", train_t["tokens_per_s"], ""),
+        ("bench_small MFU", train_t["mfu"], _met(train_t["mfu"], measure.TARGET_TRAIN_MFU)),
+        ("bench_small compile (s)", train_t["compile_s"], ""),
+        ("bench_small_rnnsearch step (ms)", train_r["step_ms"], ""),
+        ("bench_small_rnnsearch target tokens/s", train_r["tokens_per_s"], ""),
+        ("bench_small_rnnsearch MFU", train_r["mfu"], ""),
+        ("bench_small_rnnsearch compile (s)", train_r["compile_s"], ""),
+        (
+            f"Transformer beam {decode_t['beam_size']} sentences/s",
+            decode_t["sentences_per_s"],
+            _met(decode_t["sentences_per_s"], target_t["transformer"]),
+        ),
+        (
+            f"RNNsearch beam {decode_r['beam_size']} sentences/s",
+            decode_r["sentences_per_s"],
+            _met(decode_r["sentences_per_s"], target_t["rnnsearch"]),
+        ),
+        ("input pipeline target tokens/s", data["tokens_per_s"], ""),
+        (
+            "input pipeline / training consumption",
+            ratio,
+            _met(ratio, measure.TARGET_DATA_MULTIPLE),
+        ),
+    ]
+    lines = ["| figure | measured | target |", "|---|---:|---|"]
+    lines += [f"| {name} | {_format(value)} | {target} |" for name, value, target in rows]
+    return "\n".join(lines)
+
+
+def run() -> None:
+    config_flag = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
+    as_json = flags.DEFINE_bool("json", False, "Print one JSON line instead of the table.")
+    steps = flags.DEFINE_integer("steps", 20, "train: timed steps (after the warm-up).")
+    warmup = flags.DEFINE_integer("warmup", 3, "train: untimed steps after compiling.")
+    beam_size = flags.DEFINE_integer("beam_size", None, "decode: beam (default: the config's).")
+    workdir = flags.DEFINE_string(
+        "workdir", None, "decode: a trained run (its config and latest parameters)."
+    )
+    sentences = flags.DEFINE_integer("sentences", 32, "decode: sentences per batch.")
+    source_length = flags.DEFINE_integer("source_length", 30, "decode, untrained: source tokens.")
+    output_length = flags.DEFINE_integer("output_length", 30, "decode, untrained: output tokens.")
+    repeats = flags.DEFINE_integer("repeats", 3, "decode: timed batches (median reported).")
+    batches = flags.DEFINE_integer("batches", 300, "data: batches drawn.")
+    matmul_sizes = flags.DEFINE_list(
+        "matmul_sizes", [str(n) for n in measure.MATMUL_SIZES], "matmul, train: square sizes n."
+    )
+    persistent_cache = flags.DEFINE_bool(
+        "persistent_cache",
+        False,
+        "Keep JAX's persistent compilation cache on (off by default: compile times are real).",
+    )
+
+    @cli.exit_on_error
+    def main(argv: list[str]) -> None:
+        import jax
+
+        jax.config.update("jax_enable_compilation_cache", persistent_cache.value)
+        commands = [arg for arg in argv[1:] if not arg.startswith("-")]
+        if len(commands) != 1 or commands[0] not in COMMANDS:
+            raise ConfigError(f"name one command of {', '.join(COMMANDS)}, e.g. `bench train`")
+        command = commands[0]
+
+        def config():
+            if config_flag.value is None:
+                raise ConfigError(
+                    f"bench {command} needs --config FILE, e.g. --config configs/bench_small.py"
+                )
+            return validate(config_flag.value)
+
+        sizes = tuple(int(n) for n in matmul_sizes.value)
+        if command == "matmul":
+            result = {d: measure.matmul_peak(d, sizes) for d in ("float32", "bfloat16")}
+            table = "\n\n".join(
+                _table(
+                    f"matmul {d} (GFLOP/s by size)",
+                    r["gflops_by_size"] | {"peak": r["peak_gflops"]},
+                )
+                for d, r in result.items()
+            )
+        elif command == "train":
+            train_config = config()
+            peak = measure.matmul_peak(train_config.train.dtype, sizes)
+            result = measure.train_benchmark(train_config, steps.value, warmup.value, peak)
+            table = _table(f"train {result['model']}", result, _train_targets(result))
+        elif command == "decode":
+            if workdir.value:
+                run_config = RunDirectory(Path(workdir.value)).load_config()
+            else:
+                run_config = config()
+            result = measure.decode_benchmark(
+                run_config,
+                beam_size=beam_size.value,
+                sentences=sentences.value,
+                source_length=source_length.value,
+                output_length=output_length.value,
+                repeats=repeats.value,
+                workdir=Path(workdir.value) if workdir.value else None,
+            )
+            table = _table(f"decode {result['model']}", result, _decode_targets(result))
+        elif command == "data":
+            result = measure.data_benchmark(config(), batches.value)
+            table = _table("data", result)
+        else:
+            result = _all(
+                {
+                    "steps": steps.value,
+                    "warmup": warmup.value,
+                    "sentences": sentences.value,
+                    "source_length": source_length.value,
+                    "output_length": output_length.value,
+                    "repeats": repeats.value,
+                    "batches": batches.value,
+                }
+            )
+            table = "\n\n".join(
+                [_table(name, figures) for name, figures in result.items()]
+                + [f"summary ({os.cpu_count()} CPUs visible)\n" + summary(result)]
+            )
+        print(json.dumps(result) if as_json.value else table)
+
+    app.run(main, flags_parser=cli.parse_flags)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,355 @@
+"""What ``python -m seq2seq.bench`` measures: matmul peak, training step, beam search, input.
+
+Each ``*_benchmark`` function returns a flat dict of figures (the JSON line of the command).
+Times are wall-clock seconds of the device work (``jax.block_until_ready``); a figure taken
+over repeats is the median, so one slow repeat on a shared machine does not move it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from seq2seq.data import sources
+from seq2seq.data.encoded import encode_corpus, filter_pairs
+from seq2seq.data.pipeline import build_tokenizer, make_batches
+from seq2seq.decoding.beam_search import beam_search
+from seq2seq.decoding.common import output_limits
+from seq2seq.models import train_flops
+from seq2seq.models.base import Seq2SeqModel
+from seq2seq.training import sharding
+from seq2seq.training.step import make_train_step
+from seq2seq.training.trainer import count_params, create_state
+from seq2seq.vocabulary import EOS_ID, PAD_ID
+
+FIRST_WORD_ID = 4  # ids below are PAD, UNK, BOS and EOS (seq2seq.vocabulary)
+MATMUL_SIZES = (512, 1024, 2048)  # square n x n @ n x n; the largest usually runs fastest
+
+# The issue's targets on the 2-core development CPU (printed beside the measured figures).
+TARGET_TRAIN_MFU = 0.60
+TARGET_DECODE_SENTENCES_PER_S = {"transformer": 40.0, "rnnsearch": 90.0}
+TARGET_DATA_MULTIPLE = 10.0  # input pipeline tokens/s over what training consumes
+
+
+def model_flops_utilization(flops_per_step: float, step_seconds: float, peak_flops: float) -> float:
+    """MFU: achieved FLOP/s (analytic FLOPs of a step over its time) as a share of the peak.
+
+    Args:
+      flops_per_step: analytic FLOPs of one step (``seq2seq.models.train_flops``).
+      step_seconds: time of one step.
+      peak_flops: the machine's dense-matmul FLOP/s (``matmul_peak``).
+    """
+    return flops_per_step / step_seconds / peak_flops
+
+
+def time_calls(call: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls, each waited for (``block_until_ready``)."""
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(call())
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def matmul_peak(dtype: str = "float32", sizes=MATMUL_SIZES, repeats: int = 5) -> dict:
+    """Achievable dense-matmul throughput under ``jax.jit``: best of ``repeats`` per size.
+
+    Returns:
+      {"dtype", "gflops_by_size": {n: GFLOP/s}, "peak_gflops": the best of them}.
+    """
+    by_size = {}
+    key = jax.random.PRNGKey(0)
+    for n in sizes:
+        a = jax.random.normal(key, (n, n), jnp.float32).astype(dtype)
+        b = jax.random.normal(jax.random.fold_in(key, 1), (n, n), jnp.float32).astype(dtype)
+        product = jax.jit(jnp.matmul)
+        jax.block_until_ready(product(a, b))  # compile
+        best = min(time_calls(lambda a=a, b=b, product=product: product(a, b), repeats))
+        by_size[n] = 2 * n**3 / best / 1e9
+    return {"dtype": dtype, "gflops_by_size": by_size, "peak_gflops": max(by_size.values())}
+
+
+def reset_peak_memory() -> None:
+    """Starts a new process peak (Linux: ``/proc/self/clear_refs``), so that one process can
+    measure several benchmarks in turn; elsewhere the peak stays the process's since start."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_memory_mb() -> tuple[float, str]:
+    """Peak memory in MiB and where it was read: the device's allocator where it reports one
+    (GPU, TPU), else the process's peak resident set size (CPU: parameters, activations and
+    everything else the process holds, Python and XLA included) since ``reset_peak_memory``."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        return stats["peak_bytes_in_use"] / 2**20, "device peak_bytes_in_use"
+    try:
+        status = Path("/proc/self/status").read_text()
+        kilobytes = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")
+        )
+        return kilobytes / 1024, "process peak RSS (VmHWM)"
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process max RSS"
+
+
+def batch_shape(config: ml_collections.ConfigDict) -> tuple[int, int]:
+    """(sentences, padded length) of the config's largest batch: ``data.sentences_per_batch``
+    rows when set, else as many ``data.max_length`` rows as ``data.tokens_per_batch`` allows."""
+    data = config.data
+    length = data.max_length
+    rows = data.sentences_per_batch or max(1, data.tokens_per_batch // length)
+    return rows, length
+
+
+def synthetic_batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random word ids filling every position of both sides (no padding): [rows, length]."""
+    rng = np.random.default_rng(seed)
+    return {
+        side: rng.integers(FIRST_WORD_ID, vocab, (rows, length)).astype(np.int32)
+        for side in ("source", "target")
+    }
+
+
+def _lengths(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.count_nonzero(batch["source"] != PAD_ID, axis=1),
+        np.count_nonzero(batch["target"] != PAD_ID, axis=1),
+    )
+
+
+def train_benchmark(
+    config: ml_collections.ConfigDict, steps: int = 20, warmup: int = 3, peak: dict | None = None
+) -> dict:
+    """Steady-state training step of ``config`` on synthetic batches of its configured shape.
+
+    The step is ``make_train_step``'s (the trainer's), placed on the config's mesh over all
+    local devices, so ``--xla_force_host_platform_device_count`` measures data parallelism.
+    Compile time is that of ``lower().compile()``; step time is the median of ``steps`` steps
+    after ``warmup`` steps, each waited for.
+    """
+    reset_peak_memory()
+    vocab = config.data.vocab_size
+    rows, length = batch_shape(config)
+    batch = synthetic_batch(rows, length, vocab, config.seed)
+    source_lengths, target_lengths = _lengths(batch)
+    flops = float(np.sum(train_flops(config, vocab, source_lengths, target_lengths)))
+    target_tokens = int(target_lengths.sum())
+
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
+    state, schedule = create_state(config, vocab, vocab)
+    state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
+    state = jax.device_put(state, state_shardings)
+    batch_sharding = sharding.batch_sharding(mesh)
+    device_batch = sharding.global_batch(batch, batch_sharding)
+    step = make_train_step(
+        label_smoothing=config.train.label_smoothing,
+        schedule=schedule,
+        grad_accum_steps=config.train.grad_accum_steps,
+        state_sharding=state_shardings,
+        batch_sharding=batch_sharding,
+        metrics_sharding=sharding.replicated(mesh),
+    )
+    start = time.perf_counter()
+    compiled = step.lower(state, device_batch).compile()
+    compile_seconds = time.perf_counter() - start
+
+    seconds = []
+    for index in range(warmup + steps):
+        start = time.perf_counter()
+        state, metrics = compiled(state, device_batch)
+        jax.block_until_ready(metrics)
+        if index >= warmup:
+            seconds.append(time.perf_counter() - start)
+    step_seconds = statistics.median(seconds)
+    peak = peak or matmul_peak(config.train.dtype)
+    memory, memory_source = peak_memory_mb()
+    return {
+        "model": config.model.name,
+        "params": count_params(state.params),
+        "devices": mesh.size,
+        "batch": [rows, length],
+        "dtype": config.train.dtype,
+        "steps_timed": steps,
+        "step_ms": 1e3 * step_seconds,
+        "step_ms_min": 1e3 * min(seconds),
+        "step_ms_max": 1e3 * max(seconds),
+        "tokens_per_s": target_tokens / step_seconds,
+        "flops_per_step": flops,
+        "achieved_gflops": flops / step_seconds / 1e9,
+        "peak_gflops": peak["peak_gflops"],
+        "mfu": model_flops_utilization(flops, step_seconds, peak["peak_gflops"] * 1e9),
+        "compile_s": compile_seconds,
+        "peak_memory_mb": memory,
+        "peak_memory_source": memory_source,
+        "final_loss": float(metrics["loss"]),
+    }
+
+
+class _NeverEnds:
+    """A model whose decoder can never emit EOS, so every hypothesis runs to its length limit.
+
+    An untrained model's first EOS comes at random and can stop a sentence early (its finished
+    one-token hypothesis may outscore every long live one), so its decoding time would measure
+    chance. With EOS removed, every sentence of the batch costs exactly ``max_length`` steps.
+    """
+
+    def __init__(self, model: Seq2SeqModel):
+        self.model = model
+
+    def encode(self, source, **kwargs):
+        return self.model.encode(source, **kwargs)
+
+    def init_cache(self, encoded, max_length):
+        return self.model.init_cache(encoded, max_length)
+
+    def decode(self, encoded, target_inputs, **kwargs):
+        logits, aux, cache = self.model.decode(encoded, target_inputs, **kwargs)
+        return logits.at[..., EOS_ID].set(-jnp.inf), aux, cache
+
+
+def _trained_sources(config, workdir: Path, sentences: int):
+    """A trained run's parameters and the first ``sentences`` of its validation split, padded
+    to the bucket width: [sentences, S]."""
+    from seq2seq.data.batching import inference_batches
+    from seq2seq.evaluation.translator import restore_model
+
+    tokenizer, graphdef, params, _ = restore_model(workdir, config)
+    pairs = sources.load_pairs(config.data, config.data.eval_split, seed=config.seed)[:sentences]
+    ids = tokenizer.encode_source([source for source, _ in pairs])
+    limit = config.decode.max_input_length
+    (_, source), *_ = inference_batches(ids, sentences, config.data.bucket_width, limit)
+    return graphdef, params, np.asarray(source)
+
+
+def decode_benchmark(
+    config: ml_collections.ConfigDict,
+    *,
+    beam_size: int | None = None,
+    sentences: int = 32,
+    source_length: int = 30,
+    output_length: int = 30,
+    repeats: int = 3,
+    workdir: Path | None = None,
+) -> dict:
+    """Beam search over one batch of ``sentences`` under ``jax.jit`` (one while-loop).
+
+    Without ``workdir`` the model is untrained, its sources are random ids of
+    ``source_length`` and EOS is removed (``_NeverEnds``): every sentence decodes exactly
+    ``output_length`` tokens, a fixed amount of work per sentence. With ``workdir`` the run's
+    latest parameters decode the first sentences of its validation split as ``eval.py`` does
+    (limit: input length + ``decode.max_extra_length``), stopping where the search stops.
+    """
+    beam_size = beam_size or config.decode.beam_size
+    alpha = config.decode.alpha
+    if workdir is None:
+        vocab = config.data.vocab_size
+        state, _ = create_state(config, vocab, vocab)
+        graphdef, params = state.graphdef, state.params
+        source = synthetic_batch(sentences, source_length, vocab, config.seed)["source"]
+        max_length, wrap = output_length, _NeverEnds
+    else:
+        graphdef, params, source = _trained_sources(config, workdir, sentences)
+        max_length = source.shape[1] + config.decode.max_extra_length
+        wrap = None
+
+    def search(params, source):
+        model = nnx.merge(graphdef, params)
+        model = wrap(model) if wrap else model
+        limits = output_limits(source, config.decode.max_extra_length)
+        limits = jnp.full_like(limits, max_length) if wrap else limits
+        tokens, _ = beam_search(
+            model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits
+        )
+        return tokens
+
+    start = time.perf_counter()
+    compiled = jax.jit(search).lower(params, source).compile()
+    compile_seconds = time.perf_counter() - start
+    jax.block_until_ready(compiled(params, source))  # warm-up
+    seconds = statistics.median(time_calls(lambda: compiled(params, source), repeats))
+    tokens = np.asarray(compiled(params, source))
+    generated = int(np.count_nonzero(tokens != PAD_ID))  # EOS counted, padding not
+    return {
+        "model": config.model.name,
+        "trained": workdir is not None,
+        "beam_size": beam_size,
+        "sentences": int(source.shape[0]),
+        "source_length": int(source.shape[1]),
+        "max_output_length": max_length,
+        "generated_tokens": generated,
+        "batch_s": seconds,
+        "sentences_per_s": source.shape[0] / seconds,
+        "tokens_per_s": generated / seconds,
+        "compile_s": compile_seconds,
+    }
+
+
+def _draw(batches, count: int) -> dict[str, float]:
+    """Draws ``count`` batches after one warm-up batch; real tokens (both sides, target)."""
+    iterator = iter(batches)
+    next(iterator)
+    target = source = 0
+    start = time.perf_counter()
+    for _ in range(count):
+        batch = next(iterator)
+        for side in ("source", "target"):
+            segments = batch.get(f"{side}_segments")
+            real = np.count_nonzero(batch[side] if segments is None else segments)
+            source, target = (
+                (source + real, target) if side == "source" else (source, target + real)
+            )
+    return {"seconds": time.perf_counter() - start, "source": source, "target": target}
+
+
+def data_benchmark(config: ml_collections.ConfigDict, batches: int = 300) -> dict:
+    """Input pipeline throughput of the config's training data, in real target tokens/s.
+
+    ``tokens_per_s`` is the rate of tokenizing the training corpus and then batching it (and
+    packing, when ``data.pack``), one after the other: the cost of a first epoch per real
+    target token, what the trainer's data costs before a step can run. Training the tokenizer
+    happens once per run and is reported apart (``tokenizer_training_s``).
+    """
+    data = config.data
+    start = time.perf_counter()
+    corpus = sources.open_corpus(
+        data, data.train_split, seed=config.seed, limit=data.max_train_examples
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        read = time.perf_counter()
+        tokenizer = build_tokenizer(config, Path(directory), corpus)
+        trained = time.perf_counter()
+        encoded = encode_corpus(corpus, tokenizer)
+        encode_seconds = time.perf_counter() - trained
+    indices, _ = filter_pairs(
+        encoded.source_lengths, encoded.target_lengths, data.max_length, data.max_length_ratio
+    )
+    corpus_target_tokens = int(encoded.target_lengths.sum())
+    tokenize_rate = corpus_target_tokens / encode_seconds
+    drawn = _draw(make_batches(config, encoded, indices), batches)
+    batch_rate = drawn["target"] / drawn["seconds"]
+    return {
+        "data_source": data.source,
+        "pack": bool(data.pack),
+        "pairs": len(encoded),
+        "kept_pairs": len(indices),
+        "read_s": read - start,
+        "tokenizer_training_s": trained - read,
+        "tokenize_tokens_per_s": tokenize_rate,
+        "batch_tokens_per_s": batch_rate,
+        "batch_both_sides_tokens_per_s": (drawn["source"] + drawn["target"]) / drawn["seconds"],
+        "batches_per_s": batches / drawn["seconds"],
+        "tokens_per_s": 1.0 / (1.0 / tokenize_rate + 1.0 / batch_rate),
+    }

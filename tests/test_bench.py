@@ -1,0 +1,159 @@
+"""seq2seq.bench: the FLOP formulas against hand counts, MFU, and the command's JSON line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from seq2seq.bench import measure
+from seq2seq.config import default_config
+from seq2seq.models import train_flops
+from tests.conftest import REPO, subprocess_env
+
+
+def _tiny_transformer():
+    config = default_config()
+    t = config.model.transformer
+    t.d_model, t.num_heads, t.d_k, t.d_v, t.d_ff = 4, 1, 4, 4, 8
+    t.encoder_layers = t.decoder_layers = 1
+    return config
+
+
+def test_transformer_flops_match_a_hand_count():
+    # d_model 4, 1 head of d_k = d_v = 4, d_ff 8, one layer each side, vocabulary 10; a pair of
+    # 2 source and 3 target tokens. Multiply-adds of every matrix product, one by one (masked
+    # attention is computed densely, so the decoder's self-attention counts all 3 x 3 scores):
+    encoder = (
+        2 * 4 * 4 * 3  # Q, K, V projections of 2 tokens
+        + 2 * 2 * 4  # Q K^T: 2 x 2 scores of width 4
+        + 2 * 2 * 4  # weights x V
+        + 2 * 4 * 4  # W^O
+        + 2 * 4 * 8  # FFN W_1
+        + 2 * 8 * 4  # FFN W_2
+    )  # 288
+    decoder = (
+        3 * 4 * 4 * 3  # self-attention Q, K, V of 3 tokens
+        + 3 * 3 * 4  # Q K^T
+        + 3 * 3 * 4  # weights x V
+        + 3 * 4 * 4  # W^O
+        + 3 * 4 * 4  # cross-attention Q of 3 target tokens
+        + 2 * 4 * 4 * 2  # cross-attention K and V of the 2 source tokens
+        + 3 * 2 * 4  # Q K^T: 3 x 2
+        + 3 * 2 * 4  # weights x V
+        + 3 * 4 * 4  # W^O
+        + 3 * 4 * 8  # FFN W_1
+        + 3 * 8 * 4  # FFN W_2
+        + 3 * 4 * 10  # pre-softmax projection onto the vocabulary
+    )  # 784
+    assert encoder + decoder == 1072
+    forward = 2 * (encoder + decoder)  # two FLOPs per multiply-add
+    assert train_flops(_tiny_transformer(), 10, 2, 3) == 3 * forward  # forward + 2x backward
+
+
+def test_rnnsearch_flops_match_a_hand_count():
+    config = default_config()
+    config.model.name = "rnnsearch"
+    r = config.model.rnnsearch
+    # m = 2 (embedding), n = 3 per encoder direction, decoder state 4, alignment 5, maxout 2,
+    # vocabulary 7; a pair of 2 source and 3 target tokens.
+    r.embedding_size, r.encoder_hidden_size, r.decoder_hidden_size = 2, 3, 4
+    r.alignment_size, r.maxout_size = 5, 2
+    encoder_direction = 2 * (2 * 9) + 2 * (3 * 3 + 3 * 6)  # W [z r h] x_j, then [U_z U_r] h, U h
+    once_per_sentence = 2 * encoder_direction + 3 * 4 + 2 * 6 * 5  # both directions, W_s, U_a h_j
+    per_target_token = (
+        4 * 5  # W_a s_{i-1}
+        + 2 * 5  # v_a^T tanh(.) at the 2 source positions
+        + 2 * 6  # c_i = sum_j alpha_ij h_j, annotations of width 2n = 6
+        + 2 * 12  # decoder GRU: [W W_z W_r] E y_{i-1}
+        + 6 * 12  # [C C_z C_r] c_i
+        + 4 * 8
+        + 4 * 4  # [U_z U_r] s_{i-1}, U (r * s_{i-1})
+        + 4 * 4
+        + 2 * 4
+        + 6 * 4  # deep output U_o s, V_o E y, C_o c: 2l = 4 maxout inputs
+        + 2 * 7  # W_o t_i onto the vocabulary
+    )  # 248
+    assert once_per_sentence + 3 * per_target_token == 996
+    forward = 2 * (once_per_sentence + 3 * per_target_token)
+    assert train_flops(config, 7, 2, 3) == 3 * forward
+
+
+def test_flops_of_a_batch_are_the_sum_over_its_pairs():
+    config = _tiny_transformer()
+    each = [train_flops(config, 10, s, t) for s, t in [(2, 3), (5, 1), (7, 7)]]
+    batch = train_flops(config, 10, np.array([2, 5, 7]), np.array([3, 1, 7]))
+    assert np.sum(batch) == sum(each)
+
+
+def test_mfu_is_achieved_flops_per_second_over_the_peak():
+    # 6 GFLOP in 0.5 s is 12 GFLOP/s: half of a 24 GFLOP/s peak.
+    assert measure.model_flops_utilization(6e9, 0.5, 24e9) == pytest.approx(0.5)
+
+
+def test_untrained_decode_runs_every_sentence_to_the_output_length():
+    from tests.conftest import tiny_config
+
+    config = tiny_config("transformer")
+    config.model.transformer.encoder_layers = config.model.transformer.decoder_layers = 1
+    config.data.vocab_size = 50
+    result = measure.decode_benchmark(
+        config, beam_size=2, sentences=3, source_length=5, output_length=6, repeats=1
+    )
+    assert result["generated_tokens"] == 3 * 6  # EOS removed: no sentence stops early
+    assert result["sentences_per_s"] == pytest.approx(3 / result["batch_s"])
+
+
+TINY_TRAIN = [
+    "--config=configs/bench_small.py",
+    "--config.model.transformer.d_model=32",
+    "--config.model.transformer.d_ff=64",
+    "--config.model.transformer.d_k=8",
+    "--config.model.transformer.d_v=8",
+    "--config.model.transformer.encoder_layers=1",
+    "--config.model.transformer.decoder_layers=1",
+    "--config.data.vocab_size=100",
+    "--config.data.sentences_per_batch=4",
+    "--config.data.max_length=8",
+    "--config.data.synthetic_lengths=grammar",
+]
+
+
+def test_bench_train_json_is_one_line_with_positive_figures():
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.bench", "train", *TINY_TRAIN]
+        + ["--steps=2", "--warmup=1", "--json", "--persistent_cache", "--matmul_sizes=256"],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout
+    figures = json.loads(lines[0])
+    for key in ("step_ms", "tokens_per_s", "mfu", "peak_gflops", "compile_s", "peak_memory_mb"):
+        assert figures[key] > 0, key
+    assert figures["batch"] == [4, 8]
+    assert figures["tokens_per_s"] == pytest.approx(4 * 8 / (figures["step_ms"] / 1e3))
+    achieved = figures["flops_per_step"] / (figures["step_ms"] / 1e3)
+    assert figures["mfu"] == pytest.approx(achieved / (figures["peak_gflops"] * 1e9))
+
+
+def test_bench_without_a_command_is_one_error_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.bench", "--json"],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: name one command of matmul, train, decode, data, all, e.g. `bench train`"
+    ]
