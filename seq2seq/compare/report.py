@@ -84,11 +84,11 @@ def run_row(outcome: RunOutcome) -> dict:
     train_records = [r for r in records if r.get("kind") == "train"]
     validation = [r for r in records if r.get("kind") == "validation"]
     if train_records:
-        last = train_records[-1]
+        last = records[-1]  # the final validation (when there is one) comes after the last log
         # The first interval includes compilation; later ones show the steady state.
         steady = train_records[1:] or train_records
         row.update(
-            steps=last["step"],
+            steps=max(r["step"] for r in records),
             train_minutes=last.get("elapsed_seconds", float("nan")) / 60,
             train_flops=last.get("train_flops"),
             target_tokens_per_second=statistics.mean(r["target_tokens_per_second"] for r in steady),
