@@ -10,11 +10,10 @@ from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerC
 from seq2seq.models.base import (
     EOS_ID,
     PAD_ID,
-    positions_from_segments,
     shift_right,
-    sinusoidal_positions,
 )
 from seq2seq.models.rnnsearch import GRU, maxout
+from seq2seq.models.transformer import positions_from_segments, sinusoidal_positions
 
 VOCAB = 40
 

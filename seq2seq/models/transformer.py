@@ -25,10 +25,39 @@ from seq2seq.models.base import (
     EncoderDecoder,
     apply_dropout,
     check_shared_vocabulary,
-    embedding_init,
-    positions_from_segments,
-    sinusoidal_positions,
 )
+
+
+def positions_from_segments(segments: Array) -> Array:
+    """Position of each token inside its own packed example: [B, T] -> [B, T], 0-based."""
+    index = jnp.arange(segments.shape[1])[None, :]
+    starts = segments != jnp.pad(segments, ((0, 0), (1, 0)))[:, :-1]
+    start_index = jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
+    return index - start_index
+
+
+def sinusoidal_positions(positions: Array, width: int) -> Array:
+    """Vaswani et al. 2017, Section 3.5.
+
+    ``PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`` and ``PE(pos, 2i+1) = cos(...)``, the sines
+    and cosines interleaved exactly as in the equation.
+
+    Args:
+      positions: [B, T] integer positions.
+      width: d_model (even).
+
+    Returns:
+      [B, T, D] float32 encodings.
+    """
+    two_i = jnp.arange(0, width, 2, dtype=jnp.float32)  # 2i for i = 0 .. D/2-1
+    angles = positions[..., None].astype(jnp.float32) / jnp.power(10000.0, two_i / width)
+    encodings = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [B, T, D/2, 2]
+    return encodings.reshape(*positions.shape, width)  # [B, T, D]
+
+
+def embedding_init(width: int) -> nnx.Initializer:
+    """N(0, 1/width): after scaling by sqrt(d_model) (Section 3.4) embeddings have unit scale."""
+    return nnx.initializers.normal(stddev=1.0 / math.sqrt(width))
 
 
 @dataclasses.dataclass(frozen=True)
