@@ -88,31 +88,6 @@ def test_run_saved_its_config_and_final_checkpoint(trained):
     assert (workdir / "checkpoints" / "12").is_dir()
 
 
-def test_attention_notebook_runs_on_trained_models(runs, monkeypatch):
-    """Executes every cell of the notebook against the two runs, headless."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    root, _ = runs
-    monkeypatch.setenv("SEQ2SEQ_RUNS", str(root))
-    monkeypatch.setattr(plt, "show", lambda: None)
-    notebook = json.loads((REPO / "notebooks" / "attention.ipynb").read_text())
-    namespace: dict = {}
-    for cell in notebook["cells"]:
-        if cell["cell_type"] == "code":
-            exec(compile("".join(cell["source"]), "attention.ipynb", "exec"), namespace)
-    assert set(namespace["names"]) == {"transformer", "rnnsearch"}
-    alignment = namespace["alignment"]  # the last model plotted
-    rows = alignment.averaged().sum(-1)
-    assert abs(rows - 1.0).max() < 1e-4
-    assert alignment.weights.shape[-2:] == (
-        len(alignment.target_pieces),
-        len(alignment.source_pieces),
-    )
-
-
 def test_alignment_figures_of_trained_models(runs, tmp_path, monkeypatch):
     """RNNsearch gives one heatmap, the Transformer a layer x (heads + mean) grid."""
     from seq2seq.evaluation.translator import Translator
