@@ -12,7 +12,7 @@ from seq2seq.models.base import (
     PAD_ID,
     shift_right,
 )
-from seq2seq.models.rnnsearch import GRU, maxout
+from seq2seq.models.rnnsearch import GRU, maxout, paper_initializers
 from seq2seq.models.transformer import positions_from_segments, sinusoidal_positions
 
 VOCAB = 40
@@ -150,7 +150,7 @@ def test_gru_step_with_one_unit_by_hand():
     # s = 1, inputs W x = 0, U_z = U_r = 0, U = 2:
     #   z = sigmoid(0) = 0.5, r = sigmoid(0) = 0.5, s~ = tanh(2 * (0.5 * 1)) = tanh(1)
     #   s_new = (1 - z) s + z s~ = 0.5 + 0.5 tanh(1) = 0.8807970779778824
-    gru = GRU(3, 1, jnp.float32, rngs=nnx.Rngs(0))
+    gru = GRU(3, 1, jnp.float32, initializers=paper_initializers(), rngs=nnx.Rngs(0))
     _set_recurrent_weights(gru, np.zeros((1, 1)), np.zeros((1, 1)), np.full((1, 1), 2.0))
     new_state = gru.step(jnp.ones((1, 1)), jnp.zeros((1, 3)))
     np.testing.assert_allclose(new_state, [[0.8807970779778824]], rtol=1e-6)
@@ -168,7 +168,7 @@ def test_gru_step_follows_appendix_a_gate_by_gate():
     r = 1 / (1 + np.exp(-(x_r + np.array([0.5, 0.75]))))
     candidate = np.tanh(x_candidate + u @ (r * s))
     expected = (1 - z) * s + z * candidate  # the update gate z weighs the new candidate
-    gru = GRU(4, 2, jnp.float32, rngs=nnx.Rngs(0))
+    gru = GRU(4, 2, jnp.float32, initializers=paper_initializers(), rngs=nnx.Rngs(0))
     _set_recurrent_weights(gru, u_z, u_r, u)
     projected = np.concatenate([x_z, x_r, x_candidate])[None]  # [W_z x, W_r x, W x]
     new_state = gru.step(jnp.asarray(s[None], jnp.float32), jnp.asarray(projected, jnp.float32))
