@@ -17,6 +17,11 @@ from one sequence; cross-attention takes queries from the decoder and keys and v
 encoder.
 
 Masks are boolean, ``True`` where a query may attend to a key, broadcastable to [B, H, T, S].
+
+In beam search several hypotheses of one sentence read the same encoder keys and values: a
+decoder step then has ``B * N`` query rows (N per sentence, consecutive) against ``B`` key rows,
+and ``group_rows`` lays those queries out as N positions of one sentence, so the keys are neither
+copied per hypothesis nor reordered as the beams change.
 """
 
 from __future__ import annotations
@@ -87,25 +92,42 @@ def combine_masks(*masks: Array | None) -> Array | None:
     return combined
 
 
+def group_rows(queries: Array, sentences: int) -> Array:
+    """[B * N, ...] query rows -> [B, N, ...]: the N hypotheses of each of ``sentences`` = B."""
+    if queries.shape[0] % sentences:
+        raise ValueError(f"{queries.shape[0]} query rows do not divide among {sentences} sentences")
+    return queries.reshape(sentences, queries.shape[0] // sentences, *queries.shape[1:])
+
+
 # ---------------------------------------------------------------------------------------------
 # Scoring functions: one per equation
 # ---------------------------------------------------------------------------------------------
 
 
-def dot_product_scores(queries: Array, keys: Array) -> Array:
+def dot_product_scores(queries: Array, keys: Array, *, heads_first: bool = False) -> Array:
     """Luong et al. 2015 "dot" score, per head: ``e_ts = q_t . k_s``.
 
     Args:
       queries: [B, T, H, K].
-      keys: [B, S, H, K].
+      keys: [B, S, H, K], or [B, H, S, K] with ``heads_first`` (a decoding cache's layout).
 
     Returns:
       [B, H, T, S] scores.
     """
-    return jnp.einsum("bthk,bshk->bhts", queries, keys)
+    return jnp.einsum(f"bthk,{_key_axes(heads_first)}k->bhts", queries, keys)
 
 
-def scaled_dot_product_scores(queries: Array, keys: Array) -> Array:
+def _key_axes(heads_first: bool) -> str:
+    """Einsum axes of keys or values before their last axis: [B, S, H] or [B, H, S].
+
+    A decoder that adds one query per step reads its whole cache at every step. Stored head-major,
+    the per-head products read the cache as it lies; stored [B, S, H, K], XLA on CPU transposes
+    the whole cache first, which made a cached attention step ~6x slower (30 positions, 128 rows).
+    """
+    return "bhs" if heads_first else "bsh"
+
+
+def scaled_dot_product_scores(queries: Array, keys: Array, *, heads_first: bool = False) -> Array:
     """Vaswani et al. 2017, Eq. 1 scores: ``QK^T / sqrt(d_k)``.
 
     Without the ``1/sqrt(d_k)`` factor the dot products grow with ``d_k`` and push the softmax
@@ -113,13 +135,13 @@ def scaled_dot_product_scores(queries: Array, keys: Array) -> Array:
 
     Args:
       queries: [B, T, H, K].
-      keys: [B, S, H, K].
+      keys: [B, S, H, K], or [B, H, S, K] with ``heads_first``.
 
     Returns:
       [B, H, T, S] scores.
     """
     d_k = queries.shape[-1]
-    return dot_product_scores(queries, keys) / math.sqrt(d_k)
+    return dot_product_scores(queries, keys, heads_first=heads_first) / math.sqrt(d_k)
 
 
 def additive_scores(projected_queries: Array, projected_keys: Array, v: Array) -> Array:
@@ -160,17 +182,18 @@ def masked_softmax(scores: Array, mask: Array | None) -> Array:
     return jnp.where(mask, weights, 0.0)
 
 
-def weighted_values(weights: Array, values: Array) -> Array:
+def weighted_values(weights: Array, values: Array, *, heads_first: bool = False) -> Array:
     """The context: each query's weighted sum of the values, ``c_i = sum_j alpha_ij h_j``.
 
     Args:
       weights: [B, H, T, S].
-      values: [B, S, H, E].
+      values: [B, S, H, E], or [B, H, S, E] with ``heads_first``.
 
     Returns:
       [B, T, H, E].
     """
-    return jnp.einsum("bhts,bshe->bthe", weights.astype(values.dtype), values)
+    spec = f"bhts,{_key_axes(heads_first)}e->bthe"
+    return jnp.einsum(spec, weights.astype(values.dtype), values)
 
 
 def scaled_dot_product_attention(
@@ -183,6 +206,7 @@ def scaled_dot_product_attention(
     dropout_rng: Array | None = None,
     return_weights: bool = False,
     fused: bool = True,
+    heads_first: bool = False,
 ) -> tuple[Array, Array | None]:
     """Vaswani et al. 2017, Eq. 1: ``Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V``.
 
@@ -202,23 +226,28 @@ def scaled_dot_product_attention(
       dropout_rng: PRNG key for that dropout; None means no dropout.
       return_weights: also return the [B, H, T, S] weights.
       fused: allow the fused implementation.
+      heads_first: keys and values are [B, H, S, K] and [B, H, S, E] (a decoding cache's layout;
+        always the explicit implementation).
 
     Returns:
       ([B, T, H, E] outputs, [B, H, T, S] weights or None).
     """
     use_dropout = dropout_rate > 0.0 and dropout_rng is not None
     # jax.nn.dot_product_attention needs d_v = d_k; Table 3 (B) varies d_k alone.
-    fused = fused and values.shape[-1] == queries.shape[-1]
+    fused = fused and values.shape[-1] == queries.shape[-1] and not heads_first
     if fused and not (return_weights or use_dropout):
         if mask is not None:
             mask = jnp.broadcast_to(mask, mask.shape[:2] + (queries.shape[1], keys.shape[1]))
         outputs = jax.nn.dot_product_attention(queries, keys, values, mask=mask)
         return outputs, None
-    weights = masked_softmax(scaled_dot_product_scores(queries, keys), mask)
+    weights = masked_softmax(
+        scaled_dot_product_scores(queries, keys, heads_first=heads_first), mask
+    )
     if use_dropout:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    return weighted_values(weights, values), (weights if return_weights else None)
+    outputs = weighted_values(weights, values, heads_first=heads_first)
+    return outputs, (weights if return_weights else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,13 +295,15 @@ class MultiHeadAttention(nnx.Module):
         """[B, T, D] -> [B, T, H, K]: ``Q W_i^Q`` for every head i."""
         return jnp.einsum("btd,dhk->bthk", x, self._cast(self.w_query))
 
-    def project_keys_values(self, x: Array) -> tuple[Array, Array]:
+    def project_keys_values(self, x: Array, *, heads_first: bool = False) -> tuple[Array, Array]:
         """[B, S, D] -> ([B, S, H, K], [B, S, H, E]): ``K W_i^K`` and ``V W_i^V``.
 
-        Exposed so that a decoder can project the encoder output once per sentence and cache it.
+        Exposed so that a decoder can project the encoder output once per sentence and cache it;
+        ``heads_first`` gives [B, H, S, K] and [B, H, S, E], the layout a cache is read fastest in.
         """
-        keys = jnp.einsum("bsd,dhk->bshk", x, self._cast(self.w_key))
-        values = jnp.einsum("bsd,dhe->bshe", x, self._cast(self.w_value))
+        axes = _key_axes(heads_first)
+        keys = jnp.einsum(f"bsd,dhk->{axes}k", x, self._cast(self.w_key))
+        values = jnp.einsum(f"bsd,dhe->{axes}e", x, self._cast(self.w_value))
         return keys, values
 
     def attend(
@@ -284,8 +315,13 @@ class MultiHeadAttention(nnx.Module):
         *,
         dropout_rng: Array | None = None,
         return_weights: bool = False,
+        heads_first: bool = False,
     ) -> tuple[Array, Array | None]:
-        """Attention over projected inputs, then ``W^O``. Returns ([B, T, D], weights)."""
+        """Attention over projected inputs, then ``W^O``. Returns ([B, T, D], weights).
+
+        ``heads_first``: ``keys`` and ``values`` are head-major, as ``project_keys_values`` gives
+        them with the same flag.
+        """
         heads, weights = scaled_dot_product_attention(
             queries,
             keys,
@@ -295,6 +331,7 @@ class MultiHeadAttention(nnx.Module):
             dropout_rng=dropout_rng,
             return_weights=return_weights,
             fused=self.fused,
+            heads_first=heads_first,
         )  # [B, T, H, E]
         outputs = jnp.einsum("bthe,hed->btd", heads, self._cast(self.w_output))
         return outputs, weights
@@ -397,19 +434,20 @@ class AlignmentAttention(nnx.Module):
         """One decoder step.
 
         Args:
-          query: [B, Dq], the previous decoder state ``s_{i-1}``.
+          query: [B * N, Dq], the previous decoder state ``s_{i-1}`` of each of N hypotheses
+            per sentence (N = 1 outside beam search; see ``group_rows``).
           precomputed_keys: [B, S, A] from ``precompute_keys``.
           values: [B, S, Dk], the annotations ``h_j``.
           key_valid: [B, S] bool, True at real source positions.
 
         Returns:
-          (context [B, Dk], weights [B, S]).
+          (context [B * N, Dk], weights [B * N, S]).
         """
-        queries = query[:, None, :]  # [B, 1, Dq]
+        queries = group_rows(query, values.shape[0])  # [B, N, Dq]: N queries per sentence
         if self.scoring == "additive":
             scores = additive_scores(self.w_a(queries), precomputed_keys, self.v_a[...])
         else:  # dot and general are both q . (key-side projection)
             scores = jnp.einsum("btq,bsq->bts", queries, precomputed_keys)[:, None]
-        weights = masked_softmax(scores, key_valid[:, None, None, :])[:, 0, 0]  # [B, S]
-        context = jnp.einsum("bs,bsd->bd", weights.astype(values.dtype), values)
-        return context, weights
+        weights = masked_softmax(scores, key_valid[:, None, None, :])[:, 0]  # [B, N, S]
+        context = jnp.einsum("bts,bsd->btd", weights.astype(values.dtype), values)
+        return context.reshape(query.shape[0], -1), weights.reshape(query.shape[0], -1)

@@ -70,16 +70,18 @@ class RandomTree(nnx.Module):
             code = jnp.where(source[:, s] == PAD_ID, code, (code * VOCAB + source[:, s]))
         return {"key": code % self.SOURCES}  # [B]
 
-    def init_cache(self, encoded, max_length):
-        return {"prefix": jnp.zeros_like(encoded["key"])}  # [B]
+    def start_decoding(self, encoded, max_length):
+        return encoded, {"prefix": jnp.zeros_like(encoded["key"])}  # [B]
 
     def decode(self, encoded, target_inputs, *, cache=None, **unused):
-        prefix = jnp.zeros_like(encoded["key"]) if cache is None else cache["prefix"]
+        # With a cache, rows are N hypotheses per sentence (the contract of models/base.py).
+        key = jnp.repeat(encoded["key"], target_inputs.shape[0] // encoded["key"].shape[0])
+        prefix = jnp.zeros_like(key) if cache is None else cache["prefix"]
         codes = []
         for t in range(target_inputs.shape[1]):
             prefix = (prefix * VOCAB + target_inputs[:, t]) % self.TABLE
             codes.append(prefix)
-        logits = self.logits[...][encoded["key"][:, None], jnp.stack(codes, axis=1)]  # [B, T, V]
+        logits = self.logits[...][key[:, None], jnp.stack(codes, axis=1)]  # [B, T, V]
         return logits, {}, None if cache is None else {"prefix": prefix}
 
     def __call__(self, source, target_inputs, **unused):
@@ -205,8 +207,7 @@ def _argmax_by_hand(model, source: np.ndarray, limits: np.ndarray, max_length: i
     Returns (outputs as token lists, their log P(Y | x)).
     """
     graphdef, params = nnx.split(model)
-    encoded = model.encode(jnp.asarray(source))
-    cache = model.init_cache(encoded, max_length)
+    encoded, cache = model.start_decoding(model.encode(jnp.asarray(source)), max_length)
     previous = np.full((len(source),), BOS_ID, np.int32)
     outputs = [[] for _ in source]
     log_probs = np.zeros(len(source))
@@ -259,14 +260,16 @@ def test_a_reordered_cache_continues_the_reordered_prefixes(model):
     @jax.jit
     def cached_and_full(params):
         model = nnx.merge(graphdef, params)
-        encoded = model.encode(jnp.asarray(SOURCES[:2]))
-        cache = expand_to_beams(model.init_cache(encoded, steps + 1), beam_size)
-        encoded = expand_to_beams(encoded, beam_size)
+        encoded = model.encode(jnp.asarray(SOURCES[:2]))  # [B, ...]: one row per sentence
+        per_sentence, cache = model.start_decoding(encoded, steps + 1)
+        cache = expand_to_beams(cache, beam_size)  # [B * N, ...]: one row per hypothesis
         for t in range(steps):
-            _, _, cache = model.decode(encoded, prefixes[:, t : t + 1], cache=cache)
+            _, _, cache = model.decode(per_sentence, prefixes[:, t : t + 1], cache=cache)
         cache = select_beams(cache, jnp.asarray(origin))
-        cached, _, _ = model.decode(encoded, newest, cache=cache)  # [B * N, 1, V]
-        full, _, _ = model.decode(encoded, np.concatenate([reordered, newest], axis=1))
+        cached, _, _ = model.decode(per_sentence, newest, cache=cache)  # [B * N, 1, V]
+        full, _, _ = model.decode(  # teacher forcing, the sentence copied per hypothesis
+            expand_to_beams(encoded, beam_size), np.concatenate([reordered, newest], axis=1)
+        )
         return cached[:, 0], full[:, steps]
 
     cached, full = cached_and_full(params)

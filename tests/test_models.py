@@ -102,8 +102,7 @@ def test_cached_incremental_decoding_equals_full_pass(model):
     source = _tokens(0, 3, 6).at[2, 3:].set(PAD_ID)
     target_inputs = shift_right(_tokens(1, 3, 7))
     full_logits, _ = model(source, target_inputs)
-    encoded = model.encode(source)
-    cache = model.init_cache(encoded, 7)
+    encoded, cache = model.start_decoding(model.encode(source), 7)
     steps = []
     for t in range(7):
         logits, _, cache = model.decode(encoded, target_inputs[:, t : t + 1], cache=cache)

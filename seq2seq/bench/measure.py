@@ -212,8 +212,8 @@ class _NeverEnds:
     def encode(self, source, **kwargs):
         return self.model.encode(source, **kwargs)
 
-    def init_cache(self, encoded, max_length):
-        return self.model.init_cache(encoded, max_length)
+    def start_decoding(self, encoded, max_length):
+        return self.model.start_decoding(encoded, max_length)
 
     def decode(self, encoded, target_inputs, **kwargs):
         logits, aux, cache = self.model.decode(encoded, target_inputs, **kwargs)

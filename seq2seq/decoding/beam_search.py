@@ -18,10 +18,10 @@ the 2N best extensions so that N hypotheses stay live; its beam of one is not gr
 With a beam wide enough to keep every extension, the search is exact: it returns the
 highest-scoring output under the rule above (``tests/test_decoding.py`` checks both).
 
-The model is used only through its contract: ``encode``, ``init_cache`` and ``decode``. Encoder
-outputs and the cache are batch-leading, so one ``tree.map`` repeats them for the beams and
-reorders them after each step, whether they hold key/value tensors (Transformer) or a recurrent
-state (RNNsearch).
+The model is used only through its contract: ``encode``, ``start_decoding`` and ``decode``. What
+the encoder gives stays one row per sentence, read by all its hypotheses; the cache, a row per
+hypothesis, is repeated for the beams and reordered after each step by one ``tree.map``, whether
+it holds key/value tensors (Transformer) or a recurrent state (RNNsearch).
 """
 
 from __future__ import annotations
@@ -98,8 +98,11 @@ def beam_search(
         limits = jnp.full((batch,), max_length, jnp.int32)
     limits = jnp.minimum(limits, max_length)  # [B]
     encoded = model.encode(source)
-    cache = expand_to_beams(model.init_cache(encoded, max_length), beam_size) if use_cache else None
-    encoded = expand_to_beams(encoded, beam_size)  # rows [B * N, ...]
+    if use_cache:
+        encoded, cache = model.start_decoding(encoded, max_length)  # rows [B, ...] both
+        cache = expand_to_beams(cache, beam_size)  # rows [B * N, ...]
+    else:  # the teacher-forced pass reads a copy of the sentence per hypothesis
+        encoded, cache = expand_to_beams(encoded, beam_size), None
     first_slot = jnp.arange(beam_size) == 0  # every sentence starts from one empty hypothesis
     state = BeamState(
         step=jnp.zeros((), jnp.int32),

@@ -62,4 +62,5 @@ def select_beams(tree, origin: Array):
     """
     batch, beam_size = origin.shape
     rows = (jnp.arange(batch)[:, None] * beam_size + origin).reshape(-1)  # [B * N]
-    return jax.tree.map(lambda x: jnp.take(x, rows, axis=0), tree)
+    # In bounds by construction; jnp.take's default ("fill") would add a select over every array.
+    return jax.tree.map(lambda x: x.at[rows].get(mode="promise_in_bounds"), tree)

@@ -3,12 +3,19 @@
 A model is used in three ways, and both models serve all three through the same methods:
 
 * training (teacher forcing): ``logits, aux = model(source, target_inputs, dropout=...)``;
-* decoding: ``encoded = model.encode(source)``, ``cache = model.init_cache(encoded, max_length)``,
-  then ``logits, aux, cache = model.decode(encoded, tokens, cache=cache)`` one token at a time;
+* decoding: ``encoded = model.encode(source)``,
+  ``encoded, cache = model.start_decoding(encoded, max_length)``, then
+  ``logits, aux, cache = model.decode(encoded, tokens, cache=cache)`` one token at a time;
 * inspection: ``aux["cross_attention"]`` holds attention weights for alignment plots.
 
-``encoded`` and ``cache`` are dicts of arrays whose leading axis is the batch, so a beam search
-can expand and reorder them with one ``tree_map`` whatever the model.
+``encoded`` and ``cache`` are dicts of batch-leading arrays with different owners. ``encoded``
+belongs to the sentence: what every hypothesis reads and none changes (encoder outputs, and what
+``start_decoding`` projects from them once, such as the Transformer's cross-attention keys and
+values). ``cache`` belongs to a hypothesis: what each one's own past has written (self-attention
+keys and values, a recurrent state). A beam search repeats and reorders the cache rows with one
+``tree_map`` whatever the model, and never copies ``encoded``: in a cached step the models read
+``tokens`` and ``cache`` rows as N consecutive hypotheses per ``encoded`` row
+(``attention.group_rows``).
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ class Seq2SeqModel(Protocol):
     ) -> Encoded:
         """[B, S] token ids (0 = padding) -> encoder outputs, batch-leading."""
 
-    def init_cache(self, encoded: Encoded, max_length: int) -> Cache:
-        """An empty decoding cache for up to ``max_length`` target tokens."""
+    def start_decoding(self, encoded: Encoded, max_length: int) -> tuple[Encoded, Cache]:
+        """``encoded`` as a step reads it, and an empty cache for up to ``max_length`` tokens,
+        both with ``encoded``'s rows (a beam search repeats the cache's for its hypotheses)."""
 
     def decode(
         self,
@@ -49,8 +57,9 @@ class Seq2SeqModel(Protocol):
     ) -> tuple[Array, dict[str, Array], Cache | None]:
         """Next-token logits [B, T, V] for a target prefix [B, T].
 
-        Without a cache the whole prefix is decoded in parallel (teacher forcing). With a cache,
-        ``target_inputs`` is the single newest token [B, 1] and the cache carries the past.
+        Without a cache the whole prefix is decoded in parallel (teacher forcing). With a cache
+        (from ``start_decoding``), ``target_inputs`` is the single newest token [B * N, 1] of
+        each of N hypotheses per sentence, and the cache carries their past.
         """
 
     def __call__(

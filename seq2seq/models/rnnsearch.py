@@ -325,10 +325,10 @@ class RNNSearch(EncoderDecoder):
             "initial_state": jnp.tanh(self.initial_state(backward[:, 0])),  # s_0
         }
 
-    def init_cache(self, encoded: Encoded, max_length: int) -> Cache:
+    def start_decoding(self, encoded: Encoded, max_length: int) -> tuple[Encoded, Cache]:
         """The recurrent state is the whole cache; ``max_length`` is not needed."""
         del max_length
-        return {"state": encoded["initial_state"]}
+        return encoded, {"state": encoded["initial_state"]}
 
     def decode(
         self,
@@ -402,6 +402,8 @@ class RNNSearch(EncoderDecoder):
           (s_T [B, n_dec], s_{i-1} [B, T, n_dec], c [B, 1, 2n] for every step).
         """
         context = encoded["context"]  # [B, 2n]
+        hypotheses = state.shape[0] // context.shape[0]  # N per sentence in a beam search
+        context = jnp.repeat(context, hypotheses, axis=0)  # [B * N, 2n]
         gates_inputs = projected + self.context_to_gates(context)[:, None]  # [B, T, 3n_dec]
 
         def body(previous_state, gates_input):

@@ -15,7 +15,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.attention import MultiHeadAttention, causal_mask, combine_masks, segment_mask
+from seq2seq.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    combine_masks,
+    group_rows,
+    segment_mask,
+)
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -177,11 +183,13 @@ class DecoderLayer(nnx.Module):
         dropout: Dropout | None,
         return_attention: bool,
     ) -> tuple[Array, Array | None]:
-        """One layer. ``self_keys_values`` overrides the self-attention keys and values (cache).
+        """One layer. ``self_keys_values`` overrides the self-attention keys and values: a
+        decoding cache, whose keys and values (self and cross) are then head-major.
 
         Returns:
           (x [B, T, D], cross-attention weights [B, H, T, S] or None).
         """
+        cached = self_keys_values is not None
 
         def self_attend(h):
             keys, values = self_keys_values or self.self_attention.project_keys_values(h)
@@ -191,16 +199,27 @@ class DecoderLayer(nnx.Module):
                 values,
                 self_mask,
                 dropout_rng=_key(dropout),
+                heads_first=cached,
             )
 
         def cross_attend(h):
-            return self.cross_attention.attend(
-                self.cross_attention.project_query(h),
+            queries = self.cross_attention.project_query(h)  # [B * N, T, H, K]
+            rows = queries.shape[0]
+            if cached:  # one query per hypothesis; a sentence's N hypotheses as N positions
+                queries = group_rows(queries[:, 0], cross_keys_values[0].shape[0])  # [B, N, H, K]
+            outputs, weights = self.cross_attention.attend(
+                queries,
                 *cross_keys_values,
                 cross_mask,
                 dropout_rng=_key(dropout),
                 return_weights=return_attention,
+                heads_first=cached,
             )
+            if cached:  # back to a row per hypothesis: [B * N, 1, D], weights [B * N, H, 1, S]
+                outputs = outputs.reshape(rows, 1, -1)
+                if weights is not None:
+                    weights = jnp.swapaxes(weights, 1, 2).reshape(rows, -1, 1, weights.shape[-1])
+            return outputs, weights
 
         x, _ = self.self_sublayer(x, self_attend, dropout)
         x, weights = self.cross_sublayer(x, cross_attend, dropout)
@@ -281,21 +300,27 @@ class Transformer(EncoderDecoder):
             x = self.encoder_norm(x)
         return {"memory": x, "segments": segments}
 
-    def init_cache(self, encoded: Encoded, max_length: int) -> Cache:
-        """Empty self-attention keys/values per layer; the encoder's keys/values, projected once."""
-        batch = encoded["memory"].shape[0]
+    def start_decoding(self, encoded: Encoded, max_length: int) -> tuple[Encoded, Cache]:
+        """Each layer's cross-attention keys and values, projected once per sentence (into
+        ``encoded``), and empty self-attention keys and values per layer (the cache).
+
+        All are head-major ([B, H, positions, K]), the layout a one-query step reads fastest.
+        """
+        memory = encoded["memory"]
+        batch = memory.shape[0]
         config = self.config
+        per_sentence = {"segments": encoded["segments"]}  # the memory itself is read no more
         cache: Cache = {"index": jnp.zeros((batch,), jnp.int32)}
         for i, layer in enumerate(self.decoder_layers):
             cache[f"self_keys_{i}"] = jnp.zeros(
-                (batch, max_length, config.num_heads, config.d_k), self.dtype
+                (batch, config.num_heads, max_length, config.d_k), self.dtype
             )
             cache[f"self_values_{i}"] = jnp.zeros(
-                (batch, max_length, config.num_heads, config.d_v), self.dtype
+                (batch, config.num_heads, max_length, config.d_v), self.dtype
             )
-            keys, values = layer.cross_attention.project_keys_values(encoded["memory"])
-            cache[f"cross_keys_{i}"], cache[f"cross_values_{i}"] = keys, values
-        return cache
+            keys, values = layer.cross_attention.project_keys_values(memory, heads_first=True)
+            per_sentence[f"cross_keys_{i}"], per_sentence[f"cross_values_{i}"] = keys, values
+        return per_sentence, cache
 
     def decode(
         self,
@@ -337,22 +362,25 @@ class Transformer(EncoderDecoder):
 
     def _decode_step(self, encoded, tokens, cache, return_attention):
         index = cache["index"]  # [B], the position of ``tokens``
-        max_length = cache["self_keys_0"].shape[1]
+        max_length = cache["self_keys_0"].shape[2]
         x = self._embed(self.target_embedding, tokens, index[:, None], None)  # [B, 1, D]
         cache_positions = jnp.arange(max_length)[None, :]
         self_mask = (cache_positions <= index[:, None])[:, None, None, :]  # [B, 1, 1, T]
         cross_mask = (encoded["segments"] > 0)[:, None, None, :]  # [B, 1, 1, S]
-        write = (cache_positions == index[:, None])[:, :, None, None]  # [B, T, 1, 1]
+        rows = jnp.arange(tokens.shape[0])
         new_cache = {"index": index + 1}
         weights = []
         for i, layer in enumerate(self.decoder_layers):
             h = layer.self_sublayer.norm(x) if self.config.norm == "pre" else x
-            new_keys, new_values = layer.self_attention.project_keys_values(h)  # [B, 1, H, K]
-            keys = jnp.where(write, new_keys, cache[f"self_keys_{i}"])
-            values = jnp.where(write, new_values, cache[f"self_values_{i}"])
+            new_keys, new_values = layer.self_attention.project_keys_values(
+                h, heads_first=True
+            )  # [B, H, 1, K]
+            # Each row writes its position only (a scatter, in place inside the search's loop;
+            # a select over the whole cache cost ~0.6 ms per array and step).
+            keys = cache[f"self_keys_{i}"].at[rows, :, index].set(new_keys[:, :, 0])
+            values = cache[f"self_values_{i}"].at[rows, :, index].set(new_values[:, :, 0])
             new_cache[f"self_keys_{i}"], new_cache[f"self_values_{i}"] = keys, values
-            cross_kv = cache[f"cross_keys_{i}"], cache[f"cross_values_{i}"]
-            new_cache[f"cross_keys_{i}"], new_cache[f"cross_values_{i}"] = cross_kv
+            cross_kv = encoded[f"cross_keys_{i}"], encoded[f"cross_values_{i}"]
             x, w = layer(x, (keys, values), self_mask, cross_kv, cross_mask, None, return_attention)
             weights.append(w)
         return *self._finish(x, weights, return_attention), new_cache

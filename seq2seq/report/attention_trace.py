@@ -41,9 +41,9 @@ def _recording_projections(calls: dict[int, dict[str, np.ndarray]]) -> Iterator[
         calls[id(module)] = {"query": np.asarray(x)}
         return project_query(module, x)
 
-    def recording_keys_values(module, x):
+    def recording_keys_values(module, x, **kwargs):
         keys_values[id(module)] = np.asarray(x)
-        return project_keys_values(module, x)
+        return project_keys_values(module, x, **kwargs)
 
     MultiHeadAttention.project_query = recording_query
     MultiHeadAttention.project_keys_values = recording_keys_values
