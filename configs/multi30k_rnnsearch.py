@@ -19,11 +19,7 @@ AdaDelta, which converges too slowly for an hour on a CPU, from Appendix B.1's i
 batches are length-bucketed rather than packed.
 """
 
-from pathlib import Path
-
-from seq2seq.config import default_config
-
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+from seq2seq.config import default_config, use_multi30k
 
 
 def get_config():
@@ -45,16 +41,7 @@ def get_config():
     r.init = "paper"
 
     data = config.data
-    data.source = "text"  # STEM.LANG files
-    data.dir = str(MULTI30K)  # absolute, so any working directory works
-    data.src_lang = "de"  # German -> English
-    data.tgt_lang = "en"
-    data.train_split = "train"  # file stems of the Multi30k release
-    data.eval_split = "val"
-    data.test_split = "test_2016_flickr"
-    data.tokenizer = "unigram"
-    data.vocab_size = 8000  # shared by both languages
-    data.max_length = 64  # tokens; no Multi30k caption is longer
+    use_multi30k(data)  # German -> English, shared unigram vocabulary of 8000, up to 64 tokens
     data.tokens_per_batch = 2048  # padded tokens per side and batch: ~80 sentences, as the paper
     data.bucket_width = 8  # padded lengths 8, 16, ...: little padding, few compiled shapes
 

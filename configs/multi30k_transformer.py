@@ -17,11 +17,7 @@ with shared subword vocabulary and three-way weight tying as in Vaswani et al.; 
 several captions per row, which keeps padding under a tenth of the batch.
 """
 
-from pathlib import Path
-
-from seq2seq.config import default_config
-
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+from seq2seq.config import default_config, use_multi30k
 
 
 def get_config():
@@ -39,16 +35,7 @@ def get_config():
     t.norm = "pre"  # pre-LN tolerates the short warm-up and high peak that a CPU budget needs
 
     data = config.data
-    data.source = "text"  # STEM.LANG files
-    data.dir = str(MULTI30K)  # absolute, so any working directory works
-    data.src_lang = "de"  # German -> English
-    data.tgt_lang = "en"
-    data.train_split = "train"  # file stems of the Multi30k release
-    data.eval_split = "val"
-    data.test_split = "test_2016_flickr"
-    data.tokenizer = "unigram"
-    data.vocab_size = 8000  # shared by both languages
-    data.max_length = 64  # tokens; no Multi30k caption is longer
+    use_multi30k(data)  # German -> English, shared unigram vocabulary of 8000, up to 64 tokens
     data.tokens_per_batch = 2048  # tokens per side and batch, ~120 captions (the paper: ~25k)
     data.bucket_width = 8  # only used by the evaluation batches when packing
     data.pack = True  # ~3.7 captions per 64-token row instead of one padded sentence

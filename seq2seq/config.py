@@ -144,6 +144,29 @@ def default_config() -> ml_collections.ConfigDict:
     return config
 
 
+# Next to the repository, as the developers' machines and CI have it (see shared/data/multi30k).
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def use_multi30k(data: ml_collections.ConfigDict, directory: str | Path = MULTI30K) -> None:
+    """German -> English Multi30k (29k image captions), read from its STEM.LANG text files.
+
+    Sets what every Multi30k config shares: the files and splits, one subword vocabulary of 8000
+    for both languages (unigram) and a 64-token limit that no caption exceeds. Batching (size,
+    packing) stays the config's own choice: it differs between the model families.
+    """
+    data.source = "text"
+    data.dir = str(directory)  # absolute, so any working directory works
+    data.src_lang = "de"
+    data.tgt_lang = "en"
+    data.train_split = "train"  # file stems of the Multi30k release
+    data.eval_split = "val"
+    data.test_split = "test_2016_flickr"
+    data.tokenizer = "unigram"
+    data.vocab_size = 8000  # shared by both languages
+    data.max_length = 64  # tokens; no Multi30k caption is longer
+
+
 def load_config_file(path: str | Path) -> ml_collections.ConfigDict:
     """Runs a config file's ``get_config()`` (as ``--config FILE`` does) and validates it."""
     path = Path(path)

@@ -79,6 +79,23 @@ def subprocess_env(devices: int = 1) -> dict[str, str]:
     return env
 
 
+def assert_compare_refuses(workdir: Path, arguments: list[str], message: str) -> None:
+    """``python -m seq2seq.compare --workdir WORKDIR ARGUMENTS`` fails with one error line that
+    names ``message``, and writes nothing into the work directory."""
+    import subprocess
+    import sys
+    import textwrap
+
+    command = [sys.executable, "-m", "seq2seq.compare", "--workdir", str(workdir), *arguments]
+    result = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, textwrap.shorten(result.stderr, 800)
+    assert not any(workdir.iterdir()), "a refused comparison wrote something"
+
+
 def train_command(workdir, model: str = "transformer", *overrides: str) -> list[str]:
     """``python train.py`` on the quickstart config, shrunk to a tiny model."""
     import sys

@@ -81,6 +81,35 @@ def test_rnnsearch_flops_match_a_hand_count():
     forward = 2 * (once_per_sentence + 3 * per_target_token)
     assert train_flops(config, 7, 2, 3) == 3 * forward
 
+    # Luong's scorings, same sizes: "general" projects the annotations to the decoder's width
+    # (W h_j, 6 -> 4, once per source word) and scores s . W h_j; "dot" (needs 2n = n_dec: here
+    # n = 2) scores s . h_j with no projection at all.
+    r.attention = "general"
+    general = (
+        once_per_sentence - 2 * 6 * 5 + 2 * 6 * 4 + 3 * (per_target_token - 4 * 5 - 2 * 5 + 2 * 4)
+    )
+    assert train_flops(config, 7, 2, 3) == 3 * 2 * general
+    r.attention = "dot"
+    r.encoder_hidden_size = 2
+    dot_encoder_direction = 2 * (2 * 6) + 2 * (2 * 2 + 2 * 4)
+    dot_sentence = 2 * dot_encoder_direction + 2 * 4
+    dot_per_token = (
+        2 * 4  # s . h_j at the 2 source positions
+        + 2 * 4  # c_i, annotations of width 4
+        + 2 * 12 + 4 * 12 + 4 * 8 + 4 * 4  # GRU: E y, C c_i, [U_z U_r] s, U (r * s)
+        + 4 * 4 + 2 * 4 + 4 * 4  # deep output U_o s, V_o E y, C_o c
+        + 2 * 7  # W_o
+    )  # fmt: skip
+    assert train_flops(config, 7, 2, 3) == 3 * 2 * (dot_sentence + 3 * dot_per_token)
+
+    # RNNencdec (n = 2, 2n = 4): no attention; once per sentence c = tanh(V h_N) (4 x 4),
+    # s_0 = tanh(V' c) (4 x 4), and the context's share of the GRU (C: 4 x 12) and of the deep
+    # output (C_o: 4 x 4), which stay fixed over the target.
+    r.attention = "none"
+    encdec_sentence = 2 * dot_encoder_direction + 4 * 4 + 4 * 4 + 4 * 12 + 4 * 4
+    encdec_per_token = 2 * 12 + 4 * 8 + 4 * 4 + 4 * 4 + 2 * 4 + 2 * 7  # no C c, C_o c per token
+    assert train_flops(config, 7, 2, 3) == 3 * 2 * (encdec_sentence + 3 * encdec_per_token)
+
 
 def test_flops_of_a_batch_are_the_sum_over_its_pairs():
     config = _tiny_transformer()

@@ -4,9 +4,6 @@ aggregated, finished runs reused, table3 rows derived from a base config."""
 import importlib.metadata
 import json
 import statistics
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -15,7 +12,7 @@ from seq2seq.compare import RunSpec, Settings, compare, expand_suite
 from seq2seq.compare.report import provenance_warnings
 from seq2seq.compare.suites import table3_runs
 from seq2seq.run_directory import RunDirectory
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import REPO, assert_compare_refuses
 
 TINY_CONFIG = """
 from tests.conftest import tiny_config
@@ -168,14 +165,7 @@ def test_named_suites_expand_to_existing_configs():
     ],
 )
 def test_bad_invocations_end_with_one_line(tmp_path, arguments, message):
-    command = [sys.executable, "-m", "seq2seq.compare", "--workdir", str(tmp_path), *arguments]
-    result = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120
-    )
-    assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last, textwrap.shorten(result.stderr, 800)
-    assert not any(tmp_path.iterdir()), "a refused comparison wrote something"
+    assert_compare_refuses(tmp_path, arguments, message)
 
 
 def test_runs_made_under_different_versions_or_changed_midway_are_flagged():

@@ -2,9 +2,6 @@
 trials reused on a rerun, bad --tune flags refused with one line."""
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -13,7 +10,7 @@ from seq2seq.config import ConfigError
 from seq2seq.data import sources
 from seq2seq.report import figures
 from seq2seq.run_directory import RunDirectory
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import assert_compare_refuses
 from tests.test_compare import TINY_CONFIG
 
 MODELS = ("tiny_transformer", "tiny_rnnsearch")
@@ -218,20 +215,5 @@ def test_bad_tune_flags_are_refused_in_one_line(flags, minutes, samples, message
     ],
 )
 def test_bad_tune_invocations_end_with_one_line(tmp_path, arguments, message):
-    command = [
-        sys.executable,
-        "-m",
-        "seq2seq.compare",
-        "--workdir",
-        str(tmp_path),
-        "--configs",
-        "configs/quickstart_transformer.py",
-        *arguments,
-    ]
-    result = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120
-    )
-    assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and message in last, textwrap.shorten(result.stderr, 800)
-    assert not any(tmp_path.iterdir()), "a refused comparison wrote something"
+    arguments = ["--configs", "configs/quickstart_transformer.py", *arguments]
+    assert_compare_refuses(tmp_path, arguments, message)

@@ -45,14 +45,19 @@ def rnnsearch_forward_flops(r: ml_collections.ConfigDict, vocab: int, source_len
         r.maxout_size,
     )
     encoder = 2 * s * (2 * m * 3 * n + 2 * n * 3 * n)  # two GRU directions
-    if r.attention == "none":  # RNNencdec: c = tanh(V h_N), C c and C_o c once per sentence
-        context = 2 * (2 * n) * (2 * n + 3 * n_dec + 2 * l)
+    if r.attention == "none":  # RNNencdec, once per sentence: c = tanh(V h_N), s_0 = tanh(V' c),
+        context = 2 * (2 * n) * (2 * n + n_dec + 3 * n_dec + 2 * l)  # and C c, C_o c
         gru = length * 2 * 3 * n_dec * (m + n_dec)  # W E y, U s
         deep_output = length * (2 * (n_dec + m) * 2 * l + 2 * l * vocab)
         return encoder + context + gru + deep_output
     initial_state = 2 * n * n_dec  # s_0 = tanh(W_s backward h_1), once per sentence
-    keys = s * 2 * (2 * n) * a  # U_a h_j, once per sentence
-    attention = length * (2 * n_dec * a + s * 2 * a + s * 2 * (2 * n))  # W_a s, v_a^T tanh, c_i
+    if r.attention == "additive":  # U_a h_j once per sentence; W_a s and v_a^T tanh per step
+        keys, query, score = s * 2 * (2 * n) * a, 2 * n_dec * a, 2 * a
+    elif r.attention == "general":  # W h_j once per sentence; s . (W h_j) per step
+        keys, query, score = s * 2 * (2 * n) * n_dec, 0, 2 * n_dec
+    else:  # dot: s . h_j
+        keys, query, score = 0, 0, 2 * n_dec
+    attention = length * (query + s * score + s * 2 * (2 * n))  # ... and c_i = sum alpha_ij h_j
     gru = length * 2 * 3 * n_dec * (m + 2 * n + n_dec)  # W E y, C c, U s
     deep_output = length * (2 * (n_dec + m + 2 * n) * 2 * l + 2 * l * vocab)
     return encoder + initial_state + keys + attention + gru + deep_output
