@@ -253,6 +253,8 @@ def test_averaged_run_holds_the_mean_of_the_last_checkpoints(workdir, tmp_path):
     config = config_lib.load_saved(workdir / "config.json")
     _, _, averaged, choice = restore_model(tmp_path / "averaged", config)
     assert "the average of steps 100, 150" in choice.describe()
+    trained_by = json.loads((workdir / "provenance.json").read_text())["entries"]
+    assert trained_by and provenance.read_entries(tmp_path / "averaged") == trained_by
     _, _, on_the_fly, _ = restore_model(workdir, config, "average:2")
     first, second = (_restored_params(workdir, step) for step in STEPS[1:])
     expected = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / 2, first, second)

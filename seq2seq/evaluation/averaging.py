@@ -122,7 +122,9 @@ def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, obj
     parameters (numbered as the newest one averaged; its optimizer state, RNG and data position
     are the newest one's, so the copy could even be trained further), so
     ``eval.py --workdir OUTPUT`` reads it like any run; ``averaged_from.json`` records where it
-    came from.
+    came from, and the source's ``provenance.json`` (the code and environment that trained
+    those parameters) is copied along, so a comparison flags an averaged run as it would its
+    source.
     """
     source_run = RunDirectory(workdir).require()
     output_run = RunDirectory(output)
@@ -141,6 +143,8 @@ def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, obj
     output_run.create()
     shutil.copy(source_run.config_file, output_run.config_file)
     shutil.copytree(source_run.tokenizer_dir, output_run.tokenizer_dir)
+    if source_run.provenance_file.exists():
+        shutil.copy(source_run.provenance_file, output_run.provenance_file)
     target = Checkpoints(output_run.checkpoints_dir, keep=1)
     try:
         target.save(choice.steps[-1], state.replace(params=mean), record["iterator"])

@@ -203,7 +203,7 @@ class _Loop:
         budget = train.time_budget_minutes * 60 or math.inf
         start = time.monotonic()
         self._session_start_elapsed = self.progress["elapsed_seconds"]
-        self._start = start
+        self._start = self._interval_start = start
         if self.progress["elapsed_seconds"] >= budget:
             logger.info("time budget of %.1f min already spent", budget / 60)
             return state
@@ -243,6 +243,12 @@ class _Loop:
         batch = next(self.batches)  # already this host's rows (the batch planner splits)
         self._padding.append(padding_share(batch))
         self.progress["train_flops"] += self.batch_flops(*_lengths(batch))
+        # JAX dispatches steps asynchronously; unchecked, the host ran ~35 steps (~40 s) ahead
+        # of the device, so the elapsed time lagged the training it measures and a time budget
+        # was only seen at the next log line. One step in flight keeps the next batch's
+        # preparation overlapped with the current step and the clock within a step.
+        if self._pending:
+            jax.block_until_ready(self._pending[-1])
         state, metrics = self.step_fn(state, sharding.global_batch(batch, self.batch_sharding))
         self._pending.append(metrics)
         return state
