@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -171,6 +172,33 @@ def test_bench_train_json_is_one_line_with_positive_figures():
     assert figures["tokens_per_s"] == pytest.approx(4 * 8 / (figures["step_ms"] / 1e3))
     achieved = figures["flops_per_step"] / (figures["step_ms"] / 1e3)
     assert figures["mfu"] == pytest.approx(achieved / (figures["peak_gflops"] * 1e9))
+    assert figures["speedup_over_linen"] == pytest.approx(
+        figures["linen_step_ms"] / figures["step_ms"]
+    )
+
+
+def test_the_linen_yardstick_is_the_same_transformer():
+    # Same sizes and layers as the project's model: the parameter counts differ by exactly the
+    # biases linen's attention adds (query, key, value and output: 4 x d_model per attention;
+    # one per encoder layer, two per decoder layer); and its step learns a repeated batch.
+    from seq2seq.bench import linen_baseline
+    from seq2seq.training.trainer import count_params, create_state
+    from tests.conftest import tiny_config
+
+    config = tiny_config("transformer")
+    config.model.transformer.norm = "pre"
+    t = config.model.transformer
+    batch = measure.synthetic_batch(4, 8, 50)
+    step, state = linen_baseline.make_step(config, 50, batch)
+    ours, _ = create_state(config, 50, 50)
+    attentions = t.encoder_layers + 2 * t.decoder_layers
+    linen_params = sum(x.size for x in jax.tree.leaves(state["params"]))
+    assert linen_params == count_params(ours.params) + 4 * t.d_model * attentions
+    losses = []
+    for _ in range(30):
+        state, loss = step(state, batch)
+        losses.append(float(loss))
+    assert losses[-1] < 0.8 * losses[0]
 
 
 def test_bench_without_a_command_is_one_error_line():

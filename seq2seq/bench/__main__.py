@@ -51,7 +51,10 @@ def _met(value: float, bound: float) -> str:
 def _train_targets(result: dict) -> dict:
     if result["model"] != "transformer":
         return {}
-    return {"mfu": _met(result["mfu"], measure.TARGET_TRAIN_MFU)}
+    return {
+        "mfu": _met(result["mfu"], measure.TARGET_TRAIN_MFU),
+        "speedup_over_linen": _met(result["speedup_over_linen"], measure.TARGET_SPEEDUP_OVER_LINEN),
+    }
 
 
 def _decode_targets(result: dict) -> dict:
@@ -101,6 +104,11 @@ def summary(results: dict) -> str:
         ("bench_small step (ms)", train_t["step_ms"], ""),
         ("bench_small target tokens/s", train_t["tokens_per_s"], ""),
         ("bench_small MFU", train_t["mfu"], _met(train_t["mfu"], measure.TARGET_TRAIN_MFU)),
+        (
+            "bench_small speed-up over a plain linen Transformer (x)",
+            train_t["speedup_over_linen"],
+            _met(train_t["speedup_over_linen"], measure.TARGET_SPEEDUP_OVER_LINEN),
+        ),
         ("bench_small compile (s)", train_t["compile_s"], ""),
         ("bench_small_rnnsearch step (ms)", train_r["step_ms"], ""),
         ("bench_small_rnnsearch target tokens/s", train_r["tokens_per_s"], ""),

@@ -38,6 +38,7 @@ MATMUL_SIZES = (512, 1024, 2048)  # square n x n @ n x n; the largest usually ru
 
 # The issue's targets on the 2-core development CPU (printed beside the measured figures).
 TARGET_TRAIN_MFU = 0.60
+TARGET_SPEEDUP_OVER_LINEN = 1.3  # step time of the plain linen Transformer over the project's
 TARGET_DECODE_SENTENCES_PER_S = {"transformer": 40.0, "rnnsearch": 90.0}
 TARGET_DATA_MULTIPLE = 10.0  # input pipeline tokens/s over what training consumes
 
@@ -176,6 +177,13 @@ def train_benchmark(
     step_seconds = statistics.median(seconds)
     peak = peak or matmul_peak(config.train.dtype)
     memory, memory_source = peak_memory_mb()
+    linen = {}
+    if config.model.name == "transformer":
+        linen_seconds = _linen_step_seconds(config, vocab, batch, steps, warmup)
+        linen = {
+            "linen_step_ms": 1e3 * linen_seconds,
+            "speedup_over_linen": linen_seconds / step_seconds,
+        }
     return {
         "model": config.model.name,
         "params": count_params(state.params),
@@ -195,7 +203,25 @@ def train_benchmark(
         "peak_memory_mb": memory,
         "peak_memory_source": memory_source,
         "final_loss": float(metrics["loss"]),
+        **linen,
     }
+
+
+def _linen_step_seconds(config, vocab: int, batch: dict, steps: int, warmup: int) -> float:
+    """Median step time of the plain Flax linen Transformer (``linen_baseline``) on ``batch``,
+    on one device, timed as ``train_benchmark`` times the project's step."""
+    from seq2seq.bench import linen_baseline
+
+    step, state = linen_baseline.make_step(config, vocab, batch, config.seed)
+    device_batch = {side: jnp.asarray(batch[side]) for side in ("source", "target")}
+    seconds = []
+    for index in range(warmup + steps):
+        start = time.perf_counter()
+        state, loss = step(state, device_batch)
+        jax.block_until_ready(loss)
+        if index >= warmup:
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
 
 
 class _NeverEnds:
