@@ -64,6 +64,25 @@ def time_calls(call: Callable[[], object], repeats: int) -> list[float]:
     return seconds
 
 
+def time_steps(step: Callable, state, batch, steps: int, warmup: int):
+    """Times ``state, output = step(state, batch)`` as a training loop calls it.
+
+    Runs ``warmup`` untimed steps, then ``steps`` timed ones, each waited for, threading the
+    (donated) state through.
+
+    Returns:
+      (seconds of each timed step, the final state, the last step's output).
+    """
+    seconds = []
+    for index in range(warmup + steps):
+        start = time.perf_counter()
+        state, output = step(state, batch)
+        jax.block_until_ready(output)
+        if index >= warmup:
+            seconds.append(time.perf_counter() - start)
+    return seconds, state, output
+
+
 def matmul_peak(dtype: str = "float32", sizes=MATMUL_SIZES, repeats: int = 5) -> dict:
     """Achievable dense-matmul throughput under ``jax.jit``: best of ``repeats`` per size.
 
@@ -167,13 +186,7 @@ def train_benchmark(
     compiled = step.lower(state, device_batch).compile()
     compile_seconds = time.perf_counter() - start
 
-    seconds = []
-    for index in range(warmup + steps):
-        start = time.perf_counter()
-        state, metrics = compiled(state, device_batch)
-        jax.block_until_ready(metrics)
-        if index >= warmup:
-            seconds.append(time.perf_counter() - start)
+    seconds, state, metrics = time_steps(compiled, state, device_batch, steps, warmup)
     step_seconds = statistics.median(seconds)
     peak = peak or matmul_peak(config.train.dtype)
     memory, memory_source = peak_memory_mb()
@@ -214,13 +227,7 @@ def _linen_step_seconds(config, vocab: int, batch: dict, steps: int, warmup: int
 
     step, state = linen_baseline.make_step(config, vocab, batch, config.seed)
     device_batch = {side: jnp.asarray(batch[side]) for side in ("source", "target")}
-    seconds = []
-    for index in range(warmup + steps):
-        start = time.perf_counter()
-        state, loss = step(state, device_batch)
-        jax.block_until_ready(loss)
-        if index >= warmup:
-            seconds.append(time.perf_counter() - start)
+    seconds, _, _ = time_steps(step, state, device_batch, steps, warmup)
     return statistics.median(seconds)
 
 
