@@ -13,7 +13,7 @@ import pytest
 from seq2seq.bench import measure
 from seq2seq.config import default_config
 from seq2seq.models import train_flops
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import REPO, SHRINK, subprocess_env
 
 
 def _tiny_transformer():
@@ -139,12 +139,7 @@ def test_untrained_decode_runs_every_sentence_to_the_output_length():
 
 TINY_TRAIN = [
     "--config=configs/bench_small.py",
-    "--config.model.transformer.d_model=32",
-    "--config.model.transformer.d_ff=64",
-    "--config.model.transformer.d_k=8",
-    "--config.model.transformer.d_v=8",
-    "--config.model.transformer.encoder_layers=1",
-    "--config.model.transformer.decoder_layers=1",
+    *SHRINK["transformer"],
     "--config.data.vocab_size=100",
     "--config.data.sentences_per_batch=4",
     "--config.data.max_length=8",
