@@ -1,7 +1,7 @@
 """Translate and score a split with a trained model, or translate any file.
 
     python eval.py --workdir runs/qs_transformer [--split test|validation|STEM] [--beam_size 4]
-                   [--alpha 0.6] [--checkpoint latest|STEP|average:K]
+                   [--alpha 0.6] [--checkpoint latest|best|STEP|average:K]
     python eval.py --workdir runs/qs_transformer --input FILE --output FILE [--reference FILE]
 
 Prints sacreBLEU (detokenized, cased, with its signature), chrF and the papers' tokenized BLEU,
@@ -25,7 +25,10 @@ _SPLIT = flags.DEFINE_string(
     "stem such as test_2016_flickr (default: test).",
 )
 _CHECKPOINT = flags.DEFINE_string(
-    "checkpoint", "latest", "'latest', a step number, or 'average:K' (mean of the last K)."
+    "checkpoint",
+    "latest",
+    "'latest', 'best' (highest validation BLEU), a step number, or 'average:K' (mean of the "
+    "last K).",
 )
 _BEAM_SIZE = flags.DEFINE_integer(
     "beam_size", None, "Beam width (default: the config's); 1: greedy."

@@ -182,3 +182,24 @@ def test_runs_made_under_different_versions_or_changed_midway_are_flagged():
         "`b` changed between its starts: flax 0.11.0 -> 0.12.8",
     ]
     assert provenance_warnings(rows[:1]) == []
+
+
+@pytest.mark.slow
+def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
+    config_file = tmp_path / "tiny_rnnsearch.py"
+    config_file.write_text(
+        TINY_CONFIG.format(model="rnnsearch")
+        + "\n\n_base = get_config\n\n\ndef get_config():\n    config = _base()\n"
+        "    config.checkpoint.every_steps = 4\n    config.eval.every_steps = 4\n"
+        "    return config\n"
+    )
+    settings = Settings(beam_size=1, max_test_sentences=8, checkpoint="best")
+    outcomes, report = compare(
+        [RunSpec("tiny_rnnsearch", config_file)], tmp_path / "work", settings, "best"
+    )
+    run = outcomes[0].run
+    validated = {r["step"]: r["bleu"] for r in run.read_metrics() if r["kind"] == "validation"}
+    assert sorted(validated) == [4, 8, 12]
+    best = max(validated, key=lambda step: (validated[step], step))
+    assert outcomes[0].result["checkpoint"] == f"step {best}"
+    assert "checkpoint: each run's best by validation BLEU" in report.read_text()

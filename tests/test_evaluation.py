@@ -121,6 +121,24 @@ def test_checkpoint_choices(tmp_path):
         choose_checkpoints("latest", [], tmp_path)
 
 
+def test_best_checkpoint_is_the_saved_step_with_the_highest_validation_bleu(tmp_path):
+    records = [
+        {"step": 10, "kind": "train", "loss": 3.0},
+        {"step": 10, "kind": "validation", "bleu": 20.0, "perplexity": 9.0},
+        {"step": 15, "kind": "validation", "bleu": 40.0, "perplexity": 5.0},  # not saved
+        {"step": 20, "kind": "validation", "bleu": 31.5, "perplexity": 6.0},
+        {"step": 30, "kind": "validation", "bleu": 28.0, "perplexity": 7.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert choose_checkpoints("best", [10, 20, 30], tmp_path).steps == (20,)
+    # a tie goes to the later step
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 30, "kind": "validation", "bleu": 31.5}) + "\n")
+    assert choose_checkpoints("best", [10, 20, 30], tmp_path).steps == (30,)
+    with pytest.raises(CheckpointError, match="no saved checkpoint .* validation BLEU record"):
+        choose_checkpoints("best", [40], tmp_path)
+
+
 # -- a trained tiny model -------------------------------------------------------------------
 
 STEPS = (50, 100, 150)

@@ -41,6 +41,12 @@ def run() -> None:
     alpha = flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run.")
     split = flags.DEFINE_string("split", None, "Split to score (default: each config's test).")
     max_test = flags.DEFINE_integer("max_test_sentences", 0, "Score the first N only; 0: all.")
+    checkpoint = flags.DEFINE_enum(
+        "checkpoint",
+        "latest",
+        ["latest", "best"],
+        "Checkpoint of every run to score: the last, or the one with the best validation BLEU.",
+    )
     tune = flags.DEFINE_multi_string(
         "tune",
         [],
@@ -74,6 +80,7 @@ def run() -> None:
             alpha=alpha.value,
             split=split.value,
             max_test_sentences=max_test.value,
+            checkpoint=checkpoint.value,
         )
         tuning = make_tuning(tune.value, tune_minutes.value, tune_samples.value)
         outcomes, report = compare(specs, Path(workdir.value), settings, title, tuning)

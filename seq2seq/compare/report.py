@@ -53,6 +53,11 @@ COLUMNS = [
     ("decode_sentences_per_second", "decode sent/s", ".1f"),
 ]
 
+CHECKPOINT_WORDS = {
+    "latest": "each run's last",
+    "best": "each run's best by validation BLEU",
+}
+
 
 def _columns(rows: Sequence[dict]) -> list:
     """The table's columns; suites whose runs describe themselves (table3) get a "what" column."""
@@ -306,6 +311,7 @@ def _markdown(
             if settings.max_test_sentences
             else ""
         )
+        + f"; checkpoint: {CHECKPOINT_WORDS[settings.checkpoint]}"
         + f"; training: {budget}; seeds per config: {settings.seeds}.",
         "",
         tables.markdown_table(table_rows, _columns(table_rows)),

@@ -17,6 +17,7 @@ import ml_collections
 from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.compare.suites import RunSpec
+from seq2seq.evaluation.averaging import choose_checkpoints
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
@@ -37,6 +38,7 @@ class Settings:
     alpha: float = 0.6
     split: str | None = None  # default: the configs' test split
     max_test_sentences: int = 0  # score only the first N test sentences; 0: all
+    checkpoint: str = "latest"  # which checkpoint of every run is scored: "latest" or "best"
 
 
 @dataclasses.dataclass
@@ -106,25 +108,28 @@ def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: 
     previous = run.read_eval_result(split)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
-        latest = checkpoints.latest_step()
+        step = choose_checkpoints(settings.checkpoint, checkpoints.all_steps(), run.path).steps[0]
     finally:
         checkpoints.close()
-    if previous and _is_current(previous, latest, settings):
-        logger.info("== %s: reusing its evaluation of step %s", run.path.name, latest)
+    if previous and _is_current(previous, step, settings):
+        logger.info("== %s: reusing its evaluation of step %s", run.path.name, step)
         return previous
-    logger.info("== %s: decoding %s (beam %d)", run.path.name, split, settings.beam_size)
+    logger.info(
+        "== %s: decoding %s with step %d (beam %d)", run.path.name, split, step, settings.beam_size
+    )
     return evaluate(
         run.path,
         split,
+        checkpoint=str(step),
         beam_size=settings.beam_size,
         alpha=settings.alpha,
         max_sentences=settings.max_test_sentences or None,
     )
 
 
-def _is_current(result: dict, latest_step: int | None, settings: Settings) -> bool:
+def _is_current(result: dict, step: int, settings: Settings) -> bool:
     return (
-        result.get("checkpoint") == f"step {latest_step}"
+        result.get("checkpoint") == f"step {step}"
         and result.get("beam_size") == settings.beam_size
         and result.get("alpha") == settings.alpha
         and result.get("max_sentences") == (settings.max_test_sentences or None)

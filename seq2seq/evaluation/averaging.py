@@ -2,8 +2,9 @@
 
 Vaswani et al. 2017 (Section 6.1) evaluate "a single model obtained by averaging the last 5
 checkpoints, which were written at 10-minute intervals" (base) and the last 20 (big): the
-element-wise mean of the parameters. ``eval.py --checkpoint`` takes ``latest``, a step number,
-or ``average:K``; ``python -m seq2seq.average`` writes the average as a run of its own.
+element-wise mean of the parameters. ``eval.py --checkpoint`` takes ``latest``, ``best`` (the
+highest validation BLEU), a step number, or ``average:K``; ``python -m seq2seq.average`` writes
+the average as a run of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from seq2seq.models import build_model
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training.checkpoints import Checkpoints
 
-_SPEC_HELP = "use 'latest', a step number such as 1000, or 'average:K' for the last K checkpoints"
+_SPEC_HELP = (
+    "use 'latest', 'best' (highest validation BLEU), a step number such as 1000, or 'average:K' "
+    "for the last K checkpoints"
+)
 
 
 class CheckpointError(ValueError):
@@ -50,7 +54,8 @@ class CheckpointChoice:
 
 
 def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> CheckpointChoice:
-    """Resolves ``latest`` | ``STEP`` | ``average:K`` against the steps saved in ``workdir``."""
+    """Resolves ``latest`` | ``best`` | ``STEP`` | ``average:K`` against the steps saved in
+    ``workdir`` (``best``: see ``best_validated_step``)."""
     available = sorted(available)
     run = RunDirectory(workdir)
     record = run.averaged_from_file
@@ -60,6 +65,8 @@ def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> Ch
     spec = spec.strip()
     if spec == "latest":
         return CheckpointChoice((available[-1],), averaged_from)
+    if spec == "best":
+        return CheckpointChoice((best_validated_step(run, available),), averaged_from)
     if spec.isdigit():
         if int(spec) not in available:
             raise CheckpointError(
@@ -78,6 +85,29 @@ def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> Ch
             "config.checkpoint.keep when training"
         )
     return CheckpointChoice(tuple(available[-count:]))
+
+
+def best_validated_step(run: RunDirectory, available: Sequence[int]) -> int:
+    """The saved step whose validation record (``metrics.jsonl``) has the highest BLEU.
+
+    Ties go to the later step. Only checkpoints still on disk count: the trainer keeps the best
+    by validation BLEU among those it wrote, but validation also runs between checkpoints.
+
+    Raises:
+      CheckpointError: no saved step has a validation record.
+    """
+    scores = {
+        record["step"]: record["bleu"]
+        for record in run.read_metrics()
+        if record.get("kind") == "validation" and "bleu" in record
+    }
+    scored = [step for step in available if step in scores]
+    if not scored:
+        raise CheckpointError(
+            f"--checkpoint=best: no saved checkpoint of {run.path} has a validation BLEU record "
+            f"(saved steps: {', '.join(map(str, available))}); use 'latest' or a step number"
+        )
+    return max(scored, key=lambda step: (scores[step], step))
 
 
 def load_run_tokenizer(run: RunDirectory) -> Tokenizer:
