@@ -202,4 +202,6 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
     assert sorted(validated) == [4, 8, 12]
     best = max(validated, key=lambda step: (validated[step], step))
     assert outcomes[0].result["checkpoint"] == f"step {best}"
-    assert "checkpoint: each run's best by validation BLEU" in report.read_text()
+    text = report.read_text()
+    assert "checkpoint: each run's best by validation BLEU" in text
+    assert f"Checkpoints scored: `tiny_rnnsearch` step {best}." in text

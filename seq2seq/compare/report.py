@@ -326,6 +326,9 @@ def _markdown(
     if settings.overrides:
         overrides = ", ".join(f"{k}={v!r}" for k, v in settings.overrides)
         lines += [f"Overrides applied to every run: {overrides}.", ""]
+    if settings.checkpoint != "latest":
+        scored = ", ".join(f"`{r['name']}` {r['checkpoint']}" for r in rows if r.get("checkpoint"))
+        lines += [f"Checkpoints scored: {scored or 'none'}.", ""]
     lines += ["## Provenance", ""]
     lines += [f"- `{r['name']}`: {r.get('made_by', 'no provenance record')}" for r in rows]
     lines += [f"- **warning**: {warning}" for warning in provenance_warnings(rows)]
