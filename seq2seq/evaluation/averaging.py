@@ -90,8 +90,9 @@ def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> Ch
 def best_validated_step(run: RunDirectory, available: Sequence[int]) -> int:
     """The saved step whose validation record (``metrics.jsonl``) has the highest BLEU.
 
-    Ties go to the later step. Only checkpoints still on disk count: the trainer keeps the best
-    by validation BLEU among those it wrote, but validation also runs between checkpoints.
+    Ties go to the later step. The trainer checkpoints every step it validates and always keeps
+    the one with the best BLEU, so this is the run's best validated step; a run trained without
+    validation has no record to choose by.
 
     Raises:
       CheckpointError: no saved step has a validation record.
