@@ -205,3 +205,8 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
     text = report.read_text()
     assert "checkpoint: each run's best by validation BLEU" in text
     assert f"Checkpoints scored: `tiny_rnnsearch` step {best}." in text
+
+
+def test_a_comparison_scores_one_named_checkpoint_per_run():
+    with pytest.raises(ValueError, match=r"checkpoint='average:5'.* use one of latest, best"):
+        Settings(checkpoint="average:5")

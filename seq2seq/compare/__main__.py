@@ -10,6 +10,7 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
+from seq2seq.compare.runner import CHECKPOINTS
 from seq2seq.config import default_config
 
 
@@ -44,7 +45,7 @@ def run() -> None:
     checkpoint = flags.DEFINE_enum(
         "checkpoint",
         "latest",
-        ["latest", "best"],
+        list(CHECKPOINTS),
         "Checkpoint of every run to score: the last, or the one with the best validation BLEU.",
     )
     tune = flags.DEFINE_multi_string(

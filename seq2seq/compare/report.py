@@ -16,7 +16,7 @@ from pathlib import Path
 
 from seq2seq import provenance
 from seq2seq.compare import tuning as tuning_lib
-from seq2seq.compare.runner import RunOutcome, Settings
+from seq2seq.compare.runner import CHECKPOINTS, RunOutcome, Settings
 from seq2seq.report import figures, tables
 
 logger = logging.getLogger(__name__)
@@ -52,11 +52,6 @@ COLUMNS = [
     ("best_validation_perplexity", "best val ppl", ".2f"),
     ("decode_sentences_per_second", "decode sent/s", ".1f"),
 ]
-
-CHECKPOINT_WORDS = {
-    "latest": "each run's last",
-    "best": "each run's best by validation BLEU",
-}
 
 
 def _columns(rows: Sequence[dict]) -> list:
@@ -311,7 +306,7 @@ def _markdown(
             if settings.max_test_sentences
             else ""
         )
-        + f"; checkpoint: {CHECKPOINT_WORDS[settings.checkpoint]}"
+        + f"; checkpoint: {CHECKPOINTS[settings.checkpoint]}"
         + f"; training: {budget}; seeds per config: {settings.seeds}.",
         "",
         tables.markdown_table(table_rows, _columns(table_rows)),

@@ -27,6 +27,13 @@ from seq2seq.training.trainer import train
 logger = logging.getLogger(__name__)
 
 
+# Which checkpoint of every run is scored, and how the report says it.
+CHECKPOINTS = {
+    "latest": "each run's last",
+    "best": "each run's best by validation BLEU",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """What every run of one comparison shares, so that the comparison is fair."""
@@ -38,7 +45,14 @@ class Settings:
     alpha: float = 0.6
     split: str | None = None  # default: the configs' test split
     max_test_sentences: int = 0  # score only the first N test sentences; 0: all
-    checkpoint: str = "latest"  # which checkpoint of every run is scored: "latest" or "best"
+    checkpoint: str = "latest"  # a key of CHECKPOINTS
+
+    def __post_init__(self):
+        if self.checkpoint not in CHECKPOINTS:
+            raise ValueError(
+                f"checkpoint={self.checkpoint!r}: a comparison scores one checkpoint per run, "
+                f"use one of {', '.join(CHECKPOINTS)}"
+            )
 
 
 @dataclasses.dataclass
