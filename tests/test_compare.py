@@ -1,6 +1,7 @@
 """The comparison: every run in the report with its own numbers, failures reported, seeds
 aggregated, finished runs reused, table3 rows derived from a base config."""
 
+import dataclasses
 import importlib.metadata
 import json
 import statistics
@@ -206,7 +207,23 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
     assert "checkpoint: each run's best by validation BLEU" in text
     assert f"Checkpoints scored: `tiny_rnnsearch` step {best}." in text
 
+    # The same runs scored by the mean of their last two checkpoints: decoded anew (the best
+    # step's evaluation is not current for it), then reused by a rerun.
+    averaged = dataclasses.replace(settings, checkpoint="average:2")
+    outcomes, report = compare(
+        [RunSpec("tiny_rnnsearch", config_file)], tmp_path / "work", averaged, "average"
+    )
+    saved = sorted(int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit())
+    scored = f"average of the last 2: steps {saved[-2]}, {saved[-1]}"
+    assert outcomes[0].result["checkpoint"] == scored
+    assert "checkpoint: the parameter mean of each run's last 2" in report.read_text()
+    eval_json = run.eval_result_file(outcomes[0].config.data.test_split)
+    written = eval_json.stat().st_mtime_ns
+    compare([RunSpec("tiny_rnnsearch", config_file)], tmp_path / "work", averaged, "again")
+    assert eval_json.stat().st_mtime_ns == written
 
-def test_a_comparison_scores_one_named_checkpoint_per_run():
-    with pytest.raises(ValueError, match=r"checkpoint='average:5'.* use one of latest, best"):
-        Settings(checkpoint="average:5")
+
+@pytest.mark.parametrize("rule", ["12", "average:0", "average", "mean:5"])
+def test_a_comparison_applies_one_checkpoint_rule_to_every_run(rule):
+    with pytest.raises(ValueError, match=r"use one of latest, best or average:K"):
+        Settings(checkpoint=rule)

@@ -10,7 +10,6 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
-from seq2seq.compare.runner import CHECKPOINTS
 from seq2seq.config import default_config
 
 
@@ -42,11 +41,11 @@ def run() -> None:
     alpha = flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run.")
     split = flags.DEFINE_string("split", None, "Split to score (default: each config's test).")
     max_test = flags.DEFINE_integer("max_test_sentences", 0, "Score the first N only; 0: all.")
-    checkpoint = flags.DEFINE_enum(
+    checkpoint = flags.DEFINE_string(
         "checkpoint",
         "latest",
-        list(CHECKPOINTS),
-        "Checkpoint of every run to score: the last, or the one with the best validation BLEU.",
+        "Checkpoint of every run to score: 'latest', 'best' (highest validation BLEU) or "
+        "'average:K' (the parameter mean of the last K; train with checkpoint.keep >= K).",
     )
     tune = flags.DEFINE_multi_string(
         "tune",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from seq2seq import provenance
 from seq2seq.compare import tuning as tuning_lib
-from seq2seq.compare.runner import CHECKPOINTS, RunOutcome, Settings
+from seq2seq.compare.runner import RunOutcome, Settings, describe_checkpoint_rule
 from seq2seq.report import figures, tables
 
 logger = logging.getLogger(__name__)
@@ -306,7 +306,7 @@ def _markdown(
             if settings.max_test_sentences
             else ""
         )
-        + f"; checkpoint: {CHECKPOINTS[settings.checkpoint]}"
+        + f"; checkpoint: {describe_checkpoint_rule(settings.checkpoint)}"
         + f"; training: {budget}; seeds per config: {settings.seeds}.",
         "",
         tables.markdown_table(table_rows, _columns(table_rows)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 
 import ml_collections
@@ -27,11 +28,29 @@ from seq2seq.training.trainer import train
 logger = logging.getLogger(__name__)
 
 
-# Which checkpoint of every run is scored, and how the report says it.
+# Which checkpoint of every run is scored, and how the report says it; ``average:K`` (below)
+# scores the mean of each run's last K, as Vaswani et al. evaluate their base (5) and big (20).
 CHECKPOINTS = {
     "latest": "each run's last",
     "best": "each run's best by validation BLEU",
 }
+_AVERAGE = re.compile(r"average:([1-9][0-9]*)")
+
+
+def describe_checkpoint_rule(rule: str) -> str:
+    """How the report names ``rule`` (a key of CHECKPOINTS or ``average:K``).
+
+    Raises:
+      ValueError: any other rule (a step number would name a different point of every run).
+    """
+    if rule in CHECKPOINTS:
+        return CHECKPOINTS[rule]
+    if match := _AVERAGE.fullmatch(rule):
+        return f"the parameter mean of each run's last {match.group(1)}"
+    raise ValueError(
+        f"checkpoint={rule!r}: a comparison applies one rule to every run, use one of "
+        f"{', '.join(CHECKPOINTS)} or average:K (the mean of each run's last K checkpoints)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,14 +64,10 @@ class Settings:
     alpha: float = 0.6
     split: str | None = None  # default: the configs' test split
     max_test_sentences: int = 0  # score only the first N test sentences; 0: all
-    checkpoint: str = "latest"  # a key of CHECKPOINTS
+    checkpoint: str = "latest"  # a key of CHECKPOINTS, or average:K
 
     def __post_init__(self):
-        if self.checkpoint not in CHECKPOINTS:
-            raise ValueError(
-                f"checkpoint={self.checkpoint!r}: a comparison scores one checkpoint per run, "
-                f"use one of {', '.join(CHECKPOINTS)}"
-            )
+        describe_checkpoint_rule(self.checkpoint)  # refuses any other rule
 
 
 @dataclasses.dataclass
@@ -122,28 +137,30 @@ def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: 
     previous = run.read_eval_result(split)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
-        step = choose_checkpoints(settings.checkpoint, checkpoints.all_steps(), run.path).steps[0]
+        choice = choose_checkpoints(settings.checkpoint, checkpoints.all_steps(), run.path)
     finally:
         checkpoints.close()
-    if previous and _is_current(previous, step, settings):
-        logger.info("== %s: reusing its evaluation of step %s", run.path.name, step)
+    scored = choice.describe()
+    if previous and _is_current(previous, scored, settings):
+        logger.info("== %s: reusing its evaluation of %s", run.path.name, scored)
         return previous
     logger.info(
-        "== %s: decoding %s with step %d (beam %d)", run.path.name, split, step, settings.beam_size
+        "== %s: decoding %s with %s (beam %d)", run.path.name, split, scored, settings.beam_size
     )
+    # One step by number, so that 'latest' and 'best' score exactly the step resolved above.
     return evaluate(
         run.path,
         split,
-        checkpoint=str(step),
+        checkpoint=str(choice.steps[0]) if len(choice.steps) == 1 else settings.checkpoint,
         beam_size=settings.beam_size,
         alpha=settings.alpha,
         max_sentences=settings.max_test_sentences or None,
     )
 
 
-def _is_current(result: dict, step: int, settings: Settings) -> bool:
+def _is_current(result: dict, scored: str, settings: Settings) -> bool:
     return (
-        result.get("checkpoint") == f"step {step}"
+        result.get("checkpoint") == scored
         and result.get("beam_size") == settings.beam_size
         and result.get("alpha") == settings.alpha
         and result.get("max_sentences") == (settings.max_test_sentences or None)
