@@ -111,7 +111,7 @@ def test_checkpoint_choices(tmp_path):
     assert choose_checkpoints("average:2", steps, tmp_path).steps == (20, 30)
     for spec, message in [
         ("15", "no checkpoint at step 15 .*saved steps: 10, 20, 30"),
-        ("average:4", "needs 4 checkpoints but .* holds 3"),
+        ("average:4", "needs the last 4 checkpoints but .* holds 3"),
         ("avg:2", "not understood"),
         ("average:0", "not understood"),
     ]:
@@ -119,6 +119,15 @@ def test_checkpoint_choices(tmp_path):
             choose_checkpoints(spec, steps, tmp_path)
     with pytest.raises(CheckpointError, match="no checkpoint in"):
         choose_checkpoints("latest", [], tmp_path)
+
+
+def test_averaging_leaves_out_an_old_best_checkpoint(tmp_path):
+    # keep=2: the newest two (40, 50) plus the best validated one, step 10.
+    steps = [10, 40, 50]
+    assert choose_checkpoints("average:2", steps, tmp_path, keep=2).steps == (40, 50)
+    assert choose_checkpoints("latest", steps, tmp_path, keep=2).steps == (50,)
+    with pytest.raises(CheckpointError, match=r"needs the last 3 .* holds 2 \(steps 40, 50\)"):
+        choose_checkpoints("average:3", steps, tmp_path, keep=2)
 
 
 def test_best_checkpoint_is_the_saved_step_with_the_highest_validation_bleu(tmp_path):

@@ -137,7 +137,9 @@ def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: 
     previous = run.read_eval_result(split)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
-        choice = choose_checkpoints(settings.checkpoint, checkpoints.all_steps(), run.path)
+        choice = choose_checkpoints(
+            settings.checkpoint, checkpoints.all_steps(), run.path, keep=checkpoints.keep
+        )
     finally:
         checkpoints.close()
     scored = choice.describe()

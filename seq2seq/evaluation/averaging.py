@@ -53,9 +53,15 @@ class CheckpointChoice:
         return f"step {self.steps[0]}"
 
 
-def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> CheckpointChoice:
+def choose_checkpoints(
+    spec: str, available: Sequence[int], workdir: Path, *, keep: int | None = None
+) -> CheckpointChoice:
     """Resolves ``latest`` | ``best`` | ``STEP`` | ``average:K`` against the steps saved in
-    ``workdir`` (``best``: see ``best_validated_step``)."""
+    ``workdir`` (``best``: see ``best_validated_step``).
+
+    ``keep``: the run's ``checkpoint.keep``. A run keeps its newest ``keep`` checkpoints plus its
+    best validated one, which may be much older: ``average:K`` averages the newest K only.
+    """
     available = sorted(available)
     run = RunDirectory(workdir)
     record = run.averaged_from_file
@@ -78,13 +84,14 @@ def choose_checkpoints(spec: str, available: Sequence[int], workdir: Path) -> Ch
     if not match or int(match.group(1)) < 1:
         raise CheckpointError(f"--checkpoint={spec!r} is not understood; {_SPEC_HELP}")
     count = int(match.group(1))
-    if count > len(available):
+    newest = available[-keep:] if keep else available
+    if count > len(newest):
         raise CheckpointError(
-            f"--checkpoint=average:{count} needs {count} checkpoints but {workdir} holds "
-            f"{len(available)} (steps {', '.join(map(str, available))}); lower K or raise "
+            f"--checkpoint=average:{count} needs the last {count} checkpoints but {workdir} holds "
+            f"{len(newest)} (steps {', '.join(map(str, newest))}); lower K or raise "
             "config.checkpoint.keep when training"
         )
-    return CheckpointChoice(tuple(available[-count:]))
+    return CheckpointChoice(tuple(newest[-count:]))
 
 
 def best_validated_step(run: RunDirectory, available: Sequence[int]) -> int:
@@ -166,7 +173,9 @@ def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, obj
     template, _ = _training_state(config, tokenizer)
     source = Checkpoints(source_run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
-        choice = choose_checkpoints(f"average:{count}", source.all_steps(), workdir)
+        choice = choose_checkpoints(
+            f"average:{count}", source.all_steps(), workdir, keep=source.keep
+        )
         mean = restore_params(source, template.params, choice)
         state, record = source.restore(template, choice.steps[-1])
     finally:

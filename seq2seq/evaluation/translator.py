@@ -56,7 +56,9 @@ def restore_model(workdir: Path, config: ml_collections.ConfigDict, checkpoint: 
     graphdef, abstract_params = abstract_model(config, tokenizer)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
-        choice = choose_checkpoints(checkpoint, checkpoints.all_steps(), workdir)
+        choice = choose_checkpoints(
+            checkpoint, checkpoints.all_steps(), workdir, keep=checkpoints.keep
+        )
         params = restore_params(checkpoints, abstract_params, choice)
     finally:
         checkpoints.close()

@@ -71,6 +71,7 @@ class Checkpoints:
 
     def __init__(self, directory: Path, *, keep: int):
         """``directory``: a run's ``RunDirectory.checkpoints_dir``."""
+        self.keep = keep
         preservation = policies.AnyPreservationPolicy(
             [
                 policies.LatestN(n=keep),
