@@ -57,6 +57,7 @@ def default_config() -> ml_collections.ConfigDict:
     t.share_embeddings = True  # one embedding matrix for source and target (needs shared vocab)
     t.tie_output = True  # pre-softmax projection = target embedding^T (three-way tying)
     t.scale_embeddings = True  # multiply embeddings by sqrt(d_model)
+    t.scan_layers = False  # one jax.lax.scan per stack: compile time independent of depth
 
     model.rnnsearch = r = ml_collections.ConfigDict()  # defaults: RNNsearch, Appendix A/B
     r.embedding_size = 620  # word embedding width m

@@ -10,6 +10,7 @@ from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerC
 from seq2seq.models.base import (
     EOS_ID,
     PAD_ID,
+    Dropout,
     shift_right,
 )
 from seq2seq.models.rnnsearch import GRU, maxout, paper_initializers
@@ -212,3 +213,66 @@ def test_sinusoidal_encodings_are_section_3_5_by_hand():
     assert wide[0] == pytest.approx(np.sin(1.0)) and wide[1] == pytest.approx(np.cos(1.0))
     # the last pair (2i = 510) has wavelength 2 pi 10000^(510/512): almost constant in pos
     assert wide[510] == pytest.approx(np.sin(1 / 10000 ** (510 / 512)), rel=1e-5)
+
+
+# -- scan over layers -----------------------------------------------------------------------
+
+
+def _stacked_transformer(scan: bool, layers: int = 3):
+    config = TransformerConfig(
+        VOCAB, VOCAB, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8, norm="pre",
+        encoder_layers=layers, decoder_layers=layers, scan_layers=scan,
+    )  # fmt: skip
+    return Transformer(config, rngs=nnx.Rngs(0))
+
+
+def _loss_and_grads(model, source, target, dropout_key=None):
+    def loss(model):
+        dropout = None if dropout_key is None else Dropout(dropout_key)
+        logits, aux = model(source, shift_right(target), dropout=dropout, return_attention=True)
+        log_probs = jax.nn.log_softmax(logits)
+        return -jnp.take_along_axis(log_probs, target[..., None], -1).mean(), aux
+
+    (value, aux), grads = nnx.value_and_grad(loss, has_aux=True)(model)
+    return value, aux["cross_attention"], nnx.state(grads, nnx.Param)
+
+
+def test_scanned_layers_compute_what_unrolled_layers_compute():
+    unrolled, scanned = _stacked_transformer(scan=False), _stacked_transformer(scan=True)
+    params = nnx.state(unrolled, nnx.Param)
+    # The same parameter tree, so one checkpoint restores into either.
+    assert jax.tree.structure(nnx.state(scanned, nnx.Param)) == jax.tree.structure(params)
+    source, target = _tokens(0, 2, 6).at[1, 4:].set(PAD_ID), _tokens(1, 2, 5)
+    loss, weights, grads = _loss_and_grads(unrolled, source, target)
+    scanned_loss, scanned_weights, scanned_grads = _loss_and_grads(scanned, source, target)
+    np.testing.assert_allclose(scanned_loss, loss, rtol=1e-6)
+    assert scanned_weights.shape == weights.shape == (2, 3, 4, 5, 6)  # [B, L, H, T, S]
+    np.testing.assert_allclose(scanned_weights, weights, atol=1e-6)
+    scanned_by_path = dict(jax.tree.leaves_with_path(scanned_grads))
+    for path, grad in jax.tree.leaves_with_path(grads):
+        name = jax.tree_util.keystr(path)
+        np.testing.assert_allclose(scanned_by_path[path], grad, atol=1e-6, err_msg=name)
+    # With dropout every layer draws its own mask: the loss moves, the gradient stays finite.
+    dropout_loss, _, dropout_grads = _loss_and_grads(
+        scanned, source, target, dropout_key=jax.random.key(3)
+    )
+    assert abs(float(dropout_loss) - float(loss)) > 1e-4
+    assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(dropout_grads))
+
+
+def test_scanned_program_does_not_grow_with_depth():
+    source, target = _tokens(0, 2, 6), _tokens(1, 2, 5)
+
+    def equations(scan, layers):
+        model = _stacked_transformer(scan, layers)
+        graphdef, params = nnx.split(model)
+
+        def loss(params):
+            logits, _ = nnx.merge(graphdef, params)(source, shift_right(target))
+            return logits.sum()
+
+        return len(jax.make_jaxpr(jax.grad(loss))(params).jaxpr.eqns)
+
+    assert equations(scan=False, layers=4) > equations(scan=False, layers=2)
+    # Scanned, one program whatever the depth (the parameters are stacked by one op each).
+    assert equations(scan=True, layers=4) == equations(scan=True, layers=2)

@@ -88,6 +88,7 @@ class TransformerConfig:
     share_embeddings: bool = True  # one embedding for source and target (shared vocabulary)
     tie_output: bool = True  # pre-softmax projection = target embedding^T
     scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model)
+    scan_layers: bool = False  # run each stack under one jax.lax.scan (see ``run_layers``)
     dtype: str = "float32"  # compute dtype; parameters stay float32
 
 
@@ -227,6 +228,36 @@ class DecoderLayer(nnx.Module):
         return x, weights
 
 
+def run_layers(layers: nnx.List, x: Array, apply, dropout: Dropout | None, scan: bool):
+    """``x`` through ``layers`` in order, ``apply(layer, x, dropout) -> (x, extra)`` each.
+
+    Unrolled, the compiled program holds one copy of the layer per layer. With ``scan`` the
+    layers' parameters are stacked inside the step and one ``jax.lax.scan`` runs a single copy
+    L times, so compile time stops growing with depth. The parameters stay one module per layer
+    either way (checkpoints are interchangeable); under ``scan`` each layer draws its dropout
+    from a key of its own, so training noise differs from the unrolled run's.
+
+    Returns:
+      (x, the layers' extras stacked on a new leading axis, or None if they are None).
+    """
+    if not scan:
+        extras = []
+        for layer in layers:
+            x, extra = apply(layer, x, dropout)
+            extras.append(extra)
+        return x, None if extras[0] is None else jnp.stack(extras)
+    graphdef, _ = nnx.split(layers[0])
+    states = [nnx.split(layer)[1] for layer in layers]
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    keys = None if dropout is None else jax.random.split(dropout.next_key(), len(layers))
+
+    def body(x, per_layer):
+        state, key = per_layer
+        return apply(nnx.merge(graphdef, state), x, None if key is None else Dropout(key))
+
+    return jax.lax.scan(body, x, (stacked, keys))
+
+
 class Transformer(EncoderDecoder):
     """Encoder–decoder Transformer behind the ``Seq2SeqModel`` contract."""
 
@@ -294,8 +325,13 @@ class Transformer(EncoderDecoder):
         )
         x = self._embed(self.source_embedding, source, positions_from_segments(segments), dropout)
         mask = segment_mask(segments, segments)  # [B, 1, S, S]
-        for layer in self.encoder_layers:
-            x = layer(x, mask, dropout)
+        x, _ = run_layers(
+            self.encoder_layers,
+            x,
+            lambda layer, x, dropout: (layer(x, mask, dropout), None),
+            dropout,
+            self.config.scan_layers,
+        )
         if self.config.norm == "pre":
             x = self.encoder_norm(x)
         return {"memory": x, "segments": segments}
@@ -353,12 +389,13 @@ class Transformer(EncoderDecoder):
         length = target_inputs.shape[1]
         self_mask = combine_masks(segment_mask(segments, segments), causal_mask(length))
         cross_mask = segment_mask(segments, encoded["segments"])  # [B, 1, T, S]
-        weights = []
-        for layer in self.decoder_layers:
+
+        def apply(layer, x, dropout):
             cross_kv = layer.cross_attention.project_keys_values(encoded["memory"])
-            x, w = layer(x, None, self_mask, cross_kv, cross_mask, dropout, return_attention)
-            weights.append(w)
-        return *self._finish(x, weights, return_attention), None
+            return layer(x, None, self_mask, cross_kv, cross_mask, dropout, return_attention)
+
+        x, weights = run_layers(self.decoder_layers, x, apply, dropout, self.config.scan_layers)
+        return *self._finish(x, weights), None
 
     def _decode_step(self, encoded, tokens, cache, return_attention):
         index = cache["index"]  # [B], the position of ``tokens``
@@ -383,10 +420,11 @@ class Transformer(EncoderDecoder):
             cross_kv = encoded[f"cross_keys_{i}"], encoded[f"cross_values_{i}"]
             x, w = layer(x, (keys, values), self_mask, cross_kv, cross_mask, None, return_attention)
             weights.append(w)
-        return *self._finish(x, weights, return_attention), new_cache
+        return *self._finish(x, jnp.stack(weights) if return_attention else None), new_cache
 
-    def _finish(self, x, weights, return_attention):
+    def _finish(self, x, weights):
+        """Logits, and the cross-attention weights (stacked [L, B, H, T, S]) if there are any."""
         if self.config.norm == "pre":
             x = self.decoder_norm(x)
-        aux = {"cross_attention": jnp.stack(weights, axis=1)} if return_attention else {}
+        aux = {} if weights is None else {"cross_attention": jnp.moveaxis(weights, 0, 1)}
         return self._logits(x), aux  # aux["cross_attention"]: [B, L, H, T, S]
