@@ -251,7 +251,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "model.rnnsearch.attention", ("additive", "dot", "general", "none"))
     _choice(config, "model.rnnsearch.init", ("paper", "modern"))
     for key, value in flatten(config):
-        if key.endswith(("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")):
+        counts = ("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")
+        if key.endswith(counts) and not isinstance(value, bool):  # not the switch scan_layers
             if key in ("train.warmup_steps", "eval.every_steps"):
                 _require(value >= 0, f"config.{key}={value} must be >= 0")
             else:
