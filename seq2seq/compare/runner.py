@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from pathlib import Path
 
 import ml_collections
@@ -18,7 +17,7 @@ import ml_collections
 from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.compare.suites import RunSpec
-from seq2seq.evaluation.averaging import choose_checkpoints
+from seq2seq.evaluation.averaging import average_count, choose_checkpoints
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
@@ -34,7 +33,6 @@ CHECKPOINTS = {
     "latest": "each run's last",
     "best": "each run's best by validation BLEU",
 }
-_AVERAGE = re.compile(r"average:([1-9][0-9]*)")
 
 
 def describe_checkpoint_rule(rule: str) -> str:
@@ -45,8 +43,8 @@ def describe_checkpoint_rule(rule: str) -> str:
     """
     if rule in CHECKPOINTS:
         return CHECKPOINTS[rule]
-    if match := _AVERAGE.fullmatch(rule):
-        return f"the parameter mean of each run's last {match.group(1)}"
+    if (count := average_count(rule)) is not None:
+        return f"the parameter mean of each run's last {count}"
     raise ValueError(
         f"checkpoint={rule!r}: a comparison applies one rule to every run, use one of "
         f"{', '.join(CHECKPOINTS)} or average:K (the mean of each run's last K checkpoints)"

@@ -53,6 +53,12 @@ class CheckpointChoice:
         return f"step {self.steps[0]}"
 
 
+def average_count(spec: str) -> int | None:
+    """K of ``average:K`` (K >= 1); None for any other spec."""
+    match = re.fullmatch(r"average:([1-9][0-9]*)", spec.strip())
+    return int(match.group(1)) if match else None
+
+
 def choose_checkpoints(
     spec: str, available: Sequence[int], workdir: Path, *, keep: int | None = None
 ) -> CheckpointChoice:
@@ -80,10 +86,9 @@ def choose_checkpoints(
                 f"{', '.join(map(str, available))}"
             )
         return CheckpointChoice((int(spec),), averaged_from)
-    match = re.fullmatch(r"average:(\d+)", spec)
-    if not match or int(match.group(1)) < 1:
+    count = average_count(spec)
+    if count is None:
         raise CheckpointError(f"--checkpoint={spec!r} is not understood; {_SPEC_HELP}")
-    count = int(match.group(1))
     newest = available[-keep:] if keep else available
     if count > len(newest):
         raise CheckpointError(
