@@ -5,8 +5,10 @@
     python eval.py --workdir runs/qs_transformer --input FILE --output FILE [--reference FILE]
 
 Prints sacreBLEU (detokenized, cased, with its signature), chrF and the papers' tokenized BLEU,
-and writes WORKDIR/eval/SPLIT.hyp.txt and WORKDIR/eval/SPLIT.json. The last line printed is one
-JSON object: bleu, signature, chrf, tok_bleu, n, bleu_by_source_length, ...
+and writes WORKDIR/eval/SPLIT.hyp.txt and WORKDIR/eval/SPLIT.json (eval/SPLIT@best.json,
+eval/SPLIT@average5.json, eval/SPLIT@step1500.json under the other checkpoint rules, so that no
+rule overwrites another's scores). The last line printed is one JSON object: bleu, signature,
+chrf, tok_bleu, n, bleu_by_source_length, ...
 """
 
 import json

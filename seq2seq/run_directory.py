@@ -8,6 +8,8 @@
       metrics.jsonl      one JSON object per logged step or validation
       tensorboard/       the same metrics as TensorBoard events
       eval/SPLIT.json    what ``eval.py`` measured; eval/SPLIT.hyp.txt its translations
+      eval/SPLIT@RULE.*  the same, scored by another checkpoint rule (``@best``, ``@average5``,
+                         ``@step1500``), so scoring a run two ways keeps both
 
 Training, evaluation, averaging and the comparison all go through ``RunDirectory``, so changing
 the layout means changing this file only.
@@ -16,11 +18,22 @@ the layout means changing this file only.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import ml_collections
 
 from seq2seq import config as config_lib
+
+
+def _rule_suffix(checkpoint: str) -> str:
+    """ "" for ``latest``; ``@best``, ``@average5``, ``@step1500`` for the other rules."""
+    rule = str(checkpoint).strip()
+    if rule == "latest":
+        return ""
+    if rule.isdigit():
+        return f"@step{rule}"
+    return "@" + re.sub(r"[^A-Za-z0-9_-]", "", rule)
 
 
 class RunDirectoryError(ValueError):
@@ -69,11 +82,12 @@ class RunDirectory:
         """Written by ``seq2seq.average``: which run and steps an averaged run came from."""
         return self.path / "averaged_from.json"
 
-    def eval_result_file(self, split: str) -> Path:
-        return self.eval_dir / f"{split}.json"
+    def eval_result_file(self, split: str, checkpoint: str = "latest") -> Path:
+        """The scores of ``split`` under the checkpoint rule ``checkpoint`` (``eval.py``'s)."""
+        return self.eval_dir / f"{split}{_rule_suffix(checkpoint)}.json"
 
-    def hypotheses_file(self, split: str) -> Path:
-        return self.eval_dir / f"{split}.hyp.txt"
+    def hypotheses_file(self, split: str, checkpoint: str = "latest") -> Path:
+        return self.eval_dir / f"{split}{_rule_suffix(checkpoint)}.hyp.txt"
 
     def create(self) -> RunDirectory:
         """Makes the directory (and parents) if needed; refuses a path that is a file."""
@@ -128,7 +142,8 @@ class RunDirectory:
         lines = self.metrics_file.read_text().splitlines()
         return [json.loads(line) for line in lines if line.strip()]
 
-    def read_eval_result(self, split: str) -> dict | None:
-        """What ``eval.py`` wrote for ``split``, or None if it has not been evaluated."""
-        path = self.eval_result_file(split)
+    def read_eval_result(self, split: str, checkpoint: str = "latest") -> dict | None:
+        """What ``eval.py`` wrote for ``split`` under ``checkpoint``, or None if it has not been
+        evaluated that way."""
+        path = self.eval_result_file(split, checkpoint)
         return json.loads(path.read_text()) if path.exists() else None

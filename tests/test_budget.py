@@ -1,5 +1,7 @@
 """A time budget counts training time across interruptions, so equal budgets stay equal."""
 
+import time
+
 import pytest
 
 from seq2seq.run_directory import RunDirectory
@@ -46,3 +48,31 @@ def test_the_clock_counts_finished_steps_not_dispatched_ones(tmp_path):
     interval = first["step_seconds"] * 30  # from the loop's start to the end of step 30
     step = min(r["step_seconds"] for r in later)  # one step, compiled
     assert interval - first["elapsed_seconds"] <= 3 * step + 0.05
+
+
+@pytest.mark.slow
+def test_validation_time_is_not_training_time(tmp_path):
+    # A model that takes more, cheaper steps validates more often under eval.every_steps; were
+    # decoding counted, it would lose training time to it and equal budgets would not be equal.
+    config = tiny_config("transformer")
+    config.train.steps = 40
+    config.train.log_every_steps = 10
+    config.eval.every_steps = 10
+    config.checkpoint.every_steps = 1_000
+    pause = 1.5
+
+    def slow_validation(state):
+        time.sleep(pause)
+        return {"bleu": 0.0}
+
+    start = time.monotonic()
+    summary = train(config, tmp_path, lambda *args: slow_validation)
+    wall = time.monotonic() - start
+    records = RunDirectory(tmp_path).read_metrics()
+    validations = [r for r in records if r["kind"] == "validation"]
+    assert [r["step"] for r in validations] == [10, 20, 30, 40]
+    trained = [r for r in records if r["kind"] == "train"]
+    # Four pauses of 1.5 s happened inside the loop's clock; none of them is in its count.
+    assert summary.elapsed_seconds < wall - 4 * pause
+    assert trained[-1]["elapsed_seconds"] < wall - 3 * pause  # the 4th comes after step 40
+    assert max(r["step_seconds"] for r in trained[1:]) < pause / 10  # nor in steps' timing

@@ -207,8 +207,10 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
     assert "checkpoint: each run's best by validation BLEU" in text
     assert f"Checkpoints scored: `tiny_rnnsearch` step {best}." in text
 
-    # The same runs scored by the mean of their last two checkpoints: decoded anew (the best
-    # step's evaluation is not current for it), then reused by a rerun.
+    # The same runs scored by the mean of their last two checkpoints: decoded anew into a file
+    # of its own (the best step's scores stay as they were), then reused by a rerun.
+    split = outcomes[0].config.data.test_split
+    best_scores = run.eval_result_file(split, "best").read_text()
     averaged = dataclasses.replace(settings, checkpoint="average:2")
     outcomes, report = compare(
         [RunSpec("tiny_rnnsearch", config_file)], tmp_path / "work", averaged, "average"
@@ -217,7 +219,9 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
     scored = f"average of the last 2: steps {saved[-2]}, {saved[-1]}"
     assert outcomes[0].result["checkpoint"] == scored
     assert "checkpoint: the parameter mean of each run's last 2" in report.read_text()
-    eval_json = run.eval_result_file(outcomes[0].config.data.test_split)
+    assert run.eval_result_file(split, "best").read_text() == best_scores
+    eval_json = run.eval_dir / f"{split}@average2.json"
+    assert json.loads(eval_json.read_text())["checkpoint"] == scored
     written = eval_json.stat().st_mtime_ns
     compare([RunSpec("tiny_rnnsearch", config_file)], tmp_path / "work", averaged, "again")
     assert eval_json.stat().st_mtime_ns == written

@@ -187,7 +187,7 @@ def evaluated(workdir):
 @pytest.mark.slow
 def test_bleu_and_chrf_equal_sacrebleu_on_the_hypothesis_file(workdir, evaluated):
     result = json.loads(evaluated[-1])
-    hypotheses = (workdir / "eval" / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
+    hypotheses = (workdir / "eval" / "test@average2.hyp.txt").read_text("utf-8").split("\n")
     assert hypotheses.pop() == ""  # the file ends with a newline
     references = [target for _, target in synthetic.load_split("test")]
     assert len(hypotheses) == len(references) == result["n"]
@@ -201,9 +201,9 @@ def test_bleu_and_chrf_equal_sacrebleu_on_the_hypothesis_file(workdir, evaluated
 @pytest.mark.slow
 def test_printed_scores_and_json_file_agree(workdir, evaluated):
     printed = json.loads(evaluated[-1])
-    saved = json.loads((workdir / "eval" / "test.json").read_text())
+    saved = json.loads((workdir / "eval" / "test@average2.json").read_text())
     assert printed == saved
-    hypotheses = (workdir / "eval" / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
+    hypotheses = (workdir / "eval" / "test@average2.hyp.txt").read_text("utf-8").splitlines()
     references = [target for _, target in synthetic.load_split("test")]
     # The scores printed are those of the file written (tokenized_bleu is checked by hand above).
     assert printed["tok_bleu"] == pytest.approx(
@@ -218,7 +218,7 @@ def test_printed_scores_and_json_file_agree(workdir, evaluated):
 
 @pytest.mark.slow
 def test_the_scores_carry_the_run_s_provenance_and_the_evaluator_s(workdir, evaluated):
-    saved = json.loads((workdir / "eval" / "test.json").read_text())["provenance"]
+    saved = json.loads((workdir / "eval" / "test@average2.json").read_text())["provenance"]
     assert saved["run"] == provenance.read_entries(workdir)[-1]
     assert saved["run"]["packages"]["flax"] == importlib.metadata.version("flax")
     assert saved["changed_during_run"] == []

@@ -18,6 +18,27 @@ def test_a_file_is_refused_as_a_work_directory(tmp_path):
     assert path.read_text() == "keep me"
 
 
+def test_each_checkpoint_rule_has_its_own_eval_files(tmp_path):
+    run = RunDirectory(tmp_path)
+    names = {
+        rule: (
+            run.eval_result_file("test_2016", rule).name,
+            run.hypotheses_file("test_2016", rule).name,
+        )
+        for rule in ("latest", "best", "average:5", "1500")
+    }
+    assert names == {
+        "latest": ("test_2016.json", "test_2016.hyp.txt"),
+        "best": ("test_2016@best.json", "test_2016@best.hyp.txt"),
+        "average:5": ("test_2016@average5.json", "test_2016@average5.hyp.txt"),
+        "1500": ("test_2016@step1500.json", "test_2016@step1500.hyp.txt"),
+    }
+    run.eval_dir.mkdir()
+    run.eval_result_file("test_2016", "best").write_text('{"bleu": 1.0}')
+    assert run.read_eval_result("test_2016", "best") == {"bleu": 1.0}
+    assert run.read_eval_result("test_2016") is None
+
+
 def test_identity_covers_every_data_key_and_only_the_chosen_model():
     config = tiny_config("transformer")
     keys = config_lib.identity_keys(config)

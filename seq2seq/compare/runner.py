@@ -132,7 +132,7 @@ def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: 
     """The run's eval JSON for the comparison's split and decoding; reused when it is current
     (same checkpoint, beam, alpha and sentence count), else decoded now."""
     split = settings.split or config.data.test_split
-    previous = run.read_eval_result(split)
+    previous = run.read_eval_result(split, settings.checkpoint)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
         choice = choose_checkpoints(
@@ -155,6 +155,7 @@ def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: 
         beam_size=settings.beam_size,
         alpha=settings.alpha,
         max_sentences=settings.max_test_sentences or None,
+        filed_as=settings.checkpoint,
     )
 
 

@@ -78,12 +78,16 @@ def evaluate(
     beam_size: int | None = None,
     alpha: float | None = None,
     max_sentences: int | None = None,
+    filed_as: str | None = None,
 ) -> dict[str, object]:
     """Translates ``split`` (default: the config's test split), writes and scores it.
 
     ``split`` is a role (``train``, ``validation``, ``test``: the config's splits) or a split's
     own name or file stem (``test_2016_flickr``). Writes ``eval/SPLIT.hyp.txt`` (line i
-    translates source line i) and ``eval/SPLIT.json``, SPLIT being the split's own name.
+    translates source line i) and ``eval/SPLIT.json``, SPLIT being the split's own name; under
+    any checkpoint rule but ``latest`` the files are ``eval/SPLIT@RULE.*`` (``RunDirectory``), so
+    scoring one run by two rules keeps both. ``filed_as`` names the rule to file under when
+    ``checkpoint`` is the step that rule resolved to (the comparison's ``best``).
     ``max_sentences`` scores only the first N pairs (quick looks and tests; recorded).
     """
     config = RunDirectory(workdir).load_config()
@@ -106,9 +110,9 @@ def evaluate(
         **facts,
         "provenance": provenance.for_evaluation(workdir),
     }
-    run = RunDirectory(workdir)
-    _write_lines(run.hypotheses_file(split), hypotheses)
-    run.eval_result_file(split).write_text(json.dumps(result, indent=2) + "\n")
+    run, rule = RunDirectory(workdir), filed_as or checkpoint
+    _write_lines(run.hypotheses_file(split, rule), hypotheses)
+    run.eval_result_file(split, rule).write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 

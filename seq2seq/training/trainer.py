@@ -188,12 +188,15 @@ class _Loop:
         self.batch_sharding = sharding.batch_sharding(mesh)
         self.batch_flops = batch_flops  # (source lengths, target lengths) -> training FLOPs
         self.loss = math.nan
-        self.seconds = 0.0  # this session's training time
+        self.seconds = 0.0  # this session's training time (validation left out)
         self.steps_run = 0  # steps trained in this session
         # Spent across every session of the run: saved with each checkpoint, so a time budget
         # and the FLOP axis of the report continue where an interrupted run stopped.
         self.progress = {"elapsed_seconds": 0.0, "train_flops": 0.0}
         self._session_start_elapsed = 0.0
+        # Validation decodes, it does not train: its time is left out of the budget, so a model
+        # that takes more (cheaper) steps and so validates more often loses no training time.
+        self._validation_seconds = 0.0  # this session's
         self._pending: list[dict] = []  # per-step metrics since the last log line
         self._padding: list[float] = []
         self._interval_start = time.monotonic()
@@ -232,11 +235,11 @@ class _Loop:
                 logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
                 break
         progress.close()
-        self.seconds = time.monotonic() - start
+        self.seconds = time.monotonic() - start - self._validation_seconds
         return state
 
     def _update_elapsed(self) -> None:
-        session = time.monotonic() - self._start
+        session = time.monotonic() - self._start - self._validation_seconds
         self.progress["elapsed_seconds"] = self._session_start_elapsed + session
 
     def _one_step(self, state: TrainState) -> TrainState:
@@ -277,7 +280,11 @@ class _Loop:
         return self.validate is not None and every > 0 and step % every == 0
 
     def _validate(self, state: TrainState, step: int) -> dict:
+        start = time.monotonic()
         metrics = self.validate(state)
+        spent = time.monotonic() - start
+        self._validation_seconds += spent
+        self._interval_start += spent  # nor does it count in the next log line's tokens/s
         samples = metrics.pop("samples", [])
         self.writer.write(
             step, {"kind": "validation", **metrics, **self.progress}, prefix="validation"
