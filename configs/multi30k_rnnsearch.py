@@ -20,8 +20,11 @@ by the comparison's second sweep, each model with the same four 5-minute trials 
     steps                               985          976          504          507   <- 1024, 6e-3
 
 The same command's final run: 40.34 sacreBLEU on test_2016_flickr after 25 minutes (beam 4,
-5,052 steps). Smaller batches cost nothing in throughput here (2,650-2,680 target tokens/s at
-either size) and give twice the updates. Not yet measured after 60 minutes with these values.
+5,052 steps); continued to 60 minutes, 39.47 (11,974 steps; 40.07 with ``--checkpoint
+average:5``): at twice the updates it overfits again (validation perplexity 5.41 after 22
+minutes, 5.86 at 60), so an hour-long run wants more regularisation than the 25-minute one.
+Smaller batches cost nothing in throughput here (2,650-2,680 target tokens/s at either size)
+and give twice the updates.
 
 The first sweep (2026-11-23, batches of 2048, dropout 0.2 and no smoothing then) chose a peak of
 4e-3 after 150 warm-up steps over 2e-3 and 400 steps:

@@ -97,7 +97,8 @@ def default_config() -> ml_collections.ConfigDict:
     config.train = train = ml_collections.ConfigDict()
     train.steps = 100_000  # optimizer updates
     train.log_every_steps = 100  # steps between metrics.jsonl lines
-    train.time_budget_minutes = 0.0  # stop cleanly (with a checkpoint) after this; 0 for none
+    # The budget counts minutes of training across resumes; validation decoding is left out.
+    train.time_budget_minutes = 0.0  # stop (with a checkpoint) after this; 0: no budget
     train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (parameters stay float32)
     train.optimizer = "adam"  # "adam" (Vaswani et al.) or "adadelta" (Bahdanau et al.)
     train.learning_rate = 1.0  # peak rate; a multiplier of d_model^-0.5 for schedule "transformer"

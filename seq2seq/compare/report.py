@@ -314,7 +314,8 @@ def _markdown(
         "",
         "Columns: test sacreBLEU (detokenized), the papers' tokenized BLEU, chrF, parameters, "
         "analytic training FLOPs, mean target tokens/s after the first log interval, training "
-        "wall time (counted across resumes), optimizer steps, best validation perplexity, "
+        "wall time (validation left out, counted across resumes), optimizer steps, best "
+        "validation perplexity, "
         "test-set decoding speed (compile included). With several seeds: mean ± std (max).",
         "",
     ]
