@@ -4,8 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from seq2seq.models.base import PAD_ID
-from seq2seq.training.losses import smoothed_cross_entropy
+from seq2seq.models.base import PAD_ID, OutputLayer
+from seq2seq.training.losses import projected_cross_entropy, smoothed_cross_entropy
 from seq2seq.training.schedules import transformer_schedule
 from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
@@ -86,3 +86,54 @@ def test_bfloat16_computes_in_bfloat16_but_keeps_float32_parameters_and_loss(mod
     assert all(leaf.dtype == np.float32 for leaf in jax.tree.leaves(state.params))
     assert losses[-1].dtype == np.float32
     assert float(losses[-1]) < 0.8 * float(losses[0])
+
+
+def test_projected_loss_of_the_three_class_case_by_hand():
+    # The case above through an identity output layer, one time step per chunk: the same
+    # hand-computed sums.
+    features = np.log(np.array([[[1.0, 2.0, 1.0], [2.0, 1.0, 1.0], [9.0, 1.0, 1.0]]], np.float32))
+    targets = np.array([[1, 2, PAD_ID]])
+    output = OutputLayer(np.eye(3, dtype=np.float32))
+    loss, nll, tokens = projected_cross_entropy(features, output, targets, 0.3, chunk_tokens=1)
+    np.testing.assert_allclose(loss, 3.1 * np.log(2), rtol=1e-6)
+    np.testing.assert_allclose(nll, 3 * np.log(2), rtol=1e-6)
+    assert tokens == 2
+
+
+@pytest.mark.parametrize("chunk_tokens", [4, 9, None])  # 1 or 2 time steps a chunk, or all
+@pytest.mark.parametrize("vocab_first", [True, False])  # a tied embedding [V, D], a kernel [D, V]
+def test_projected_loss_and_gradients_equal_the_loss_on_full_logits(vocab_first, chunk_tokens):
+    keys = jax.random.split(jax.random.key(0), 4)
+    batch, length, width, vocab = 4, 7, 6, 11  # 7 steps: the last chunk is padded
+    features = jax.random.normal(keys[0], (batch, length, width))
+    weights = jax.random.normal(keys[1], (vocab, width) if vocab_first else (width, vocab))
+    bias = None if vocab_first else jax.random.normal(keys[2], (vocab,))
+    targets = jax.random.randint(keys[3], (batch, length), 1, vocab).at[:, 5:].set(PAD_ID)
+
+    def full(features, weights, bias):  # the logits whole, then optax's cross-entropy
+        output = OutputLayer(weights, bias, vocab_first)
+        return smoothed_cross_entropy(output(features), targets, 0.1)
+
+    def chunked(features, weights, bias):
+        output = OutputLayer(weights, bias, vocab_first)
+        return projected_cross_entropy(features, output, targets, 0.1, chunk_tokens)
+
+    sums = zip(full(features, weights, bias), chunked(features, weights, bias), strict=True)
+    for expected, actual in sums:
+        np.testing.assert_allclose(actual, expected, rtol=1e-5)
+    arguments = (0, 1) if bias is None else (0, 1, 2)
+    expected = jax.grad(lambda *a: full(*a)[0], argnums=arguments)(features, weights, bias)
+    actual = jax.jit(jax.grad(lambda *a: chunked(*a)[0], argnums=arguments))(
+        features, weights, bias
+    )
+    for e, a in zip(expected, actual, strict=True):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
+    assert float(np.abs(actual[0][:, 5:]).max()) == 0.0  # padding positions get no gradient
+
+
+def test_projected_loss_refuses_to_differentiate_its_nll():
+    features = np.ones((1, 2, 3), np.float32)
+    output = OutputLayer(np.eye(3, dtype=np.float32))
+    targets = np.array([[1, 2]])
+    with pytest.raises(NotImplementedError, match="loss sum only"):
+        jax.grad(lambda f: projected_cross_entropy(f, output, targets, 0.1)[1])(features)

@@ -2,7 +2,9 @@
 
 A model is used in three ways, and both models serve all three through the same methods:
 
-* training (teacher forcing): ``logits, aux = model(source, target_inputs, dropout=...)``;
+* training (teacher forcing): ``logits, aux = model(source, target_inputs, dropout=...)``, or
+  with ``project=False`` the decoder's output features [B, T, D] before the pre-softmax
+  projection, which ``model.output_layer()`` returns (the loss applies it chunk by chunk);
 * decoding: ``encoded = model.encode(source)``,
   ``encoded, cache = model.start_decoding(encoded, max_length)``, then
   ``logits, aux, cache = model.decode(encoded, tokens, cache=cache)`` one token at a time;
@@ -20,7 +22,7 @@ keys and values, a recurrent state). A beam search repeats and reorders the cach
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +33,25 @@ from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-
 Array = jax.Array
 Encoded = dict[str, Array]
 Cache = dict[str, Any]
+
+
+class OutputLayer(NamedTuple):
+    """The pre-softmax projection, ``logits = features @ W + b``, as parameters.
+
+    One definition for decoding (``__call__``) and for the training loss, which applies it to a
+    few hundred tokens at a time (``seq2seq.training.losses.projected_cross_entropy``).
+    """
+
+    weights: Array  # [V, D] when vocab_first (an embedding table, tied output), else [D, V]
+    bias: Array | None = None  # [V]
+    vocab_first: bool = False
+
+    def __call__(self, features: Array) -> Array:
+        """Logits [..., V] in float32 from features [..., D]."""
+        features = features.astype(jnp.float32)
+        weights = self.weights.astype(jnp.float32)
+        logits = features @ weights.T if self.vocab_first else features @ weights
+        return logits if self.bias is None else logits + self.bias.astype(jnp.float32)
 
 
 class Seq2SeqModel(Protocol):
@@ -54,13 +75,19 @@ class Seq2SeqModel(Protocol):
         target_segments: Array | None = None,
         dropout: Dropout | None = None,
         return_attention: bool = False,
+        project: bool = True,
     ) -> tuple[Array, dict[str, Array], Cache | None]:
         """Next-token logits [B, T, V] for a target prefix [B, T].
 
         Without a cache the whole prefix is decoded in parallel (teacher forcing). With a cache
         (from ``start_decoding``), ``target_inputs`` is the single newest token [B * N, 1] of
-        each of N hypotheses per sentence, and the cache carries their past.
+        each of N hypotheses per sentence, and the cache carries their past. With
+        ``project=False`` the first output is the features [B, T, D] that ``output_layer()``
+        turns into those logits.
         """
+
+    def output_layer(self) -> OutputLayer:
+        """The pre-softmax projection's parameters (read by the training loss)."""
 
     def __call__(
         self,
@@ -71,8 +98,9 @@ class Seq2SeqModel(Protocol):
         target_segments: Array | None = None,
         dropout: Dropout | None = None,
         return_attention: bool = False,
+        project: bool = True,
     ) -> tuple[Array, dict[str, Array]]:
-        """Teacher-forced logits [B, T, V] and aux."""
+        """Teacher-forced logits [B, T, V] (features [B, T, D] if not ``project``) and aux."""
 
 
 class EncoderDecoder(nnx.Module):
@@ -87,17 +115,20 @@ class EncoderDecoder(nnx.Module):
         target_segments: Array | None = None,
         dropout: Dropout | None = None,
         return_attention: bool = False,
+        project: bool = True,
     ) -> tuple[Array, dict[str, Array]]:
-        """Teacher-forced logits [B, T, V] and aux (``cross_attention`` when asked for)."""
+        """Teacher-forced logits [B, T, V] and aux (``cross_attention`` when asked for); with
+        ``project=False`` the features [B, T, D] before ``output_layer()`` instead of logits."""
         encoded = self.encode(source, source_segments=source_segments, dropout=dropout)
-        logits, aux, _ = self.decode(
+        outputs, aux, _ = self.decode(
             encoded,
             target_inputs,
             target_segments=target_segments,
             dropout=dropout,
             return_attention=return_attention,
+            project=project,
         )
-        return logits, aux
+        return outputs, aux
 
 
 class Dropout:

@@ -42,6 +42,7 @@ from seq2seq.models.base import (
     Dropout,
     Encoded,
     EncoderDecoder,
+    OutputLayer,
     apply_dropout,
     check_shared_vocabulary,
 )
@@ -339,8 +340,10 @@ class RNNSearch(EncoderDecoder):
         target_segments: Array | None = None,
         dropout: Dropout | None = None,
         return_attention: bool = False,
+        project: bool = True,
     ) -> tuple[Array, dict[str, Array], Cache | None]:
-        """Logits [B, T, V] for inputs ``y_0 .. y_{T-1}``, starting from ``s_0`` or the cache.
+        """Logits [B, T, V] for inputs ``y_0 .. y_{T-1}``, starting from ``s_0`` or the cache
+        (with ``project=False``, the maxout outputs ``t_i`` [B, T, l] that ``W_o`` projects).
 
         ``aux["cross_attention"]`` ([B, 1 layer, 1 head, T, S], as the Transformer's) is given
         when asked for and the model attends; RNNencdec has no attention to give.
@@ -363,12 +366,12 @@ class RNNSearch(EncoderDecoder):
             final_state, previous_states, contexts, weights = self._run_with_attention(
                 encoded, state, projected
             )
-        logits = self._deep_output(previous_states, embedded, contexts, dropout)
+        t = self._deep_output(previous_states, embedded, contexts, dropout)
         aux = {}
         if return_attention and weights is not None:
             aux["cross_attention"] = weights[:, None, None]  # [B, 1, 1, T, S]
         new_cache = None if cache is None else {"state": final_state}
-        return logits, aux, new_cache
+        return (self.output_layer()(t) if project else t), aux, new_cache
 
     def _run_with_attention(self, encoded: Encoded, state: Array, projected: Array):
         """The decoder GRU with a fresh ``c_i`` at every step (Appendix A.2.2).
@@ -413,7 +416,10 @@ class RNNSearch(EncoderDecoder):
         return final_state, jnp.swapaxes(previous_states, 0, 1), context[:, None]
 
     def _deep_output(self, previous_states, embedded, contexts, dropout) -> Array:
-        """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, maxout, ``W_o t``."""
+        """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, then maxout: ``t``."""
         t_tilde = self.u_o(previous_states) + self.v_o(embedded) + self.c_o(contexts)
-        t = apply_dropout(maxout(t_tilde), self.config.dropout_rate, dropout)  # [B, T, l]
-        return self.w_o(t).astype(jnp.float32)
+        return apply_dropout(maxout(t_tilde), self.config.dropout_rate, dropout)  # [B, T, l]
+
+    def output_layer(self) -> OutputLayer:
+        """``W_o`` (Appendix A.2.2): logits ``W_o t_i + b_o`` from the maxout outputs."""
+        return OutputLayer(self.w_o.kernel[...], self.w_o.bias[...])

@@ -29,6 +29,7 @@ from seq2seq.models.base import (
     Dropout,
     Encoded,
     EncoderDecoder,
+    OutputLayer,
     apply_dropout,
     check_shared_vocabulary,
 )
@@ -308,11 +309,11 @@ class Transformer(EncoderDecoder):
             x = x + sinusoidal_positions(positions, self.config.d_model)
         return apply_dropout(x.astype(self.dtype), self.config.dropout_rate, dropout)
 
-    def _logits(self, x: Array) -> Array:
+    def output_layer(self) -> OutputLayer:
         """Pre-softmax projection, tied to the target embedding by default (Section 3.4)."""
         if self.config.tie_output:
-            return self.target_embedding.attend(x.astype(jnp.float32))
-        return self.output_projection(x).astype(jnp.float32)
+            return OutputLayer(self.target_embedding.embedding[...], vocab_first=True)
+        return OutputLayer(self.output_projection.kernel[...])
 
     # -- the contract ----------------------------------------------------------------------
 
@@ -367,13 +368,18 @@ class Transformer(EncoderDecoder):
         target_segments: Array | None = None,
         dropout: Dropout | None = None,
         return_attention: bool = False,
+        project: bool = True,
     ) -> tuple[Array, dict[str, Array], Cache | None]:
-        """Logits [B, T, V]; with a cache, ``target_inputs`` is the newest token [B, 1]."""
+        """Logits [B, T, V] (features [B, T, D] if not ``project``); with a cache,
+        ``target_inputs`` is the newest token [B, 1]."""
         if cache is None:
-            return self._decode_parallel(
+            x, aux = self._decode_parallel(
                 encoded, target_inputs, target_segments, dropout, return_attention
             )
-        return self._decode_step(encoded, target_inputs, cache, return_attention)
+            cache_out = None
+        else:
+            x, aux, cache_out = self._decode_step(encoded, target_inputs, cache, return_attention)
+        return (self.output_layer()(x) if project else x), aux, cache_out
 
     # -- decoding, parallel (teacher forcing) and incremental ------------------------------
 
@@ -395,7 +401,7 @@ class Transformer(EncoderDecoder):
             return layer(x, None, self_mask, cross_kv, cross_mask, dropout, return_attention)
 
         x, weights = run_layers(self.decoder_layers, x, apply, dropout, self.config.scan_layers)
-        return *self._finish(x, weights), None
+        return self._finish(x, weights)
 
     def _decode_step(self, encoded, tokens, cache, return_attention):
         index = cache["index"]  # [B], the position of ``tokens``
@@ -423,8 +429,8 @@ class Transformer(EncoderDecoder):
         return *self._finish(x, jnp.stack(weights) if return_attention else None), new_cache
 
     def _finish(self, x, weights):
-        """Logits, and the cross-attention weights (stacked [L, B, H, T, S]) if there are any."""
+        """Output features, and the cross-attention weights (stacked [L, B, H, T, S]) if any."""
         if self.config.norm == "pre":
             x = self.decoder_norm(x)
         aux = {} if weights is None else {"cross_attention": jnp.moveaxis(weights, 0, 1)}
-        return self._logits(x), aux  # aux["cross_attention"]: [B, L, H, T, S]
+        return x, aux  # aux["cross_attention"]: [B, L, H, T, S]
