@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from seq2seq.dropout import dropout
+
 Array = jax.Array
 Scoring = Literal["additive", "dot", "general", "scaled_dot"]
 
@@ -244,8 +246,7 @@ def scaled_dot_product_attention(
         scaled_dot_product_scores(queries, keys, heads_first=heads_first), mask
     )
     if use_dropout:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+        weights = dropout(weights, dropout_rate, dropout_rng)
     outputs = weighted_values(weights, values, heads_first=heads_first)
     return outputs, (weights if return_weights else None)
 

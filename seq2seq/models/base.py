@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from seq2seq.dropout import dropout
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
 
 Array = jax.Array
@@ -146,11 +147,11 @@ class Dropout:
         return self._rngs.dropout()
 
     def __call__(self, x: Array, rate: float) -> Array:
-        """Zeroes each element with probability ``rate`` and rescales the rest by 1/(1-rate)."""
+        """Zeroes each element with probability ``rate`` and rescales the rest
+        (``seq2seq.dropout``: 16 random bits per element)."""
         if rate <= 0.0:
             return x
-        keep = jax.random.bernoulli(self.next_key(), 1.0 - rate, x.shape)
-        return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
+        return dropout(x, rate, self.next_key())
 
 
 def check_shared_vocabulary(config) -> None:
