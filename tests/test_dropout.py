@@ -27,16 +27,23 @@ def test_kept_fraction_matches_the_rate():
         assert abs(observed - keep_probability) < 5 * np.sqrt(rate * (1 - rate) / N)
 
 
-def test_the_two_halves_of_a_random_word_decide_independently():
+def test_the_four_draws_of_one_hash_call_decide_independently():
     rate = 0.1
-    keep, _ = keep_mask(jax.random.key(1), rate, (N // 2, 2))
+    keep, _ = keep_mask(jax.random.key(1), rate, (N // 4, 4))
     dropped = ~np.asarray(keep)
-    both = float((dropped[:, 0] & dropped[:, 1]).mean())
-    # Independent halves drop together with probability rate^2 = 0.01; equal halves, 0.1.
-    assert abs(both - rate * rate) < 5 * np.sqrt(rate * rate / (N // 2))
-    # Neighbouring rows (different words) are independent too.
-    across = float((dropped[:-1, 1] & dropped[1:, 0]).mean())
-    assert abs(across - rate * rate) < 5 * np.sqrt(rate * rate / (N // 2))
+    tolerance = 5 * np.sqrt(rate * rate / (N // 4))
+    # Independent draws drop together with probability rate^2 = 0.01; equal ones, 0.1.
+    for a, b in [(0, 1), (1, 2), (2, 3), (0, 3)]:
+        assert abs(float((dropped[:, a] & dropped[:, b]).mean()) - rate * rate) < tolerance
+    # Neighbouring calls (counters i and i + 1) are independent too.
+    across = float((dropped[:-1, 3] & dropped[1:, 0]).mean())
+    assert abs(across - rate * rate) < tolerance
+
+
+def test_keys_of_every_generator_are_accepted():
+    for key in (jax.random.PRNGKey(5), jax.random.key(5, impl="rbg")):
+        keep, _ = keep_mask(key, 0.5, (4096,))
+        assert 0.45 < float(keep.mean()) < 0.55
 
 
 def test_survivors_are_rescaled_so_the_expectation_is_the_input():
