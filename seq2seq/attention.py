@@ -161,7 +161,10 @@ def additive_scores(projected_queries: Array, projected_keys: Array, v: Array) -
       [B, 1, T, S] scores (one "head", so the masks and softmax below serve all scorings).
     """
     hidden = jnp.tanh(projected_queries[:, :, None, :] + projected_keys[:, None, :, :])  # [B,T,S,A]
-    return jnp.einsum("btsa,a->bts", hidden, v)[:, None]
+    scores = jnp.einsum(
+        "btsa,a->bts", hidden, v.astype(hidden.dtype), preferred_element_type=jnp.float32
+    )  # in the compute dtype, accumulated in float32
+    return scores[:, None]
 
 
 def masked_softmax(scores: Array, mask: Array | None) -> Array:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import jax
+import jax.extend.core
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,3 +106,18 @@ def train_command(workdir, model: str = "transformer", *overrides: str) -> list[
         "--workdir", str(workdir), "--config.data.tokens_per_batch=512",
         "--config.train.time_budget_minutes=0", *SHRINK[model], *overrides,
     ]  # fmt: skip
+
+
+def dot_operand_dtypes(function, *args) -> set[tuple[str, str]]:
+    """(lhs, rhs) dtypes of every matrix product in ``function``'s jaxpr, nested ones included."""
+    found = set()
+
+    def walk(jaxpr):
+        for equation in jaxpr.eqns:
+            if equation.primitive.name == "dot_general":
+                found.add(tuple(str(v.aval.dtype) for v in equation.invars))
+            for sub in jax.extend.core.jaxprs_in_params(equation.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(function)(*args).jaxpr)
+    return found

@@ -15,11 +15,12 @@ from seq2seq.models.base import (
 )
 from seq2seq.models.rnnsearch import GRU, maxout, paper_initializers
 from seq2seq.models.transformer import positions_from_segments, sinusoidal_positions
+from tests.conftest import dot_operand_dtypes
 
 VOCAB = 40
 
 
-def _transformer(norm="post"):
+def _transformer(norm="post", **overrides):
     config = TransformerConfig(
         VOCAB,
         VOCAB,
@@ -31,11 +32,12 @@ def _transformer(norm="post"):
         encoder_layers=2,
         decoder_layers=2,
         norm=norm,
+        **overrides,
     )
     return Transformer(config, rngs=nnx.Rngs(0))
 
 
-def _rnnsearch(attention="additive"):
+def _rnnsearch(attention="additive", **overrides):
     config = RNNSearchConfig(
         VOCAB,
         VOCAB,
@@ -45,6 +47,7 @@ def _rnnsearch(attention="additive"):
         alignment_size=10,
         maxout_size=8,
         attention=attention,
+        **overrides,
     )
     model = RNNSearch(config, rngs=nnx.Rngs(0))
     if attention == "additive":  # v_a starts at zero, which would make attention uniform
@@ -276,3 +279,27 @@ def test_scanned_program_does_not_grow_with_depth():
     assert equations(scan=False, layers=4) > equations(scan=False, layers=2)
     # Scanned, one program whatever the depth (the parameters are stacked by one op each).
     assert equations(scan=True, layers=4) == equations(scan=True, layers=2)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: _transformer("pre", dtype="bfloat16"),
+        lambda: _transformer(dtype="bfloat16", share_embeddings=False, tie_output=False),
+        lambda: _rnnsearch(dtype="bfloat16"),
+    ],
+    ids=["transformer_tied", "transformer_untied", "rnnsearch"],
+)
+def test_bfloat16_models_multiply_in_bfloat16_everywhere_and_give_float32_logits(build):
+    model = build()
+    source = jnp.array([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID]])
+    target = jnp.array([[10, 11, EOS_ID], [12, EOS_ID, PAD_ID]])
+
+    def logits(source, target):
+        return model(source, shift_right(target))[0]
+
+    # Every matrix product, the pre-softmax projection included, has bfloat16 operands (each
+    # accumulates in float32); a float32 parameter left uncast would show as a mixed pair.
+    assert dot_operand_dtypes(logits, source, target) == {("bfloat16", "bfloat16")}
+    assert logits(source, target).dtype == jnp.float32
+    assert model.output_layer().dtype == jnp.bfloat16

@@ -1,6 +1,7 @@
 """The training step learns; the schedule and the loss give the numbers worked out by hand."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -9,7 +10,7 @@ from seq2seq.training.losses import projected_cross_entropy, smoothed_cross_entr
 from seq2seq.training.schedules import transformer_schedule
 from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
-from tests.conftest import tiny_config
+from tests.conftest import dot_operand_dtypes, tiny_config
 
 
 @pytest.mark.parametrize("model_name", ["transformer", "rnnsearch"])
@@ -137,3 +138,31 @@ def test_projected_loss_refuses_to_differentiate_its_nll():
     targets = np.array([[1, 2]])
     with pytest.raises(NotImplementedError, match="loss sum only"):
         jax.grad(lambda f: projected_cross_entropy(f, output, targets, 0.1)[1])(features)
+
+
+@pytest.mark.parametrize("vocab_first", [True, False])
+def test_a_bfloat16_output_layer_multiplies_in_bfloat16_and_accumulates_in_float32(vocab_first):
+    keys = jax.random.split(jax.random.key(1), 3)
+    batch, length, width, vocab = 2, 6, 8, 13
+    features = jax.random.normal(keys[0], (batch, length, width), jnp.bfloat16)
+    weights = jax.random.normal(keys[1], (vocab, width) if vocab_first else (width, vocab))
+    targets = jax.random.randint(keys[2], (batch, length), 1, vocab)
+    output = OutputLayer(weights, None, vocab_first, jnp.bfloat16)
+
+    logits = output(features)
+    assert logits.dtype == jnp.float32
+    exact = OutputLayer(weights.astype(jnp.bfloat16).astype(jnp.float32), None, vocab_first)
+    np.testing.assert_allclose(logits, exact(features.astype(jnp.float32)), rtol=1e-5, atol=1e-5)
+
+    def loss(features, weights):
+        layer = OutputLayer(weights, None, vocab_first, jnp.bfloat16)
+        return projected_cross_entropy(features, layer, targets, 0.1, chunk_tokens=4)[0]
+
+    value, (features_gradient, weights_gradient) = jax.value_and_grad(loss, argnums=(0, 1))(
+        features, weights
+    )
+    assert (features_gradient.dtype, weights_gradient.dtype) == (jnp.bfloat16, jnp.float32)
+    full = smoothed_cross_entropy(exact(features.astype(jnp.float32)), targets, 0.1)[0]
+    np.testing.assert_allclose(value, full, rtol=1e-5)
+    products = dot_operand_dtypes(jax.grad(loss, argnums=(0, 1)), features, weights)
+    assert products == {("bfloat16", "bfloat16")}  # forward and both gradient products

@@ -40,18 +40,24 @@ class OutputLayer(NamedTuple):
     """The pre-softmax projection, ``logits = features @ W + b``, as parameters.
 
     One definition for decoding (``__call__``) and for the training loss, which applies it to a
-    few hundred tokens at a time (``seq2seq.training.losses.projected_cross_entropy``).
+    few hundred tokens at a time (``seq2seq.training.losses.projected_cross_entropy``). The
+    product runs in the model's compute dtype and accumulates in float32, like every other
+    layer's; the logits are float32 whatever that dtype.
     """
 
     weights: Array  # [V, D] when vocab_first (an embedding table, tied output), else [D, V]
     bias: Array | None = None  # [V]
     vocab_first: bool = False
+    dtype: Any = jnp.float32  # compute dtype of the product
 
     def __call__(self, features: Array) -> Array:
         """Logits [..., V] in float32 from features [..., D]."""
-        features = features.astype(jnp.float32)
-        weights = self.weights.astype(jnp.float32)
-        logits = features @ weights.T if self.vocab_first else features @ weights
+        weights = self.weights.astype(self.dtype)
+        logits = jnp.matmul(
+            features.astype(self.dtype),
+            weights.T if self.vocab_first else weights,
+            preferred_element_type=jnp.float32,
+        )
         return logits if self.bias is None else logits + self.bias.astype(jnp.float32)
 
 

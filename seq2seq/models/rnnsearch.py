@@ -422,4 +422,4 @@ class RNNSearch(EncoderDecoder):
 
     def output_layer(self) -> OutputLayer:
         """``W_o`` (Appendix A.2.2): logits ``W_o t_i + b_o`` from the maxout outputs."""
-        return OutputLayer(self.w_o.kernel[...], self.w_o.bias[...])
+        return OutputLayer(self.w_o.kernel[...], self.w_o.bias[...], dtype=self.dtype)

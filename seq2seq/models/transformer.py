@@ -277,8 +277,8 @@ class Transformer(EncoderDecoder):
             self.target_embedding if config.share_embeddings else embed(config.source_vocab_size)
         )
         if not config.tie_output:
-            self.output_projection = nnx.Linear(
-                config.d_model, config.target_vocab_size, use_bias=False, dtype=dtype, rngs=rngs
+            self.output_projection = nnx.Linear(  # only its kernel is read: output_layer()
+                config.d_model, config.target_vocab_size, use_bias=False, rngs=rngs
             )
         if config.positions == "learned":
             self.position_embedding = nnx.Embed(
@@ -312,8 +312,10 @@ class Transformer(EncoderDecoder):
     def output_layer(self) -> OutputLayer:
         """Pre-softmax projection, tied to the target embedding by default (Section 3.4)."""
         if self.config.tie_output:
-            return OutputLayer(self.target_embedding.embedding[...], vocab_first=True)
-        return OutputLayer(self.output_projection.kernel[...])
+            return OutputLayer(
+                self.target_embedding.embedding[...], vocab_first=True, dtype=self.dtype
+            )
+        return OutputLayer(self.output_projection.kernel[...], dtype=self.dtype)
 
     # -- the contract ----------------------------------------------------------------------
 

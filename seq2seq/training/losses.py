@@ -81,27 +81,38 @@ def projected_cross_entropy(
     batch, length, width = features.shape
     steps = length if chunk_tokens is None else max(1, min(length, chunk_tokens // batch))
     padding = -length % steps
-    features = jnp.pad(features.astype(jnp.float32), ((0, 0), (0, padding), (0, 0)))
+    features = jnp.pad(features, ((0, 0), (0, padding), (0, 0)))
     targets = jnp.pad(targets, ((0, 0), (0, padding)))  # padded tokens weigh nothing
     chunks = (length + padding) // steps
     features = features.reshape(batch, chunks, steps, width).swapaxes(0, 1)  # [C, B, steps, D]
     targets = targets.reshape(batch, chunks, steps).swapaxes(0, 1)  # [C, B, steps]
-    weights = output.weights.astype(jnp.float32)
     bias = None if output.bias is None else output.bias.astype(jnp.float32)
     loss_sum, nll_sum = _chunked_loss(
-        features, weights, bias, targets, label_smoothing, output.vocab_first
+        features,
+        output.weights,
+        bias,
+        targets,
+        label_smoothing,
+        output.vocab_first,
+        jnp.dtype(output.dtype),
     )
     return loss_sum, nll_sum, (targets != PAD_ID).sum().astype(jnp.float32)
+
+
+def _product(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a @ b`` in the operands' dtype, accumulated and returned in float32."""
+    return jnp.matmul(a, b, preferred_element_type=jnp.float32)
 
 
 def _chunk_loss(features, weights, bias, targets, epsilon, vocab_first):
     """One chunk: losses, NLLs (both [N], 0 at padding) and d(loss sum)/d(logits) [N, V].
 
-    ``features`` [N, D]. The smoothed target is ``(1 - epsilon) one_hot + epsilon / V``, so the
+    ``features`` [N, D] and ``weights`` in the compute dtype; the rest is float32. The smoothed
+    target is ``(1 - epsilon) one_hot + epsilon / V``, so the
     loss is ``(1 - epsilon) nll + epsilon (logsumexp - mean logit)`` and its gradient with
     respect to the logits ``softmax - smoothed target``.
     """
-    logits = features @ weights.T if vocab_first else features @ weights  # [N, V]
+    logits = _product(features, weights.T if vocab_first else weights)  # [N, V] float32
     if bias is not None:
         logits = logits + bias
     vocab_size = logits.shape[-1]
@@ -116,46 +127,59 @@ def _chunk_loss(features, weights, bias, targets, epsilon, vocab_first):
     return loss, nll, logit_gradient
 
 
-def _chunked_loss_forward(features, weights, bias, targets, epsilon, vocab_first, gradients):
-    """Loss and NLL sums over all chunks and, if ``gradients``, d(loss sum)/d(each input)."""
+def _chunked_loss_forward(features, weights, bias, targets, epsilon, vocab_first, dtype, gradients):
+    """Loss and NLL sums over all chunks and, if ``gradients``, d(loss sum)/d(each input).
+
+    The products run in ``dtype``; the sums and gradients accumulate in float32 and come back in
+    their inputs' dtypes.
+    """
     chunks, batch, steps, width = features.shape
+    compute_weights = weights.astype(dtype)  # cast once, not once per chunk
 
     def body(totals, chunk):
         chunk_features, chunk_targets = chunk
         rows = chunk_features.reshape(batch * steps, width)  # [N, D]
         loss, nll, logit_gradient = _chunk_loss(
-            rows, weights, bias, chunk_targets.reshape(-1), epsilon, vocab_first
+            rows, compute_weights, bias, chunk_targets.reshape(-1), epsilon, vocab_first
         )
         loss_sum, nll_sum, weights_gradient, bias_gradient = totals
         totals = (loss_sum + loss.sum(), nll_sum + nll.sum(), weights_gradient, bias_gradient)
         if not gradients:
             return totals, None
+        compute_gradient = logit_gradient.astype(dtype)
         if vocab_first:  # logits = features @ W^T, W [V, D]
-            features_gradient = logit_gradient @ weights
-            weights_gradient = weights_gradient + logit_gradient.T @ rows
+            features_gradient = _product(compute_gradient, compute_weights)
+            weights_gradient = weights_gradient + _product(compute_gradient.T, rows)
         else:  # logits = features @ W, W [D, V]
-            features_gradient = logit_gradient @ weights.T
-            weights_gradient = weights_gradient + rows.T @ logit_gradient
+            features_gradient = _product(compute_gradient, compute_weights.T)
+            weights_gradient = weights_gradient + _product(rows.T, compute_gradient)
         if bias is not None:
             bias_gradient = bias_gradient + logit_gradient.sum(axis=0)
         totals = (*totals[:2], weights_gradient, bias_gradient)
-        return totals, features_gradient.reshape(batch, steps, width)
+        return totals, features_gradient.astype(features.dtype).reshape(batch, steps, width)
 
     zero = jnp.zeros((), jnp.float32)
-    start = (zero, zero, jnp.zeros_like(weights), None if bias is None else jnp.zeros_like(bias))
-    totals, features_gradient = jax.lax.scan(body, start, (features, targets))
+    start = (
+        zero,
+        zero,
+        jnp.zeros(weights.shape, jnp.float32),
+        None if bias is None else jnp.zeros_like(bias),
+    )
+    totals, features_gradient = jax.lax.scan(body, start, (features.astype(dtype), targets))
+    loss_sum, nll_sum, weights_gradient, bias_gradient = totals
+    totals = (loss_sum, nll_sum, weights_gradient.astype(weights.dtype), bias_gradient)
     return totals, features_gradient
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _chunked_loss(features, weights, bias, targets, epsilon, vocab_first):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _chunked_loss(features, weights, bias, targets, epsilon, vocab_first, dtype):
     (loss_sum, nll_sum, _, _), _ = _chunked_loss_forward(
-        features, weights, bias, targets, epsilon, vocab_first, gradients=False
+        features, weights, bias, targets, epsilon, vocab_first, dtype, gradients=False
     )
     return loss_sum, nll_sum
 
 
-def _chunked_loss_fwd(features, weights, bias, targets, epsilon, vocab_first):
+def _chunked_loss_fwd(features, weights, bias, targets, epsilon, vocab_first, dtype):
     totals, features_gradient = _chunked_loss_forward(
         features.value,
         weights.value,
@@ -163,13 +187,14 @@ def _chunked_loss_fwd(features, weights, bias, targets, epsilon, vocab_first):
         targets.value,
         epsilon,
         vocab_first,
+        dtype,
         gradients=True,
     )
     loss_sum, nll_sum, weights_gradient, bias_gradient = totals
     return (loss_sum, nll_sum), (features_gradient, weights_gradient, bias_gradient)
 
 
-def _chunked_loss_bwd(epsilon, vocab_first, residuals, cotangents):
+def _chunked_loss_bwd(epsilon, vocab_first, dtype, residuals, cotangents):
     loss_cotangent, nll_cotangent = cotangents
     if not isinstance(nll_cotangent, SymbolicZero):
         raise NotImplementedError("projected_cross_entropy differentiates the loss sum only")
@@ -178,7 +203,7 @@ def _chunked_loss_bwd(epsilon, vocab_first, residuals, cotangents):
         loss_cotangent = 0.0
 
     def scale(gradient):
-        return None if gradient is None else loss_cotangent * gradient
+        return None if gradient is None else (loss_cotangent * gradient).astype(gradient.dtype)
 
     return scale(features_gradient), scale(weights_gradient), scale(bias_gradient), None
 
