@@ -24,6 +24,9 @@ Measured with this config (test_2016_flickr, beam 4): 35.78 sacreBLEU after 25 m
 included the validation decodes (~30 s each); since they are left out of the budget, seed 0
 scored 37.20 after 25 minutes of training (1,878 steps on a faster day: 2,320 target tokens/s
 against 1,790), the final run of the second sweep below.
+After the chunked loss and cheaper dropout (commit defe189, 2,967 target tokens/s) the same
+command without the sweep scored 37.80 after 25 minutes (2,386 steps; 39.61 averaging the last 5
+checkpoints).
 
 A second sweep (2026-11-24), the same four trials for both models, kept these values:
 
