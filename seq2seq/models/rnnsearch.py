@@ -155,8 +155,14 @@ def gru_new_state(state: Array, update: Array, candidate: Array) -> Array:
 
 
 def maxout(t_tilde: Array) -> Array:
-    """Appendix A.2.2: ``t_{i,j} = max(t~_{i,2j-1}, t~_{i,2j})``. [..., 2l] -> [..., l]."""
-    return jnp.max(t_tilde.reshape(*t_tilde.shape[:-1], -1, 2), axis=-1)
+    """Appendix A.2.2: ``t_{i,j} = max(t~_{i,2j-1}, t~_{i,2j})``. [..., 2l] -> [..., l].
+
+    Written as the maximum of the odd and the even units rather than a max over a [..., l, 2]
+    reshape, which computes the same thing: with the reshape, XLA on CPU fused the deep output's
+    three products, the maxout and the 8,000-way projection into one YNNPACK fusion that ran at
+    half the speed of its parts (beam search: 4.8 against 2.9 ms for those products a step).
+    """
+    return jnp.maximum(t_tilde[..., 0::2], t_tilde[..., 1::2])
 
 
 def fixed_context(projected_summary: Array) -> Array:
