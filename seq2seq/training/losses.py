@@ -108,9 +108,9 @@ def _chunk_loss(features, weights, bias, targets, epsilon, vocab_first):
     """One chunk: losses, NLLs (both [N], 0 at padding) and d(loss sum)/d(logits) [N, V].
 
     ``features`` [N, D] and ``weights`` in the compute dtype; the rest is float32. The smoothed
-    target is ``(1 - epsilon) one_hot + epsilon / V``, so the
-    loss is ``(1 - epsilon) nll + epsilon (logsumexp - mean logit)`` and its gradient with
-    respect to the logits ``softmax - smoothed target``.
+    target is ``(1 - epsilon) one_hot + epsilon / V``, so the loss is
+    ``(1 - epsilon) nll + epsilon (logsumexp - mean logit)`` and its gradient with respect to the
+    logits ``softmax - smoothed target``.
     """
     logits = _product(features, weights.T if vocab_first else weights)  # [N, V] float32
     if bias is not None:
