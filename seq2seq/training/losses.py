@@ -104,17 +104,15 @@ def _product(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.matmul(a, b, preferred_element_type=jnp.float32)
 
 
-def _chunk_loss(features, weights, bias, targets, epsilon, vocab_first):
+def _chunk_loss(features, output: OutputLayer, targets, epsilon):
     """One chunk: losses, NLLs (both [N], 0 at padding) and d(loss sum)/d(logits) [N, V].
 
-    ``features`` [N, D] and ``weights`` in the compute dtype; the rest is float32. The smoothed
-    target is ``(1 - epsilon) one_hot + epsilon / V``, so the loss is
+    ``features`` [N, D] are projected by ``output``, the model's own projection (float32
+    logits). The smoothed target is ``(1 - epsilon) one_hot + epsilon / V``, so the loss is
     ``(1 - epsilon) nll + epsilon (logsumexp - mean logit)`` and its gradient with respect to the
     logits ``softmax - smoothed target``.
     """
-    logits = _product(features, weights.T if vocab_first else weights)  # [N, V] float32
-    if bias is not None:
-        logits = logits + bias
+    logits = output(features)  # [N, V] float32
     vocab_size = logits.shape[-1]
     log_normaliser = jax.nn.logsumexp(logits, axis=-1)  # [N]
     target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
@@ -135,13 +133,12 @@ def _chunked_loss_forward(features, weights, bias, targets, epsilon, vocab_first
     """
     chunks, batch, steps, width = features.shape
     compute_weights = weights.astype(dtype)  # cast once, not once per chunk
+    output = OutputLayer(compute_weights, bias, vocab_first, dtype)
 
     def body(totals, chunk):
         chunk_features, chunk_targets = chunk
         rows = chunk_features.reshape(batch * steps, width)  # [N, D]
-        loss, nll, logit_gradient = _chunk_loss(
-            rows, compute_weights, bias, chunk_targets.reshape(-1), epsilon, vocab_first
-        )
+        loss, nll, logit_gradient = _chunk_loss(rows, output, chunk_targets.reshape(-1), epsilon)
         loss_sum, nll_sum, weights_gradient, bias_gradient = totals
         totals = (loss_sum + loss.sum(), nll_sum + nll.sum(), weights_gradient, bias_gradient)
         if not gradients:
