@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from seq2seq.dropout import dropout
+from seq2seq.linear import Linear, project
 
 Array = jax.Array
 Scoring = Literal["additive", "dot", "general", "scaled_dot"]
@@ -297,7 +298,7 @@ class MultiHeadAttention(nnx.Module):
 
     def project_query(self, x: Array) -> Array:
         """[B, T, D] -> [B, T, H, K]: ``Q W_i^Q`` for every head i."""
-        return jnp.einsum("btd,dhk->bthk", x, self._cast(self.w_query))
+        return project(x, self._cast(self.w_query))
 
     def project_keys_values(self, x: Array, *, heads_first: bool = False) -> tuple[Array, Array]:
         """[B, S, D] -> ([B, S, H, K], [B, S, H, E]): ``K W_i^K`` and ``V W_i^V``.
@@ -305,9 +306,10 @@ class MultiHeadAttention(nnx.Module):
         Exposed so that a decoder can project the encoder output once per sentence and cache it;
         ``heads_first`` gives [B, H, S, K] and [B, H, S, E], the layout a cache is read fastest in.
         """
-        axes = _key_axes(heads_first)
-        keys = jnp.einsum(f"bsd,dhk->{axes}k", x, self._cast(self.w_key))
-        values = jnp.einsum(f"bsd,dhe->{axes}e", x, self._cast(self.w_value))
+        keys = project(x, self._cast(self.w_key))  # [B, S, H, K]
+        values = project(x, self._cast(self.w_value))  # [B, S, H, E]
+        if heads_first:
+            return jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2)
         return keys, values
 
     def attend(
@@ -337,7 +339,7 @@ class MultiHeadAttention(nnx.Module):
             fused=self.fused,
             heads_first=heads_first,
         )  # [B, T, H, E]
-        outputs = jnp.einsum("bthe,hed->btd", heads, self._cast(self.w_output))
+        outputs = project(heads, self._cast(self.w_output), in_axes=2)  # [B, T, D]
         return outputs, weights
 
     def __call__(
@@ -395,16 +397,16 @@ class AlignmentAttention(nnx.Module):
         if scoring == "additive":
             hidden_size = hidden_size or query_size
             normal = kernel_init or nnx.initializers.normal(0.001)
-            self.w_a = nnx.Linear(
+            self.w_a = Linear(
                 query_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
             )
-            self.u_a = nnx.Linear(
+            self.u_a = Linear(
                 key_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
             )
             self.v_a = nnx.Param(vector_init(rngs.params(), (hidden_size,), jnp.float32))
         elif scoring == "general":
             general_init = kernel_init or nnx.initializers.lecun_normal()
-            self.w_general = nnx.Linear(
+            self.w_general = Linear(
                 key_size,
                 query_size,
                 use_bias=False,

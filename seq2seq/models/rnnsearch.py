@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from seq2seq.attention import AlignmentAttention
+from seq2seq.linear import Linear
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -190,10 +191,10 @@ class GRU(nnx.Module):
         initializers: Initializers,
         rngs: nnx.Rngs,
     ):
-        self.input_projection = nnx.Linear(
+        self.input_projection = Linear(
             input_size, 3 * hidden_size, kernel_init=initializers.weights, dtype=dtype, rngs=rngs
         )  # [W_z W_r W] and their biases
-        self.u_gates = nnx.Linear(
+        self.u_gates = Linear(
             hidden_size,
             2 * hidden_size,
             use_bias=False,
@@ -201,7 +202,7 @@ class GRU(nnx.Module):
             dtype=dtype,
             rngs=rngs,
         )  # [U_z U_r]: [n, 2n], each half orthogonal
-        self.u_candidate = nnx.Linear(
+        self.u_candidate = Linear(
             hidden_size,
             hidden_size,
             use_bias=False,
@@ -259,7 +260,7 @@ class RNNSearch(EncoderDecoder):
         init = INITIALIZERS[config.init]()
 
         def linear(d_in, d_out, use_bias=True):
-            return nnx.Linear(
+            return Linear(
                 d_in, d_out, use_bias=use_bias, kernel_init=init.weights, dtype=dtype, rngs=rngs
             )
 

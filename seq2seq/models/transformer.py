@@ -22,6 +22,7 @@ from seq2seq.attention import (
     group_rows,
     segment_mask,
 )
+from seq2seq.linear import Linear
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -93,7 +94,7 @@ class TransformerConfig:
     dtype: str = "float32"  # compute dtype; parameters stay float32
 
 
-def feed_forward(x: Array, w_1: nnx.Linear, w_2: nnx.Linear, relu_dropout) -> Array:
+def feed_forward(x: Array, w_1: Linear, w_2: Linear, relu_dropout) -> Array:
     """Vaswani et al. 2017, Eq. 2: ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``."""
     return w_2(relu_dropout(jax.nn.relu(w_1(x))))
 
@@ -120,8 +121,8 @@ class FeedForward(nnx.Module):
 
     def __init__(self, config: TransformerConfig, dtype, *, rngs: nnx.Rngs):
         init = nnx.initializers.xavier_uniform()
-        self.w_1 = nnx.Linear(config.d_model, config.d_ff, kernel_init=init, dtype=dtype, rngs=rngs)
-        self.w_2 = nnx.Linear(config.d_ff, config.d_model, kernel_init=init, dtype=dtype, rngs=rngs)
+        self.w_1 = Linear(config.d_model, config.d_ff, kernel_init=init, dtype=dtype, rngs=rngs)
+        self.w_2 = Linear(config.d_ff, config.d_model, kernel_init=init, dtype=dtype, rngs=rngs)
         self.relu_dropout_rate = config.relu_dropout_rate
 
     def __call__(self, x: Array, dropout: Dropout | None) -> tuple[Array, None]:
@@ -277,7 +278,7 @@ class Transformer(EncoderDecoder):
             self.target_embedding if config.share_embeddings else embed(config.source_vocab_size)
         )
         if not config.tie_output:
-            self.output_projection = nnx.Linear(  # only its kernel is read: output_layer()
+            self.output_projection = Linear(  # only its kernel is read: output_layer()
                 config.d_model, config.target_vocab_size, use_bias=False, rngs=rngs
             )
         if config.positions == "learned":
