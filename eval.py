@@ -11,6 +11,11 @@ rule overwrites another's scores). The last line printed is one JSON object: ble
 chrf, tok_bleu, n, bleu_by_source_length, ...
 """
 
+if __name__ == "__main__":  # first, before JAX loads: see seq2seq/hugepages.py
+    from seq2seq.hugepages import use_huge_pages
+
+    use_huge_pages()
+
 import json
 from pathlib import Path
 

@@ -7,6 +7,11 @@ Restarting with the same --workdir resumes from its latest checkpoint. SIGTERM s
 and exits with status 143; rerun the same command to continue.
 """
 
+if __name__ == "__main__":  # first, before JAX loads: see seq2seq/hugepages.py
+    from seq2seq.hugepages import use_huge_pages
+
+    use_huge_pages()
+
 import sys
 from pathlib import Path
 

@@ -12,6 +12,11 @@ switched off unless ``--persistent_cache``, so compile times are real ones.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before JAX loads: see seq2seq/hugepages.py
+    from seq2seq.hugepages import use_huge_pages
+
+    use_huge_pages()
+
 import json
 import os
 from pathlib import Path

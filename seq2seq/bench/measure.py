@@ -8,6 +8,7 @@ over repeats is the median, so one slow repeat on a shared machine does not move
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import statistics
 import tempfile
@@ -216,6 +217,7 @@ def train_benchmark(
         "peak_memory_mb": memory,
         "peak_memory_source": memory_source,
         "final_loss": float(metrics["loss"]),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # huge pages: seq2seq/hugepages.py
         **linen,
     }
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before JAX loads: see seq2seq/hugepages.py
+    from seq2seq.hugepages import use_huge_pages
+
+    use_huge_pages()
+
 import sys
 from pathlib import Path
 
