@@ -11,10 +11,10 @@ rule overwrites another's scores). The last line printed is one JSON object: ble
 chrf, tok_bleu, n, bleu_by_source_length, ...
 """
 
-if __name__ == "__main__":  # first, before JAX loads: see seq2seq/hugepages.py
-    from seq2seq.hugepages import use_huge_pages
+if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.py
+    from seq2seq.host_memory import keep_host_memory
 
-    use_huge_pages()
+    keep_host_memory()
 
 import json
 from pathlib import Path

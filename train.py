@@ -7,10 +7,10 @@ Restarting with the same --workdir resumes from its latest checkpoint. SIGTERM s
 and exits with status 143; rerun the same command to continue.
 """
 
-if __name__ == "__main__":  # first, before JAX loads: see seq2seq/hugepages.py
-    from seq2seq.hugepages import use_huge_pages
+if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.py
+    from seq2seq.host_memory import keep_host_memory
 
-    use_huge_pages()
+    keep_host_memory()
 
 import sys
 from pathlib import Path

@@ -11,7 +11,7 @@ The file holds one JSON object, ``{"entries": [ENTRY, ...]}``, oldest first; an 
      "argv": ["train.py", "--config", ...], "config_overrides": ["--config.train.steps=20"],
      "python": "3.11.7", "platform": "Linux-...-x86_64", "packages": {"jax": "0.10.2", ...},
      "backend": "cpu", "device_kind": "cpu", "device_count": 1, "process_count": 1,
-     "glibc_tunables": "glibc.malloc.hugetlb=1"}
+     "glibc_tunables": "glibc.malloc.arena_max=1:..."}
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def environment() -> dict[str, object]:
         "device_kind": devices[0].device_kind,
         "device_count": len(devices),
         "process_count": jax.process_count(),
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # huge pages: seq2seq/hugepages.py
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/host_memory.py
     }
 
 

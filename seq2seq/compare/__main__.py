@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # first, before JAX loads: see seq2seq/hugepages.py
-    from seq2seq.hugepages import use_huge_pages
+if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.py
+    from seq2seq.host_memory import keep_host_memory
 
-    use_huge_pages()
+    keep_host_memory()
 
 import sys
 from pathlib import Path
