@@ -53,6 +53,45 @@ def test_fused_and_reference_paths_agree():
     np.testing.assert_allclose(fused, reference, atol=1e-5)
 
 
+def test_fused_gradients_equal_the_reference_paths():
+    """On a CPU the fused path is the equation with a hand-written backward (rowsum(dO * O) for
+    the softmax's correction): its gradients must be autodiff's of the reference path, with a
+    padded batch, a query whose keys are all masked, and no mask at all."""
+    q, k, v = _random(0, 2, 5, 4, 8), _random(1, 2, 9, 4, 8), _random(2, 2, 9, 4, 8)
+    cotangent = _random(3, 2, 5, 4, 8)
+    valid = jnp.arange(9)[None, :] < jnp.array([[9], [4]])
+    mask = attention.padding_mask(jnp.ones((2, 5), bool), valid)
+    mask = mask.at[1, :, 2].set(False)  # the second sentence's third query sees no key
+    for m in (mask, None):
+
+        def loss(q, k, v, fused, m=m):
+            outputs, _ = attention.scaled_dot_product_attention(q, k, v, m, fused=fused)
+            return jnp.sum(outputs * cotangent)
+
+        fused = jax.grad(loss, argnums=(0, 1, 2))(q, k, v, True)
+        reference = jax.grad(loss, argnums=(0, 1, 2))(q, k, v, False)
+        for a, b in zip(fused, reference, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            assert not bool(jnp.isnan(a).any())
+
+
+def test_a_gpu_program_keeps_jax_nn_dot_product_attention():
+    """Lowered for CUDA (no GPU needed), the fused path is ``jax.nn.dot_product_attention``'s
+    own program, gradient included; the hand-written backward is the CPU's alone."""
+    q = _random(0, 2, 5, 4, 8)
+    mask = jnp.ones((2, 1, 5, 5), bool)
+
+    def products(attend, platform):
+        gradient = jax.jit(jax.grad(lambda q: jnp.sum(attend(q))))
+        module = jax.export.export(gradient, platforms=[platform])(q).mlir_module()
+        return module.count("stablehlo.dot_general")
+
+    ours = lambda q: attention.scaled_dot_product_attention(q, q, q, mask)[0]  # noqa: E731
+    stock = lambda q: jax.nn.dot_product_attention(q, q, q, mask=mask)  # noqa: E731
+    assert products(ours, "cuda") == products(stock, "cuda")
+    assert products(ours, "cpu") != products(stock, "cpu")
+
+
 def test_weights_sum_to_one_and_vanish_on_masked_keys():
     scores = _random(0, 2, 3, 4, 6)
     key_valid = jnp.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], bool)
