@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seq2seq.dropout import drop_threshold, dropout, keep_mask
+from seq2seq.dropout import drop_threshold, dropout, keep_mask, mix
 
 N = 1 << 20  # elements per statistical check: the standard error of a rate is about 3e-4
 
@@ -27,17 +27,35 @@ def test_kept_fraction_matches_the_rate():
         assert abs(observed - keep_probability) < 5 * np.sqrt(rate * (1 - rate) / N)
 
 
-def test_the_four_draws_of_one_hash_call_decide_independently():
+def _co_dropped(a, b) -> float:
+    return float((a & b).mean())
+
+
+def test_neighbouring_and_distant_elements_decide_independently():
     rate = 0.1
-    keep, _ = keep_mask(jax.random.key(1), rate, (N // 4, 4))
+    keep, _ = keep_mask(jax.random.key(1), rate, (N,))
     dropped = ~np.asarray(keep)
-    tolerance = 5 * np.sqrt(rate * rate / (N // 4))
-    # Independent draws drop together with probability rate^2 = 0.01; equal ones, 0.1.
-    for a, b in [(0, 1), (1, 2), (2, 3), (0, 3)]:
-        assert abs(float((dropped[:, a] & dropped[:, b]).mean()) - rate * rate) < tolerance
-    # Neighbouring calls (counters i and i + 1) are independent too.
-    across = float((dropped[:-1, 3] & dropped[1:, 0]).mean())
-    assert abs(across - rate * rate) < tolerance
+    # Independent elements drop together with probability rate^2 = 0.01; equal ones, 0.1.
+    tolerance = 5 * np.sqrt(rate * rate / N)
+    # Lag 1 pairs the two halves of one hash output and the last half of one with the first of
+    # the next; the others pair outputs of nearby and distant counters.
+    for lag in (1, 2, 3, 7, 64, 1000, 4097):
+        assert abs(_co_dropped(dropped[:-lag], dropped[lag:]) - rate * rate) < tolerance, lag
+
+
+def test_two_sites_decide_independently():
+    rate, parent = 0.1, jax.random.key(7)
+    first, _ = keep_mask(jax.random.fold_in(parent, 0), rate, (N,))
+    second, _ = keep_mask(jax.random.fold_in(parent, 1), rate, (N,))
+    both = _co_dropped(~np.asarray(first), ~np.asarray(second))
+    assert abs(both - rate * rate) < 5 * np.sqrt(rate * rate / N)
+
+
+def test_every_bit_of_the_hash_is_balanced():
+    bits = np.asarray(mix(jnp.arange(N, dtype=jnp.uint32), jnp.array([12345, 678], jnp.uint32)))
+    ones = np.array([((bits >> b) & 1).mean() for b in range(32)])
+    assert np.abs(ones - 0.5).max() < 5 * np.sqrt(0.25 / N)
+    assert len(np.unique(bits)) == N  # a bijection of the counter: no repeated value
 
 
 def test_keys_of_every_generator_are_accepted():
