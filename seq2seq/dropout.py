@@ -11,7 +11,7 @@ cheap, each measured there:
   32 bits are ``mix(i)`` of its index ``i``, three xorshift-multiply rounds (the constants of
   Wellons' "lowbias32" integer hash) with the key's two words added in. Threefry, called once
   per four elements, took 13.5 ms for the step's 9 million masks; the hash takes 2.1 ms (the
-  step: 444 -> 431 ms). The keys themselves still come from JAX's Threefry generator
+  step: about 444 -> 433 ms). The keys themselves still come from JAX's Threefry generator
   (``fold_in`` per site), and every round is a bijection, so a site never repeats a value
   before 2^32 pairs. Tests check the kept fraction, the independence of neighbouring elements,
   of distant ones, of the two halves of one output and of two sites, and the balance of every
