@@ -26,7 +26,8 @@ scored 37.20 after 25 minutes of training (1,878 steps on a faster day: 2,320 ta
 against 1,790), the final run of the second sweep below.
 After the chunked loss and cheaper dropout (commit defe189, 2,967 target tokens/s) the same
 command without the sweep scored 37.80 after 25 minutes (2,386 steps; 39.61 averaging the last 5
-checkpoints).
+checkpoints), and after the speed work of commit 5a0ab69 (4,095 target tokens/s) 39.00 (3,311
+steps; 39.96 averaged).
 
 A second sweep (2026-11-24), the same four trials for both models, kept these values:
 
