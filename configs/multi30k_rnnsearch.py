@@ -22,9 +22,9 @@ by the comparison's second sweep, each model with the same four 5-minute trials 
 The same command's final run: 40.34 sacreBLEU on test_2016_flickr after 25 minutes (beam 4,
 5,052 steps; at the faster step of commit defe189, 40.13 in 6,828 steps, 40.65 averaging the last
 5 checkpoints; at commit 5a0ab69's, 40.34 in 7,969 steps, 40.90 averaged); continued to 60
-minutes, 39.47 (11,974 steps; 40.07 with ``--checkpoint
-average:5``): at twice the updates it overfits again (validation perplexity 5.41 after 22
-minutes, 5.86 at 60), so an hour-long run wants more regularisation than the 25-minute one.
+minutes, 39.47 (11,974 steps; 40.07 with ``--checkpoint average:5``): at twice the updates it
+overfits again (validation perplexity 5.41 after 22 minutes, 5.86 at 60), so an hour-long run
+wants more regularisation than the 25-minute one.
 Smaller batches cost nothing in throughput here (2,650-2,680 target tokens/s at either size)
 and give twice the updates.
 
