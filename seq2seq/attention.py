@@ -222,11 +222,11 @@ def _attention_cpu(queries: Array, keys: Array, values: Array, mask: Array | Non
 def _attention_cpu_fwd(queries, keys, values, mask):
     weights = masked_softmax(scaled_dot_product_scores(queries, keys), mask)  # [B, H, T, S]
     outputs = weighted_values(weights, values)  # [B, T, H, E]
-    return outputs, (queries, keys, values, mask, weights, outputs)
+    return outputs, (queries, keys, values, weights, outputs)  # weights are 0 where masked
 
 
 def _attention_cpu_bwd(residuals, d_outputs):
-    queries, keys, values, mask, weights, outputs = residuals
+    queries, keys, values, weights, outputs = residuals
     dtype = values.dtype
     d_outputs = d_outputs.astype(dtype)
     d_values = jnp.einsum("bhts,bthe->bshe", weights.astype(dtype), d_outputs)
