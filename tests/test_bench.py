@@ -207,5 +207,5 @@ def test_bench_without_a_command_is_one_error_line():
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: name one command of matmul, train, decode, data, all, e.g. `bench train`"
+        "error: name one command of matmul, train, decode, data, profile, all, e.g. `bench train`"
     ]

@@ -4,6 +4,7 @@
     python -m seq2seq.bench train --config configs/bench_small.py [--steps 20]
     python -m seq2seq.bench decode --config configs/bench_small.py [--beam_size 4] [--workdir RUN]
     python -m seq2seq.bench data --config configs/bench_small.py
+    python -m seq2seq.bench profile --config configs/bench_small.py [--profile_dir DIR]
     python -m seq2seq.bench all        # every one of them on the bench configs (make bench)
 
 ``--json`` prints one JSON line instead of the table. JAX's persistent compilation cache is
@@ -29,7 +30,7 @@ from seq2seq.bench import measure
 from seq2seq.config import ConfigError, validate
 from seq2seq.run_directory import RunDirectory
 
-COMMANDS = ("matmul", "train", "decode", "data", "all")
+COMMANDS = ("matmul", "train", "decode", "data", "profile", "all")
 REPO = Path(__file__).resolve().parents[2]
 BENCH_CONFIGS = (REPO / "configs" / "bench_small.py", REPO / "configs" / "bench_small_rnnsearch.py")
 
@@ -96,6 +97,42 @@ def _all(settings: dict) -> dict:
     return results
 
 
+def _profile_tables(result: dict, top: int) -> str:
+    """The kinds' milliseconds per step, then the ``top`` operations that took the longest."""
+    step_ms = result["step_ms"]
+    lines = [
+        f"profile {result['model']}: {result['steps_profiled']} steps, {step_ms:,.0f} ms each "
+        "under the profiler; kinds may add up to more (operations run side by side)",
+        "| kind | ms per step | share of the step |",
+        "|---|---:|---:|",
+    ]
+    rows = [*result["by_kind_ms"].items(), ("no operation running", result["no_operation_ms"])]
+    lines += [f"| {kind} | {ms:,.1f} | {ms / step_ms:.0%} |" for kind, ms in rows]
+    lines += ["", "| operation | kind | ms per step | calls | from |", "|---|---|---:|---:|---|"]
+    for op in result["operations"][:top]:
+        source = op["source"] if len(op["source"]) <= 70 else "..." + op["source"][-67:]
+        lines.append(
+            f"| {op['name']} | {op['kind']} | {op['ms']:,.2f} | {op['calls']:g} | {source} |"
+        )
+    lines += ["", f"trace: {result['trace_dir']}", f"HLO: {result['hlo_file']}"]
+    return "\n".join(lines)
+
+
+def _profile_dir(path: str | None, config_path: str) -> Path:
+    """A new directory for the trace: ``path`` if it is new or empty, else a fresh temporary one."""
+    if path is None:
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix=f"seq2seq-profile-{Path(config_path).stem}-"))
+    directory = Path(path)
+    if directory.exists() and any(directory.iterdir()):
+        raise ConfigError(
+            f"--profile_dir {directory} already holds files; name a new directory to keep them"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 def summary(results: dict) -> str:
     """The figures of ``all`` beside the issue's targets, as a markdown table."""
     train_t, train_r = results["train_transformer"], results["train_rnnsearch"]
@@ -158,6 +195,11 @@ def run() -> None:
     matmul_sizes = flags.DEFINE_list(
         "matmul_sizes", [str(n) for n in measure.MATMUL_SIZES], "matmul, train: square sizes n."
     )
+    profile_dir = flags.DEFINE_string(
+        "profile_dir", None, "profile: a new directory for the trace (default: a temporary one)."
+    )
+    profile_steps = flags.DEFINE_integer("profile_steps", 3, "profile: steps traced.")
+    top = flags.DEFINE_integer("top", 15, "profile: operations listed.")
     persistent_cache = flags.DEFINE_bool(
         "persistent_cache",
         False,
@@ -211,6 +253,15 @@ def run() -> None:
                 workdir=Path(workdir.value) if workdir.value else None,
             )
             table = _table(f"decode {result['model']}", result, _decode_targets(result))
+        elif command == "profile":
+            from seq2seq.bench.profile import profile_benchmark
+
+            profile_config = config()
+            config_path = config_flags.get_config_filename(flags.FLAGS["config"])
+            directory = _profile_dir(profile_dir.value, config_path)
+            result = profile_benchmark(profile_config, directory, profile_steps.value, warmup.value)
+            table = _profile_tables(result, top.value)
+            result["operations"] = result["operations"][: top.value]
         elif command == "data":
             result = measure.data_benchmark(config(), batches.value)
             table = _table("data", result)

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -151,24 +152,27 @@ def _lengths(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def train_benchmark(
-    config: ml_collections.ConfigDict, steps: int = 20, warmup: int = 3, peak: dict | None = None
-) -> dict:
-    """Steady-state training step of ``config`` on synthetic batches of its configured shape.
+class CompiledStep(NamedTuple):
+    """The trainer's step compiled for one synthetic batch of a config's shape, and its inputs."""
 
-    The step is ``make_train_step``'s (the trainer's), placed on the config's mesh over all
-    local devices, so ``--xla_force_host_platform_device_count`` measures data parallelism.
-    Compile time is that of ``lower().compile()``; step time is the median of ``steps`` steps
-    after ``warmup`` steps, each waited for.
-    """
-    reset_peak_memory()
+    step: Callable  # compiled: (state, batch) -> (state, metrics)
+    state: object  # placed on the config's mesh
+    batch: dict  # the global batch, placed as the trainer places it
+    host_batch: dict[str, np.ndarray]
+    mesh: jax.sharding.Mesh
+    flops: float  # analytic training FLOPs of the batch (seq2seq.models.flops)
+    target_tokens: int
+    compile_seconds: float  # lower().compile()
+
+
+def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
+    """``make_train_step``'s step (the trainer's), placed on the config's mesh over all local
+    devices and compiled for a synthetic batch of the config's largest shape (``batch_shape``),
+    so ``--xla_force_host_platform_device_count`` measures data parallelism."""
     vocab = config.data.vocab_size
     rows, length = batch_shape(config)
     batch = synthetic_batch(rows, length, vocab, config.seed)
     source_lengths, target_lengths = _lengths(batch)
-    flops = float(np.sum(train_flops(config, vocab, source_lengths, target_lengths)))
-    target_tokens = int(target_lengths.sum())
-
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
     state, schedule = create_state(config, vocab, vocab)
     state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
@@ -185,15 +189,40 @@ def train_benchmark(
     )
     start = time.perf_counter()
     compiled = step.lower(state, device_batch).compile()
-    compile_seconds = time.perf_counter() - start
+    return CompiledStep(
+        step=compiled,
+        state=state,
+        batch=device_batch,
+        host_batch=batch,
+        mesh=mesh,
+        flops=float(np.sum(train_flops(config, vocab, source_lengths, target_lengths))),
+        target_tokens=int(target_lengths.sum()),
+        compile_seconds=time.perf_counter() - start,
+    )
 
-    seconds, state, metrics = time_steps(compiled, state, device_batch, steps, warmup)
+
+def train_benchmark(
+    config: ml_collections.ConfigDict, steps: int = 20, warmup: int = 3, peak: dict | None = None
+) -> dict:
+    """Steady-state training step of ``config`` on synthetic batches of its configured shape.
+
+    The step is ``compile_train_step``'s. Compile time is that of ``lower().compile()``; step
+    time is the median of ``steps`` steps after ``warmup`` steps, each waited for.
+    """
+    reset_peak_memory()
+    vocab = config.data.vocab_size
+    rows, length = batch_shape(config)
+    compiled = compile_train_step(config)
+    flops = compiled.flops
+    seconds, state, metrics = time_steps(
+        compiled.step, compiled.state, compiled.batch, steps, warmup
+    )
     step_seconds = statistics.median(seconds)
     peak = peak or matmul_peak(config.train.dtype)
     memory, memory_source = peak_memory_mb()
     linen = {}
     if config.model.name == "transformer":
-        linen_seconds = _linen_step_seconds(config, vocab, batch, steps, warmup)
+        linen_seconds = _linen_step_seconds(config, vocab, compiled.host_batch, steps, warmup)
         linen = {
             "linen_step_ms": 1e3 * linen_seconds,
             "speedup_over_linen": linen_seconds / step_seconds,
@@ -201,19 +230,19 @@ def train_benchmark(
     return {
         "model": config.model.name,
         "params": count_params(state.params),
-        "devices": mesh.size,
+        "devices": compiled.mesh.size,
         "batch": [rows, length],
         "dtype": config.train.dtype,
         "steps_timed": steps,
         "step_ms": 1e3 * step_seconds,
         "step_ms_min": 1e3 * min(seconds),
         "step_ms_max": 1e3 * max(seconds),
-        "tokens_per_s": target_tokens / step_seconds,
+        "tokens_per_s": compiled.target_tokens / step_seconds,
         "flops_per_step": flops,
         "achieved_gflops": flops / step_seconds / 1e9,
         "peak_gflops": peak["peak_gflops"],
         "mfu": model_flops_utilization(flops, step_seconds, peak["peak_gflops"] * 1e9),
-        "compile_s": compile_seconds,
+        "compile_s": compiled.compile_seconds,
         "peak_memory_mb": memory,
         "peak_memory_source": memory_source,
         "final_loss": float(metrics["loss"]),

@@ -1,0 +1,84 @@
+"""``bench profile``: operations sorted into kinds by their HLO, and the trace's time per kind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from seq2seq.bench.profile import classify, parse_hlo, summarise
+from tests.conftest import REPO, subprocess_env
+from tests.test_bench import TINY_TRAIN
+
+
+def test_each_operation_gets_the_kind_of_what_its_hlo_computes():
+    def f(a, b, c):
+        return a @ b, jnp.swapaxes(c, 0, 1), jnp.sum(c, axis=1), jnp.tanh(c) * 2.0
+
+    x = jnp.ones((64, 32))
+    hlo = jax.jit(f).lower(x, x.T, x).compile().as_text()
+    entry = next(ops for name, ops in parse_hlo(hlo).items() if name.startswith("main"))
+    kinds = classify(hlo)
+    assert set(kinds) <= set(entry), "instructions inside fusions were classified"
+    assert sorted(kind for kind, _ in kinds.values()) == sorted(
+        ["products", "data movement", "reductions", "element-wise"]
+    )  # one product, one transposed copy, one sum, one tanh-and-multiply: four operations
+    by_source = {source: kind for kind, source in kinds.values() if source}
+    assert by_source["jit(f)/dot_general"] == "products"
+    assert by_source["jit(f)/reduce_sum"] == "reductions"
+
+
+def test_kinds_sum_operation_time_and_gaps_count_as_no_operation():
+    kinds = {"dot.1": ("products", "jit(f)/dot_general"), "fusion.2": ("element-wise", "")}
+    events = [
+        {"ph": "X", "name": "dot.1", "ts": 0, "dur": 10},
+        {"ph": "X", "name": "fusion.2", "ts": 5, "dur": 10},  # beside dot.1 on another core
+        {"ph": "X", "name": "dot.1", "ts": 20, "dur": 5},  # after 5 us with nothing running
+        {"ph": "X", "name": "ThunkExecutor::Execute", "ts": 0, "dur": 100},  # not an operation
+        {"ph": "i", "name": "dot.1", "ts": 3},
+    ]
+    figures = summarise(events, kinds, steps=2)
+    assert figures["by_kind_ms"]["products"] == pytest.approx(15e-3 / 2)
+    assert figures["by_kind_ms"]["element-wise"] == pytest.approx(10e-3 / 2)
+    assert figures["by_kind_ms"]["reductions"] == 0.0
+    assert figures["no_operation_ms"] == pytest.approx(5e-3 / 2)
+    assert figures["traced_span_ms"] == pytest.approx(25e-3 / 2)
+    top = figures["operations"][0]
+    assert (top["name"], top["calls"], top["source"]) == ("dot.1", 1.0, "jit(f)/dot_general")
+
+
+def _profile(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.bench", "profile", *TINY_TRAIN, *flags],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_bench_profile_writes_the_trace_and_never_over_an_earlier_one(tmp_path):
+    directory = tmp_path / "profile"
+    result = _profile(f"--profile_dir={directory}", "--profile_steps=2", "--warmup=1", "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    hlo = (directory / "step.hlo.txt").read_text()
+    assert "ENTRY" in hlo
+    assert list((directory / "trace").glob("**/*.trace.json.gz"))
+    assert figures["by_kind_ms"]["products"] > 0
+    assert figures["operations"], "no operation of the step in the trace"
+    for op in figures["operations"]:
+        assert f"%{op['name']} = " in hlo, op["name"]
+    before = sorted(p.name for p in directory.rglob("*"))
+
+    again = _profile(f"--profile_dir={directory}", "--json")
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines() == [
+        f"error: --profile_dir {directory} already holds files; name a new directory to keep them"
+    ]
+    assert sorted(p.name for p in directory.rglob("*")) == before
