@@ -82,3 +82,11 @@ def test_bench_profile_writes_the_trace_and_never_over_an_earlier_one(tmp_path):
         f"error: --profile_dir {directory} already holds files; name a new directory to keep them"
     ]
     assert sorted(p.name for p in directory.rglob("*")) == before
+
+
+def test_bench_profile_refuses_zero_steps_in_one_line():
+    result = _profile("--profile_steps=0")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: --profile_steps must be at least 1, got 0"
+    ]

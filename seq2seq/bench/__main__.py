@@ -27,6 +27,7 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.bench import measure
+from seq2seq.bench.profile import profile_benchmark
 from seq2seq.config import ConfigError, validate
 from seq2seq.run_directory import RunDirectory
 
@@ -119,7 +120,8 @@ def _profile_tables(result: dict, top: int) -> str:
 
 
 def _profile_dir(path: str | None, config_path: str) -> Path:
-    """A new directory for the trace: ``path`` if it is new or empty, else a fresh temporary one."""
+    """Where the trace goes: ``path`` if it is new or empty (refused if it holds files, so no
+    earlier trace is overwritten), or a fresh temporary directory when no path is given."""
     if path is None:
         import tempfile
 
@@ -254,8 +256,8 @@ def run() -> None:
             )
             table = _table(f"decode {result['model']}", result, _decode_targets(result))
         elif command == "profile":
-            from seq2seq.bench.profile import profile_benchmark
-
+            if profile_steps.value < 1:
+                raise ConfigError(f"--profile_steps must be at least 1, got {profile_steps.value}")
             profile_config = config()
             config_path = config_flags.get_config_filename(flags.FLAGS["config"])
             directory = _profile_dir(profile_dir.value, config_path)
