@@ -75,6 +75,34 @@ def test_fused_gradients_equal_the_reference_paths():
             assert not bool(jnp.isnan(a).any())
 
 
+@pytest.mark.parametrize(
+    "batch, cores, groups",
+    [(32, 2, 4), (6, 2, 3), (7, 2, 1), (1, 2, 1), (2, 2, 2), (64, 16, 8), (12, 1, 2)],
+)
+def test_cpu_attention_groups_are_two_per_core_dividing_the_batch(batch, cores, groups):
+    assert attention.cpu_attention_groups(batch, cores) == groups
+
+
+def test_grouped_cpu_attention_equals_one_group_values_and_gradients():
+    """Split into groups of sentences, the CPU attention computes what it computes in one: a
+    per-sentence mask is split with the sentences, a mask shared by all of them is not."""
+    q, k, v = _random(0, 6, 5, 4, 8), _random(1, 6, 9, 4, 8), _random(2, 6, 9, 4, 8)
+    cotangent = _random(3, 6, 5, 4, 8)
+    valid = jnp.arange(9)[None, :] < jnp.array([[9], [4], [1], [9], [7], [2]])
+    per_sentence = attention.padding_mask(jnp.ones((6, 5), bool), valid)  # [6, 1, 5, 9]
+    shared = jnp.arange(9)[None, None, None, :] <= jnp.arange(5)[None, None, :, None]
+    for mask in (per_sentence, shared, None):
+
+        def loss(q, k, v, groups, mask=mask):
+            outputs = attention._attention_cpu_grouped(q, k, v, mask, groups)
+            return jnp.sum(outputs * cotangent)
+
+        one = jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v, 1)
+        three = jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v, 3)
+        for a, b in zip(jax.tree.leaves(three), jax.tree.leaves(one), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_a_gpu_program_keeps_jax_nn_dot_product_attention():
     """Lowered for CUDA (no GPU needed), the fused path is ``jax.nn.dot_product_attention``'s
     own program, gradient included; the hand-written backward is the CPU's alone."""
