@@ -225,9 +225,9 @@ def profile_benchmark(
     jax.profiler.start_trace(str(trace_dir))
     start = time.perf_counter()
     try:
-        for _ in range(steps):
-            state, metrics = compiled.step(state, compiled.batch)
-        jax.block_until_ready(metrics)
+        for _ in range(steps):  # each waited for, as ``bench train`` and the trainer do: the
+            state, metrics = compiled.step(state, compiled.batch)  # host's dispatch of the
+            jax.block_until_ready(metrics)  # next step would take a core from this one's
         seconds = time.perf_counter() - start
     finally:
         jax.profiler.stop_trace()
