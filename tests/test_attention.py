@@ -76,11 +76,20 @@ def test_fused_gradients_equal_the_reference_paths():
 
 
 @pytest.mark.parametrize(
-    "batch, cores, groups",
-    [(32, 2, 4), (6, 2, 3), (7, 2, 1), (1, 2, 1), (2, 2, 2), (64, 16, 8), (12, 1, 2)],
+    "batch, cores, devices, groups",
+    [
+        (32, 2, 1, 4),
+        (6, 2, 1, 3),
+        (7, 2, 1, 1),
+        (1, 2, 1, 1),
+        (2, 2, 1, 2),
+        (64, 16, 1, 8),
+        (12, 1, 1, 2),
+        (32, 2, 2, 1),  # several devices already share the cores
+    ],
 )
-def test_cpu_attention_groups_are_two_per_core_dividing_the_batch(batch, cores, groups):
-    assert attention.cpu_attention_groups(batch, cores) == groups
+def test_cpu_attention_groups_are_two_per_core_dividing_the_batch(batch, cores, devices, groups):
+    assert attention.cpu_attention_groups(batch, cores, devices) == groups
 
 
 def test_grouped_cpu_attention_equals_one_group_values_and_gradients():
