@@ -167,6 +167,9 @@ def test_bench_train_json_is_one_line_with_positive_figures():
     assert figures["tokens_per_s"] == pytest.approx(4 * 8 / (figures["step_ms"] / 1e3))
     achieved = figures["flops_per_step"] / (figures["step_ms"] / 1e3)
     assert figures["mfu"] == pytest.approx(achieved / (figures["peak_gflops"] * 1e9))
+    before, after = figures["peak_gflops_measured"]  # the better of the two is the denominator
+    assert figures["peak_gflops"] == pytest.approx(max(before, after), abs=0.05)
+    assert min(before, after) > 0
     assert figures["speedup_over_linen"] == pytest.approx(
         figures["linen_step_ms"] / figures["step_ms"]
     )
