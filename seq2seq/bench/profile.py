@@ -225,9 +225,11 @@ def profile_benchmark(
     jax.profiler.start_trace(str(trace_dir))
     start = time.perf_counter()
     try:
-        for _ in range(steps):  # each waited for, as ``bench train`` and the trainer do: the
-            state, metrics = compiled.step(state, compiled.batch)  # host's dispatch of the
-            jax.block_until_ready(metrics)  # next step would take a core from this one's
+        # Each step waited for, as ``bench train`` and the trainer do: dispatched back to back,
+        # the host's work on the next step takes a core from the one being traced.
+        for _ in range(steps):
+            state, metrics = compiled.step(state, compiled.batch)
+            jax.block_until_ready(metrics)
         seconds = time.perf_counter() - start
     finally:
         jax.profiler.stop_trace()
