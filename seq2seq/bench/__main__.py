@@ -20,6 +20,7 @@ if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.p
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from absl import app, flags
@@ -123,8 +124,6 @@ def _profile_dir(path: str | None, config_path: str) -> Path:
     """Where the trace goes: ``path`` if it is new or empty (refused if it holds files, so no
     earlier trace is overwritten), or a fresh temporary directory when no path is given."""
     if path is None:
-        import tempfile
-
         return Path(tempfile.mkdtemp(prefix=f"seq2seq-profile-{Path(config_path).stem}-"))
     directory = Path(path)
     if directory.exists() and any(directory.iterdir()):

@@ -216,8 +216,6 @@ def train_benchmark(
     """
     reset_peak_memory()
     peak = peak or matmul_peak(config.train.dtype)
-    vocab = config.data.vocab_size
-    rows, length = batch_shape(config)
     compiled = compile_train_step(config)
     flops = compiled.flops
     seconds, state, metrics = time_steps(
@@ -229,6 +227,7 @@ def train_benchmark(
     peaks.append(matmul_peak(config.train.dtype, tuple(peak["gflops_by_size"]))["peak_gflops"])
     linen = {}
     if config.model.name == "transformer":
+        vocab = config.data.vocab_size
         linen_seconds = _linen_step_seconds(config, vocab, compiled.host_batch, steps, warmup)
         linen = {
             "linen_step_ms": 1e3 * linen_seconds,
@@ -238,7 +237,7 @@ def train_benchmark(
         "model": config.model.name,
         "params": count_params(state.params),
         "devices": compiled.mesh.size,
-        "batch": [rows, length],
+        "batch": list(compiled.host_batch["target"].shape),
         "dtype": config.train.dtype,
         "steps_timed": steps,
         "step_ms": 1e3 * step_seconds,
