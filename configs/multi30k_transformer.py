@@ -83,8 +83,12 @@ def get_config():
     train.schedule = "warmup_rsqrt"  # Eq. 3's shape, with the peak stated directly
     train.learning_rate = 4e-3  # peak, at the end of warm-up (tuned: see above)
     train.warmup_steps = 400  # ~1.5 epochs (the paper: 4000 of 100k steps; tuned: see above)
-    config.checkpoint.every_steps = 100  # every ~1.5 minutes, and keep the last 6, so that
+    # Intervals in training minutes, so that models of different step speeds are validated and
+    # checkpointed at the same times: `best` picks among as many points, and `average:5` averages
+    # the same last 5 minutes of every model.
+    config.checkpoint.every_steps = 0
+    config.checkpoint.every_minutes = 1.0
     config.checkpoint.keep = 6  # eval.py/compare --checkpoint average:5 can score their mean
-    config.eval.every_steps = 500  # validation BLEU every ~10 minutes (and at the end)
+    config.eval.every_minutes = 2.5  # validation BLEU (and at the end)
     config.eval.num_examples = 500  # of the 1,014 val captions: ~30 s of greedy decoding
     return config

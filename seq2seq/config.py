@@ -126,12 +126,16 @@ def default_config() -> ml_collections.ConfigDict:
     mesh.process_id = -1  # this process, 0 .. num_processes - 1; -1: unset (detected)
 
     config.checkpoint = ckpt = ml_collections.ConfigDict()
-    ckpt.every_steps = 1000  # steps between checkpoints (one is always written at the end)
+    ckpt.every_steps = 1000  # steps between checkpoints (one is always written at the end); 0: off
+    ckpt.every_minutes = 0.0  # training minutes between checkpoints, beside every_steps; 0: off
     ckpt.keep = 5  # most recent checkpoints kept (plus the best by validation BLEU)
 
     config.eval = ev = ml_collections.ConfigDict()
     ev.batch_size = 64  # sentences decoded together by eval.py
     ev.every_steps = 0  # validation (loss, perplexity, BLEU) every this many steps; 0: at the end
+    # Training minutes between validations, beside every_steps; 0: off. Minutes give models of
+    # different step speeds validation points (and so `best` and curves) at the same times.
+    ev.every_minutes = 0.0
     ev.num_examples = 500  # validation sentences scored during training (the first N); 0: all
     ev.num_samples = 3  # sample translations written to the log at each validation
     ev.length_bucket_size = 10  # source words per bucket of BLEU by length (Bahdanau, Fig. 2)
@@ -197,22 +201,48 @@ def unknown_key_message(key: str, config: ml_collections.ConfigDict | None = Non
     return f"unknown config key {key!r}{hint}"
 
 
-# A run's identity: what fixes its parameters' shapes and its stream of training batches. A work
-# directory refuses a config that differs in any of these (see ``RunDirectory.save_config``).
-# Every key of these sections counts, so a key added to the schema is covered without a list
-# to keep up to date; only the chosen model's section counts.
-IDENTITY_SECTIONS = ("seed", "model.name", "data")
-# Keys of those sections that only say what is scored, not what is trained.
-NOT_IDENTITY = frozenset({"data.eval_split", "data.test_split"})
+# A run's identity: what changes the parameters it trains: their shapes, the stream of training
+# batches and the optimisation. A work directory refuses a config that differs in any of these
+# (see ``RunDirectory.save_config``), so a changed learning rate never continues, or is reported
+# as, a run trained with another. Every key of these sections counts, so a key added to the schema
+# is covered without a list to keep up to date; only the chosen model's section counts.
+IDENTITY_SECTIONS = ("seed", "model.name", "data", "train")
+# Keys of those sections that only say what is scored or logged, or how far training goes: a run
+# extended to more steps or minutes is the same run, continued.
+NOT_IDENTITY = frozenset(
+    {
+        "data.eval_split",
+        "data.test_split",
+        "train.steps",
+        "train.time_budget_minutes",
+        "train.log_every_steps",
+    }
+)
 
 
 def identity_keys(config: ml_collections.ConfigDict) -> list[str]:
     """The dotted keys that identify a run of ``config`` (see ``IDENTITY_SECTIONS``)."""
     sections = (*IDENTITY_SECTIONS, f"model.{config.model.name}")
+    # The cosine schedule decays over train.steps: there, more steps is another schedule.
+    extendable = NOT_IDENTITY - (
+        {"train.steps"} if config.train.schedule == "warmup_cosine" else set()
+    )
     return [
         key
         for key, _ in flatten(config)
-        if key not in NOT_IDENTITY and any(key == s or key.startswith(f"{s}.") for s in sections)
+        if key not in extendable and any(key == s or key.startswith(f"{s}.") for s in sections)
+    ]
+
+
+def identity_differences(
+    saved: ml_collections.ConfigDict, requested: ml_collections.ConfigDict
+) -> list[str]:
+    """``config.key: saved -> requested`` for each identity key whose values differ."""
+    keys = dict.fromkeys([*identity_keys(saved), *identity_keys(requested)])
+    return [
+        f"config.{key}: {lookup(saved, key)!r} -> {lookup(requested, key)!r}"
+        for key in keys
+        if lookup(saved, key) != lookup(requested, key)
     ]
 
 
@@ -254,10 +284,12 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     for key, value in flatten(config):
         counts = ("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")
         if key.endswith(counts) and not isinstance(value, bool):  # not the switch scan_layers
-            if key in ("train.warmup_steps", "eval.every_steps"):
+            if key in ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps"):
                 _require(value >= 0, f"config.{key}={value} must be >= 0")
             else:
                 _require(value > 0, f"config.{key}={value} must be positive")
+        if key.endswith("every_minutes"):
+            _require(value >= 0, f"config.{key}={value} must be >= 0 (0: off)")
         if key.endswith("dropout_rate") or key == "train.label_smoothing":
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
     _require(

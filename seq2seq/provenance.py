@@ -81,6 +81,24 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+def processor() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or ``platform.processor()`` elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, not the machine's total)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def environment() -> dict[str, object]:
     """The code, packages and devices of this process (initializes JAX's backend)."""
     devices = jax.devices()
@@ -88,6 +106,8 @@ def environment() -> dict[str, object]:
         **git_state(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "processor": processor(),
+        "cpu_cores": usable_cores(),
         "packages": package_versions(),
         "backend": jax.default_backend(),
         "device_kind": devices[0].device_kind,
@@ -202,6 +222,8 @@ def summary(workdir: Path) -> dict[str, object] | None:
         "dirty": any(entry.get("dirty") for entry in entries),
         "device_kind": latest.get("device_kind"),
         "device_count": latest.get("device_count"),
+        "processor": latest.get("processor"),
+        "cpu_cores": latest.get("cpu_cores"),
         "jax": latest.get("packages", {}).get("jax"),
         "starts": len(entries),
         "commits": commits,

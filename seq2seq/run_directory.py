@@ -126,12 +126,14 @@ class RunDirectory:
         """
         if self.config_file.exists():
             saved = config_lib.load_saved(self.config_file)
-            for key in config_lib.identity_keys(config):
-                if config_lib.lookup(saved, key) != config_lib.lookup(config, key):
-                    raise RunDirectoryError(
-                        f"{self.path} holds a run with a different config.{key}; nothing was "
-                        "overwritten: use a new --workdir, or the run's own config"
-                    )
+            differences = config_lib.identity_differences(saved, config)
+            if differences:
+                changed = "; ".join(differences)
+                raise RunDirectoryError(
+                    f"{self.path} holds a run trained with other values ({changed}); "
+                    "nothing was overwritten: use a new --workdir (or delete this one) to train "
+                    "afresh, or the run's own config to continue it"
+                )
         if write:
             config_lib.save(config, self.config_file)
 

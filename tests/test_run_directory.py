@@ -49,7 +49,28 @@ def test_identity_covers_every_data_key_and_only_the_chosen_model():
     }
     assert "seed" in keys and "model.transformer.d_model" in keys
     assert not any(key.startswith("model.rnnsearch.") for key in keys)
-    assert not any(key.startswith(("train.", "eval.", "decode.")) for key in keys)
+    assert not any(key.startswith(("eval.", "decode.", "checkpoint.")) for key in keys)
+    # Optimisation changes what is trained; how far it goes does not.
+    assert {"train.learning_rate", "train.label_smoothing", "train.warmup_steps"} <= set(keys)
+    assert not {"train.steps", "train.time_budget_minutes"} & set(keys)
+    config.train.schedule = "warmup_cosine"  # decays over train.steps: more steps, new schedule
+    assert "train.steps" in config_lib.identity_keys(config)
+
+
+def test_a_changed_learning_rate_is_refused_naming_every_changed_key(tmp_path):
+    run = RunDirectory(tmp_path).create()
+    run.save_config(tiny_config("transformer"))
+    saved = run.config_file.read_text()
+    other = tiny_config("transformer")
+    other.train.learning_rate = 0.5
+    other.train.label_smoothing = 0.0
+    with pytest.raises(RunDirectoryError) as error:
+        run.save_config(other)
+    message = str(error.value)
+    assert "config.train.learning_rate: 1.0 -> 0.5" in message
+    assert "config.train.label_smoothing: 0.1 -> 0.0" in message
+    assert "\n" not in message and "new --workdir" in message
+    assert run.config_file.read_text() == saved
 
 
 def test_a_run_of_another_shape_is_refused_and_nothing_is_overwritten(tmp_path):

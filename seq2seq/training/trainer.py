@@ -51,6 +51,7 @@ class RunSummary:
     preempted: bool = False
     elapsed_seconds: float = 0.0  # training time across all resumes (what the budget counts)
     train_flops: float = 0.0  # analytic training FLOPs across all resumes
+    paused: bool = False  # stopped at ``pause_at_minutes``, before the budget: resume to go on
 
 
 def count_params(params) -> int:
@@ -86,6 +87,7 @@ def train(
     config: ml_collections.ConfigDict,
     workdir: Path | RunDirectory,
     make_validate: MakeValidateFn | None = None,
+    pause_at_minutes: float | None = None,
 ) -> RunSummary:
     """Trains (or resumes) the configured model in ``workdir`` and writes a final checkpoint.
 
@@ -93,8 +95,12 @@ def train(
       config: a validated config.
       workdir: where the run lives; an existing run there is resumed.
       make_validate: optional factory of a ``state -> metrics`` function (validation loss,
-        BLEU), called every ``config.eval.every_steps`` steps and at the end; its "bleu" picks
-        the best checkpoint. Passed in by entry points, so training never imports evaluation.
+        BLEU), called every ``config.eval.every_steps`` steps or ``every_minutes`` training
+        minutes, and at the end; its "bleu" picks the best checkpoint. Passed in by entry
+        points, so training never imports evaluation.
+      pause_at_minutes: stop once this much training time is spent (counted across resumes),
+        with a checkpoint but without the final validation, as if preempted; a later call
+        continues. How a comparison interleaves its runs in slices.
     """
     run = workdir if isinstance(workdir, RunDirectory) else RunDirectory(workdir)
     mesh_config = config.mesh
@@ -142,12 +148,13 @@ def train(
 
     loop = _Loop(config, step_fn, checkpoints, writer, batches, validate, mesh, batch_flops)
     loop.progress.update(progress)
+    pause_seconds = math.inf if pause_at_minutes is None else pause_at_minutes * 60
     try:
         with Preemption() as preemption:
-            state = loop.run(state, preemption)
+            state = loop.run(state, preemption, pause_seconds)
         if preemption.requested:
             logger.warning("SIGTERM: saved step %d; rerun to resume", int(state.step))
-        else:
+        elif not loop.paused:
             loop.save(state, final=True)
     finally:
         checkpoints.close()
@@ -160,6 +167,7 @@ def train(
         preemption.requested,
         elapsed_seconds=loop.progress["elapsed_seconds"],
         train_flops=loop.progress["train_flops"],
+        paused=loop.paused,
     )
 
 
@@ -190,18 +198,30 @@ class _Loop:
         self.loss = math.nan
         self.seconds = 0.0  # this session's training time (validation left out)
         self.steps_run = 0  # steps trained in this session
+        self.paused = False  # stopped at the pause time, before the budget
         # Spent across every session of the run: saved with each checkpoint, so a time budget
-        # and the FLOP axis of the report continue where an interrupted run stopped.
-        self.progress = {"elapsed_seconds": 0.0, "train_flops": 0.0}
+        # and the FLOP axis of the report continue where an interrupted run stopped. The clock
+        # (elapsed_seconds) counts training only: validation decodes, compiling a batch shape
+        # and writing a checkpoint are timed apart, so a model that validates more often, sees
+        # more batch shapes or is resumed more often loses no training time to it.
+        self.progress = {
+            "elapsed_seconds": 0.0,
+            "train_flops": 0.0,
+            "validation_seconds": 0.0,
+            "compile_seconds": 0.0,
+            "checkpoint_seconds": 0.0,
+        }
         self._session_start_elapsed = 0.0
-        # Validation decodes, it does not train: its time is left out of the budget, so a model
-        # that takes more (cheaper) steps and so validates more often loses no training time.
-        self._validation_seconds = 0.0  # this session's
+        self._excluded_seconds = 0.0  # this session's time off the clock
+        self._seen_shapes: set[tuple] = set()  # batch shapes compiled in this session
+        self._validated_step = -1  # the step of this session's last validation
         self._pending: list[dict] = []  # per-step metrics since the last log line
         self._padding: list[float] = []
         self._interval_start = time.monotonic()
 
-    def run(self, state: TrainState, preemption: Preemption) -> TrainState:
+    def run(
+        self, state: TrainState, preemption: Preemption, pause_seconds: float = math.inf
+    ) -> TrainState:
         train = self.config.train
         budget = train.time_budget_minutes * 60 or math.inf
         start = time.monotonic()
@@ -210,6 +230,9 @@ class _Loop:
         if self.progress["elapsed_seconds"] >= budget:
             logger.info("time budget of %.1f min already spent", budget / 60)
             return state
+        if self.progress["elapsed_seconds"] >= pause_seconds and int(state.step) < train.steps:
+            self.paused = True
+            return state
         progress = tqdm(
             total=train.steps,
             initial=int(state.step),
@@ -217,16 +240,19 @@ class _Loop:
             unit="step",
         )
         for step in range(int(state.step) + 1, train.steps + 1):
+            before = self.progress["elapsed_seconds"]
             state = self._one_step(state)
             self.steps_run += 1
             progress.update(1)
             self._update_elapsed()
-            out_of_time = self.progress["elapsed_seconds"] > budget
+            now = self.progress["elapsed_seconds"]
+            out_of_time = now > budget
             if step % train.log_every_steps == 0 or step == train.steps:
                 self._log(step, progress)  # only on schedule, so resumed logs match exactly
-            if self._validation_due(step):
+            checkpoint = self.config.checkpoint
+            if self._validation_due(step, before, now):
                 self.save(state, metrics=self._validate(state, step))
-            elif step % self.config.checkpoint.every_steps == 0:
+            elif _due(step, checkpoint.every_steps, before, now, checkpoint.every_minutes):
                 self.save(state)
             if preemption.requested:  # save now, skip the final validation: time is short
                 self.save(state)
@@ -234,13 +260,25 @@ class _Loop:
             if out_of_time:  # the final save (with validation) follows in ``train``
                 logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
                 break
+            if now >= pause_seconds and step < train.steps:
+                logger.info("paused at %.2f training minutes (step %d)", now / 60, step)
+                self.save(state)
+                self.paused = True
+                break
         progress.close()
-        self.seconds = time.monotonic() - start - self._validation_seconds
+        self.seconds = time.monotonic() - start - self._excluded_seconds
         return state
 
     def _update_elapsed(self) -> None:
-        session = time.monotonic() - self._start - self._validation_seconds
+        session = time.monotonic() - self._start - self._excluded_seconds
         self.progress["elapsed_seconds"] = self._session_start_elapsed + session
+
+    def _off_the_clock(self, kind: str, seconds: float) -> None:
+        """Leaves ``seconds`` spent on ``kind`` (validation, compile, checkpoint) out of the
+        training clock and the next log line's tokens/s, and records them."""
+        self._excluded_seconds += seconds
+        self._interval_start += seconds
+        self.progress[f"{kind}_seconds"] += seconds
 
     def _one_step(self, state: TrainState) -> TrainState:
         batch = next(self.batches)  # already this host's rows (the batch planner splits)
@@ -252,7 +290,14 @@ class _Loop:
         # preparation overlapped with the current step and the clock within a step.
         if self._pending:
             jax.block_until_ready(self._pending[-1])
+        # A batch shape not yet seen in this session is traced and compiled inside the call
+        # (the step itself then runs asynchronously): that time is not training time.
+        shape = tuple(sorted((key, value.shape) for key, value in batch.items()))
+        start = time.monotonic()
         state, metrics = self.step_fn(state, sharding.global_batch(batch, self.batch_sharding))
+        if shape not in self._seen_shapes:
+            self._seen_shapes.add(shape)
+            self._off_the_clock("compile", time.monotonic() - start)
         self._pending.append(metrics)
         return state
 
@@ -275,16 +320,19 @@ class _Loop:
                 f"{self.checkpoints.latest_step()}; lower train.learning_rate or check the data"
             )
 
-    def _validation_due(self, step: int) -> bool:
-        every = self.config.eval.every_steps
-        return self.validate is not None and every > 0 and step % every == 0
+    def _validation_due(self, step: int, before: float, now: float) -> bool:
+        """Whether ``step``, which moved the clock from ``before`` to ``now`` seconds, ends
+        a validation interval (in steps or in training minutes)."""
+        evaluation = self.config.eval
+        return self.validate is not None and _due(
+            step, evaluation.every_steps, before, now, evaluation.every_minutes
+        )
 
     def _validate(self, state: TrainState, step: int) -> dict:
         start = time.monotonic()
         metrics = self.validate(state)
-        spent = time.monotonic() - start
-        self._validation_seconds += spent
-        self._interval_start += spent  # nor does it count in the next log line's tokens/s
+        self._off_the_clock("validation", time.monotonic() - start)
+        self._validated_step = step
         samples = metrics.pop("samples", [])
         self.writer.write(
             step, {"kind": "validation", **metrics, **self.progress}, prefix="validation"
@@ -302,13 +350,26 @@ class _Loop:
             return  # nothing trained in this session (its budget or steps were already spent)
         if self._pending:  # unlogged steps: check them before their parameters are kept
             self._check_finite(step, [m["loss"] for m in jax.device_get(self._pending)])
-        if final and self.validate is not None and not self._validation_due(step):
+        if final and self.validate is not None and self._validated_step != step:
             metrics = self._validate(state, step)
+        start = time.monotonic()
         self.checkpoints.save(
             step, state, self.batches.get_state(), metrics=metrics, progress=dict(self.progress)
         )
         if final:
             self.checkpoints.wait()
+        self._off_the_clock("checkpoint", time.monotonic() - start)
+
+
+def _due(step: int, every_steps: int, before: float, now: float, every_minutes: float) -> bool:
+    """Whether an interval of ``every_steps`` steps or ``every_minutes`` training minutes
+    ends at ``step``, which moved the training clock from ``before`` to ``now`` seconds."""
+    if every_steps > 0 and step % every_steps == 0:
+        return True
+    if every_minutes > 0:
+        period = every_minutes * 60
+        return math.floor(now / period) > math.floor(before / period)
+    return False
 
 
 def _lengths(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
