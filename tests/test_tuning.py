@@ -32,22 +32,22 @@ def tuned(tmp_path_factory):
     plan = make_tuning([f"train.learning_rate={RATES[0]},{RATES[1]}"], minutes=10)
     opened: list[tuple[str, str]] = []
     phase = ["final"]
-    open_corpus, run_trial = sources.open_corpus, tuning.run_trial
+    open_corpus, run_trials = sources.open_corpus, tuning.run_trials
 
     def recording_open_corpus(data, split, **kwargs):
         opened.append((phase[0], split))
         return open_corpus(data, split, **kwargs)
 
-    def flagged_run_trial(*args, **kwargs):
+    def flagged_run_trials(*args, **kwargs):
         phase[0] = "tuning"
         try:
-            return run_trial(*args, **kwargs)
+            return run_trials(*args, **kwargs)
         finally:
             phase[0] = "final"
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sources, "open_corpus", recording_open_corpus)
-        patch.setattr(tuning, "run_trial", flagged_run_trial)
+        patch.setattr(tuning, "run_trials", flagged_run_trials)
         outcomes, report = compare(specs, root / "work", settings, "tuned", plan)
     return specs, settings, plan, root / "work", outcomes, report, opened
 

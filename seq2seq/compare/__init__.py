@@ -24,7 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq.compare.report import write_report
-from seq2seq.compare.runner import RunOutcome, Settings, run_names, train_and_evaluate
+from seq2seq.compare.runner import (
+    RunOutcome,
+    Settings,
+    check_splits,
+    evaluate_outcome,
+    prepare,
+    train_in_slices,
+)
 from seq2seq.compare.suites import RunSpec, expand_suite, suite_names
 from seq2seq.compare.tuning import Tuning, check_overrides, make_tuning, tune
 
@@ -51,8 +58,10 @@ def compare(
 ) -> tuple[list[RunOutcome], Path]:
     """Trains and evaluates every run of ``specs`` (each seed), then writes the report.
 
-    With ``tuning``, each config is first tuned on its validation split (see ``tuning``) and
-    its final runs take the chosen values.
+    Before any training, the configs are checked (a scored split that training or validation
+    reads is refused). With ``tuning``, each config is first tuned on its validation split (see
+    ``tuning``) and its final runs take the chosen values. The runs then train side by side in
+    slices of ``settings.slice_minutes`` and are scored one by one.
 
     Returns the outcomes, in order, and the path of ``report.md``.
     """
@@ -62,33 +71,42 @@ def compare(
         raise ValueError(
             f"two runs would share the folder {duplicates[0]!r}; give the configs distinct names"
         )
+    check_splits(specs, settings)
     if tuning is not None:
         check_overrides(tuning, settings)
+    workdir = workdir.resolve()  # the report's paths then hold wherever it is read from
     workdir.mkdir(parents=True, exist_ok=True)
     tuned = tune(specs, settings, tuning, workdir) if tuning is not None else None
-    if tuned and tuned[-1].preempted:
+    if tuned and any(result.preempted for result in tuned):
         logger.warning("preempted while tuning: writing the report so far; rerun to continue")
-        trial = tuned[-1].trials[-1]
-        stopped = RunOutcome(
-            str(trial.run.path.relative_to(workdir)),
-            tuned[-1].spec,
+        stopped = [trial for result in tuned for trial in result.trials if trial.preempted]
+        outcome = RunOutcome(
+            stopped[0].run.path.name,
+            tuned[0].spec,
             None,
-            trial.run,
+            stopped[0].run,
             "preempted",
-            trial.reason,
+            stopped[0].reason,
         )
-        return [stopped], write_report(workdir, [stopped], settings, title, tuning, tuned)
+        return [outcome], write_report(workdir, [outcome], settings, title, tuning, tuned)
     if tuned:
         specs = [result.tuned_spec() for result in tuned]
-    outcomes = []
-    total = len(specs) * settings.seeds
-    for spec in specs:
-        for seed_index in range(settings.seeds):
-            name = run_names(spec, settings.seeds)[seed_index]
-            logger.info("== run %d of %d: %s", len(outcomes) + 1, total, name)
-            outcome = train_and_evaluate(spec, settings, seed_index, workdir)
-            outcomes.append(outcome)
-            if outcome.status == "preempted":
-                logger.warning("preempted: writing the report so far; rerun to continue")
-                return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned)
+    outcomes = [
+        prepare(spec, settings, seed_index, workdir)
+        for spec in specs
+        for seed_index in range(settings.seeds)
+    ]
+    logger.info(
+        "== training %d runs%s",
+        len(outcomes),
+        f" in turns of {settings.slice_minutes:g} training minutes"
+        if settings.slice_minutes
+        else " one after another",
+    )
+    if train_in_slices(outcomes, settings.slice_minutes):
+        logger.warning("preempted: writing the report so far; rerun to continue")
+        return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned)
+    for index, outcome in enumerate(outcomes, start=1):
+        logger.info("== scoring run %d of %d: %s", index, len(outcomes), outcome.name)
+        evaluate_outcome(outcome, settings)
     return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned)

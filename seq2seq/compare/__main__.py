@@ -41,6 +41,15 @@ def run() -> None:
     base = flags.DEFINE_string("base", None, "The base config of --suite table3.")
     workdir = flags.DEFINE_string("workdir", None, "Parent directory of every run and the report.")
     budget = flags.DEFINE_float("budget_minutes", None, "Training minutes per run (all equal).")
+    budget_steps = flags.DEFINE_integer(
+        "budget_steps", None, "Or training steps per run (all equal; no time limit)."
+    )
+    slice_minutes = flags.DEFINE_float(
+        "slice_minutes",
+        5.0,
+        "Runs (and trials) take turns this many training minutes each, so a slow spell of the "
+        "machine touches all; 0: each run trains to its end in turn.",
+    )
     seeds = flags.DEFINE_integer("seeds", 1, "Runs per config, with seeds seed, seed + 1, ...")
     beam_size = flags.DEFINE_integer("beam_size", 4, "Beam width for every run (1: greedy).")
     alpha = flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run.")
@@ -62,6 +71,12 @@ def run() -> None:
     tune_samples = flags.DEFINE_integer(
         "tune_samples", 0, "Train N points drawn from the grid (fixed seed); 0: every point."
     )
+    tune_rungs = flags.DEFINE_integer(
+        "tune_rungs",
+        1,
+        "Successive halving: after --tune_minutes, the better half of each config's trials "
+        "trains on to twice the minutes, for this many rungs; 1: every trial once.",
+    )
     try:  # a config-dict flag reads its --config.KEY=VALUE overrides as it is defined
         config_flags.DEFINE_config_dict(
             "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
@@ -80,6 +95,8 @@ def run() -> None:
         settings = Settings(
             overrides=tuple(sorted(given.items())),
             budget_minutes=budget.value,
+            budget_steps=budget_steps.value,
+            slice_minutes=slice_minutes.value,
             seeds=seeds.value,
             beam_size=beam_size.value,
             alpha=alpha.value,
@@ -87,7 +104,7 @@ def run() -> None:
             max_test_sentences=max_test.value,
             checkpoint=checkpoint.value,
         )
-        tuning = make_tuning(tune.value, tune_minutes.value, tune_samples.value)
+        tuning = make_tuning(tune.value, tune_minutes.value, tune_samples.value, tune_rungs.value)
         outcomes, report = compare(specs, Path(workdir.value), settings, title, tuning)
         print(f"\n{title} (beam {settings.beam_size}, alpha {settings.alpha}):")
         print(_table(report))

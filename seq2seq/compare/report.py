@@ -16,6 +16,7 @@ from pathlib import Path
 
 from seq2seq import provenance
 from seq2seq.compare import tuning as tuning_lib
+from seq2seq.compare import verdict as verdict_lib
 from seq2seq.compare.runner import RunOutcome, Settings, describe_checkpoint_rule
 from seq2seq.report import figures, tables
 
@@ -112,6 +113,8 @@ def run_row(outcome: RunOutcome) -> dict:
     if outcome.config is not None and outcome.run.tokenizer_dir.exists():
         row["params"] = _parameter_count(outcome)
     made_by = provenance.summary(outcome.run.path) if outcome.run.path.exists() else None
+    if outcome.config is not None:
+        row["validation_points"] = len(validation)
     if made_by:
         row["provenance"] = made_by
         commit = (made_by["commit"] or "no git")[:10] + ("+dirty" if made_by["dirty"] else "")
@@ -200,8 +203,19 @@ def write_report(
         row = run_row(outcome)
         row["config_name"] = outcome.spec.name
         rows.append(row)
+    for row, outcome in zip(rows, outcomes, strict=True):
+        row["off_the_clock"] = verdict_lib.run_costs(outcome, settings.slice_minutes)
     table_rows = aggregate(rows)
     figure_paths = _figures(root, figure_dir, outcomes)
+    tuned_keys = tuning.keys if tuning is not None else []
+    review = {
+        "verdicts": verdict_lib.verdicts(outcomes, settings.checkpoint),
+        "hardware": hardware(rows),
+        "horizons": verdict_lib.horizons(outcomes),
+        "splits": verdict_lib.splits_read(outcomes, tuned),
+        "hyperparameters": verdict_lib.differing_hyperparameters(outcomes, tuned_keys),
+        "tuning_minutes": {result.spec.name: result.train_minutes for result in tuned or ()},
+    }
     if tuning is not None and tuned:
         figure_paths["tuning"] = [tuning_lib.plot(tuning, tuned, figure_dir / "tuning_bleu.png")]
     report_json = {
@@ -209,12 +223,19 @@ def write_report(
         "settings": {
             "overrides": dict(settings.overrides),
             "budget_minutes": settings.budget_minutes,
+            "budget_steps": settings.budget_steps,
+            "slice_minutes": settings.slice_minutes,
             "seeds": settings.seeds,
             "beam_size": settings.beam_size,
             "alpha": settings.alpha,
             "split": settings.split,
             "max_test_sentences": settings.max_test_sentences,
         },
+        "checkpoint_rule": {
+            "rule": settings.checkpoint,
+            "meaning": describe_checkpoint_rule(settings.checkpoint),
+        },
+        **review,
         "tuning": tuning_lib.report_json(tuning, tuned) if tuning is not None and tuned else None,
         "runs": rows,
         "configs": [
@@ -238,8 +259,131 @@ def write_report(
     if tuning is not None and tuned:
         figure = str(figure_paths["tuning"][0].relative_to(root))
         tuning_lines = tuning_lib.report_lines(tuning, tuned, figure)
-    path.write_text(_markdown(title, table_rows, rows, settings, figure_paths, root, tuning_lines))
+    review_lines = _review_lines(review, rows, settings)
+    path.write_text(
+        _markdown(title, table_rows, rows, settings, figure_paths, root, tuning_lines, review_lines)
+    )
     return path
+
+
+def hardware(rows: Sequence[dict]) -> list[str]:
+    """The machines the runs trained on (processor, usable cores, JAX device kind)."""
+    machines = set()
+    for row in rows:
+        made = row.get("provenance")
+        if made:
+            cores = made.get("cpu_cores")
+            machines.add(
+                f"{made.get('processor') or 'unknown processor'}"
+                + (f", {cores} cores" if cores else "")
+                + f" (JAX device {made.get('device_kind')} x{made.get('device_count')})"
+            )
+    return sorted(machines)
+
+
+def _budget(settings: Settings) -> str:
+    if settings.budget_steps:
+        return f"{settings.budget_steps:,} training steps each (equal steps)"
+    if settings.budget_minutes:
+        return f"{settings.budget_minutes:g} training minutes each (equal time)"
+    return "each config's own steps or minutes"
+
+
+HORIZONS_HEADING = "## Equal horizons (validation curves)"
+
+
+def _review_lines(review: dict, rows: Sequence[dict], settings: Settings) -> list[str]:
+    """The verdict that opens report.md and the sections a reviewer reads next."""
+    lines = ["## Verdict", ""]
+    if review["verdicts"]:
+        for entry in review["verdicts"]:
+            lines += [f"- {entry['sentence']}", f"  In chrF: {entry['chrf_sentence']}"]
+    else:
+        lines.append("- Fewer than two configs were scored on the same sentences: no test.")
+    machines = "; ".join(review["hardware"]) or "no provenance record"
+    lines += [
+        "",
+        f"Budget: {_budget(settings)}, on {machines}. A verdict under equal minutes is a "
+        "statement about that machine: the models' steps per minute differ from machine to "
+        "machine, so the curves are compared at equal steps and FLOPs too (below).",
+        "",
+    ]
+    if settings.slice_minutes:
+        lines += [
+            f"The runs trained side by side, taking turns of {settings.slice_minutes:g} "
+            "training minutes, so a slow spell of the machine touched each of them.",
+            "",
+        ]
+    lines += [HORIZONS_HEADING, ""]
+    names = [row["name"] for row in rows]
+    table = []
+    for horizon in review["horizons"]:
+        entry = {"axis": horizon["axis"], "horizon": f"{horizon['horizon']:.3g}"}
+        for name in names:
+            point = horizon["runs"].get(name)
+            entry[name] = (
+                f"{point['bleu']:.2f} (at {point['at']:.3g})"
+                if point and point["bleu"] is not None
+                else tables.MISSING
+            )
+        table.append(entry)
+    if table:
+        columns = [("axis", "at equal", ""), ("horizon", "horizon", "")]
+        columns += [(name, name, "") for name in names]
+        lines += [
+            "Validation BLEU (greedy, the configs' validation sentences) of each run at the "
+            "largest training time, step count and FLOP count that every run reached; each run's "
+            "last validation point at or before it, with where that point lay.",
+            "",
+            tables.markdown_table(table, columns),
+        ]
+    lines += ["## Fairness checks", "", verdict_lib.splits_sentence(review["splits"]), ""]
+    hyper = review["hyperparameters"]
+    if hyper:
+        keys = sorted({key for values in hyper.values() for key in values})
+        table = [{"run": name, **values} for name, values in hyper.items()]
+        lines += [
+            "Hyperparameters that differ between the runs (`*`: chosen by tuning):",
+            "",
+            tables.markdown_table(table, [("run", "run", ""), *[(k, k, "") for k in keys]]),
+        ]
+    if review["tuning_minutes"]:
+        spent = ", ".join(f"`{k}` {v:.1f}" for k, v in review["tuning_minutes"].items())
+        lines += [f"Training minutes spent on tuning, per config: {spent}.", ""]
+    costs = []
+    for row in rows:
+        cost = row.get("off_the_clock") or {}
+        speeds = cost.get("tokens_per_second_per_slice") or []
+        costs.append(
+            {
+                "run": row["name"],
+                "compile": cost.get("compile"),
+                "checkpoint": cost.get("checkpoint"),
+                "validation": cost.get("validation"),
+                "points": cost.get("validation_points"),
+                "slices": f"{min(speeds):.0f}-{max(speeds):.0f} ({len(speeds)})"
+                if speeds
+                else tables.MISSING,
+            }
+        )
+    lines += [
+        "Seconds spent off the training clock (compiling batch shapes, writing checkpoints, "
+        "validating), validation points (the candidates of `--checkpoint best`) and target "
+        "tokens/s per slice (slowest-fastest, slices):",
+        "",
+        tables.markdown_table(
+            costs,
+            [
+                ("run", "run", ""),
+                ("compile", "compile s", ".0f"),
+                ("checkpoint", "checkpoint s", ".0f"),
+                ("validation", "validation s", ".0f"),
+                ("points", "val points", "d"),
+                ("slices", "tgt tok/s per slice", ""),
+            ],
+        ),
+    ]
+    return lines
 
 
 def _figures(root: Path, figure_dir: Path, outcomes: Sequence[RunOutcome]) -> dict[str, list[Path]]:
@@ -286,18 +430,20 @@ def _markdown(
     figure_paths: dict[str, list[Path]],
     root: Path,
     tuning_lines: Sequence[str] = (),
+    review_lines: Sequence[str] = (),
 ) -> str:
     def image(path: Path) -> str:
         return f"![{path.stem}]({path.relative_to(root)})"
 
     signatures = sorted({r["signature"] for r in rows if r.get("signature")})
-    budget = (
-        f"{settings.budget_minutes:g} min of training each"
-        if settings.budget_minutes
-        else "each config's own steps/budget"
-    )
+    details = list(review_lines)
+    split_at = details.index(HORIZONS_HEADING) if HORIZONS_HEADING in details else len(details)
+    verdict, details = details[:split_at], details[split_at:]
     lines = [
         f"# {title}",
+        "",
+        *verdict,
+        "## Scores",
         "",
         f"Decoding: beam {settings.beam_size}, alpha {settings.alpha}; split "
         f"{settings.split or 'each config test split'}"
@@ -307,15 +453,15 @@ def _markdown(
             else ""
         )
         + f"; checkpoint: {describe_checkpoint_rule(settings.checkpoint)}"
-        + f"; training: {budget}; seeds per config: {settings.seeds}.",
+        + f"; training: {_budget(settings)}; seeds per config: {settings.seeds}.",
         "",
         tables.markdown_table(table_rows, _columns(table_rows)),
         "sacreBLEU signature: " + ("; ".join(signatures) if signatures else "(no run was scored)"),
         "",
         "Columns: test sacreBLEU (detokenized), the papers' tokenized BLEU, chrF, parameters, "
         "analytic training FLOPs, mean target tokens/s after the first log interval, training "
-        "wall time (validation left out, counted across resumes), optimizer steps, best "
-        "validation perplexity, "
+        "time (validation, compiling and checkpointing left out, counted across resumes), "
+        "optimizer steps, best validation perplexity, "
         "test-set decoding speed (compile included). With several seeds: mean ± std (max).",
         "",
     ]
@@ -325,7 +471,7 @@ def _markdown(
     if settings.checkpoint != "latest":
         scored = ", ".join(f"`{r['name']}` {r['checkpoint']}" for r in rows if r.get("checkpoint"))
         lines += [f"Checkpoints scored: {scored or 'none'}.", ""]
-    lines += ["## Provenance", ""]
+    lines += [*details, "", "## Provenance", ""]
     lines += [f"- `{r['name']}`: {r.get('made_by', 'no provenance record')}" for r in rows]
     lines += [f"- **warning**: {warning}" for warning in provenance_warnings(rows)]
     lines.append("")

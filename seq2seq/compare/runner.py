@@ -1,15 +1,18 @@
-"""Running one entry of a comparison: load its config, train (or resume, or reuse), evaluate.
+"""Running the entries of a comparison: load their configs, train them side by side, evaluate.
 
-A run that fails (a bad config, a NaN loss, missing data) is recorded with a one-line reason
-and the comparison goes on; Ctrl-C or SIGTERM stops the whole comparison, and re-running it
-continues every run where it stopped (training time is carried across, so equal budgets stay
-equal).
+The runs train in round-robin slices of a few training minutes (each resumed where its last
+slice stopped), so a slow spell of the machine touches every model alike rather than the one
+that happened to be training. A run that fails (a bad config, a NaN loss, missing data) is
+recorded with a one-line reason and the others go on; Ctrl-C or SIGTERM stops the whole
+comparison, and re-running it continues every run where it stopped (training time is carried
+across, so equal budgets stay equal).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import ml_collections
@@ -17,6 +20,7 @@ import ml_collections
 from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.compare.suites import RunSpec
+from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.averaging import average_count, choose_checkpoints
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.validation import make_validate_fn
@@ -57,15 +61,29 @@ class Settings:
 
     overrides: tuple[tuple[str, object], ...] = ()  # --config.KEY=VALUE, applied to every run
     budget_minutes: float | None = None  # the same training-time budget for every run
+    budget_steps: int | None = None  # or the same number of steps (the papers' protocol)
     seeds: int = 1  # runs per config, seeds config.seed, config.seed + 1, ...
     beam_size: int = 4  # the same decoding for every run
     alpha: float = 0.6
-    split: str | None = None  # default: the configs' test split
+    split: str | None = None  # default: the configs' test split; a role name is resolved
     max_test_sentences: int = 0  # score only the first N test sentences; 0: all
     checkpoint: str = "latest"  # a key of CHECKPOINTS, or average:K
+    slice_minutes: float = 5.0  # runs take turns this many training minutes; 0: one by one
 
     def __post_init__(self):
         describe_checkpoint_rule(self.checkpoint)  # refuses any other rule
+        if self.budget_minutes is not None and self.budget_steps is not None:
+            raise config_lib.ConfigError(
+                "--budget_minutes and --budget_steps are two different budgets; give one"
+            )
+        if self.budget_steps is not None and self.budget_steps < 1:
+            raise config_lib.ConfigError(f"--budget_steps {self.budget_steps} must be >= 1")
+        if self.budget_minutes is not None and self.budget_minutes <= 0:
+            raise config_lib.ConfigError(f"--budget_minutes {self.budget_minutes} must be > 0")
+        if self.slice_minutes < 0:
+            raise config_lib.ConfigError(
+                f"--slice_minutes {self.slice_minutes} must be >= 0 (0: one run after another)"
+            )
 
 
 @dataclasses.dataclass
@@ -93,6 +111,9 @@ def run_config(spec: RunSpec, settings: Settings, seed_index: int) -> ml_collect
         config_lib.set_value(config, key, value)
     if settings.budget_minutes is not None:
         config.train.time_budget_minutes = settings.budget_minutes
+    if settings.budget_steps is not None:
+        config.train.steps = settings.budget_steps
+        config.train.time_budget_minutes = 0.0  # equal steps: no clock may cut a run short
     config.seed = config.seed + seed_index
     return config_lib.validate(config)
 
@@ -101,37 +122,126 @@ def run_names(spec: RunSpec, seeds: int) -> list[str]:
     return [spec.name] if seeds == 1 else [f"{spec.name}-seed{k}" for k in range(seeds)]
 
 
-def train_and_evaluate(
-    spec: RunSpec, settings: Settings, seed_index: int, root: Path
-) -> RunOutcome:
-    """Trains (resumes, or reuses a finished run) and evaluates one run; never raises for a
-    failure of the run itself (the outcome says why), only for an interruption."""
+def scored_split(config: ml_collections.ConfigDict, split: str | None) -> str:
+    """The split a comparison scores: ``split`` (a role such as ``validation`` is resolved to the
+    config's split for it, Multi30k's ``val``), or the config's test split."""
+    return resolve_split(config.data, split or "test")
+
+
+def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
+    """Refuses, before any training, a comparison that would score a split its runs read.
+
+    Training reads ``data.train_split``, and validation (the curves, ``--checkpoint best`` and
+    every tuning trial) reads ``data.eval_split``: scores on either would not be test scores.
+    A config that cannot be built is passed over here; its runs fail with the reason.
+
+    Raises:
+      ConfigError: one line naming the config, the resolved split and the fix.
+    """
+    for spec in specs:
+        try:
+            config = run_config(spec, settings, 0)
+        except Exception:  # reported by its runs
+            continue
+        try:
+            scored = scored_split(config, settings.split)
+        except Exception:  # a split the data lacks: reported by its runs
+            continue
+        for key, use in (("eval_split", "validates (and tunes) on"), ("train_split", "trains on")):
+            if config.data[key] == scored:
+                given = f"--split {settings.split} resolves to" if settings.split else "scoring"
+                raise config_lib.ConfigError(
+                    f"{spec.name}: {given} {scored!r}, the split it {use} (data.{key}); score "
+                    "another split (e.g. --split test) or set a separate data." + key
+                )
+
+
+def prepare(spec: RunSpec, settings: Settings, seed_index: int, root: Path) -> RunOutcome:
+    """One run's outcome before training: its folder and config, or the reason it failed."""
     name = run_names(spec, settings.seeds)[seed_index]
     outcome = RunOutcome(name, spec, None, RunDirectory(root / name))
     try:
-        config = run_config(spec, settings, seed_index)
-        outcome.config, outcome.seed = config, config.seed
-        logger.info("== %s: training (%s)", name, spec.config.name)
-        summary = train(config, outcome.run, make_validate_fn)
-        if summary.preempted:
-            outcome.status, outcome.reason = "preempted", "stopped by SIGTERM; rerun to resume"
-            return outcome
-        outcome.result = _evaluation(outcome.run, config, settings)
+        outcome.config = run_config(spec, settings, seed_index)
+        outcome.seed = outcome.config.seed
+    except Exception as error:  # one bad config must not end the comparison
+        _fail(outcome, error)
+    return outcome
+
+
+def _fail(job, error: Exception) -> None:
+    job.status = "failed"
+    job.reason = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+    logger.warning("== %s failed: %s", job.run.path.name, job.reason)
+
+
+def _trained_minutes(run: RunDirectory) -> float:
+    """Training minutes the run has spent so far, from its metrics (0 for a new run)."""
+    records = run.read_metrics()
+    return records[-1].get("elapsed_seconds", 0.0) / 60 if records else 0.0
+
+
+def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
+    """Trains every job whose status is "ok" to its end, in round-robin slices.
+
+    Round k trains each unfinished job until ``k * slice_minutes`` training minutes (counted
+    across resumes), then moves to the next; a job already past that mark waits for the next
+    round. With ``slice_minutes`` 0 each job trains to its end in turn. A job is anything with
+    ``run``, ``config``, ``status`` and ``reason`` (a ``RunOutcome``, a tuning trial); a failure
+    sets its status to "failed" with a one-line reason, and the others go on.
+
+    Returns:
+      True when SIGTERM stopped a job (its status is then "preempted"): rerun to continue.
+    """
+    active = [job for job in jobs if job.status == "ok"]
+    round_index = 1
+    while active:
+        unfinished = []
+        mark = round_index * slice_minutes if slice_minutes > 0 else None
+        for job in active:
+            budget = job.config.train.time_budget_minutes
+            pause = mark if mark is not None and not (budget and mark >= budget) else None
+            if pause is not None and _trained_minutes(job.run) >= pause:
+                unfinished.append(job)  # resumed past this round's mark
+                continue
+            logger.info(
+                "== %s: training%s",
+                job.run.path.name,
+                f" to {pause:g} min (slice {round_index})" if pause is not None else "",
+            )
+            try:
+                summary = train(job.config, job.run, make_validate_fn, pause_at_minutes=pause)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as error:  # one failed run must not end the comparison
+                _fail(job, error)
+                continue
+            if summary.preempted:
+                job.status, job.reason = "preempted", "stopped by SIGTERM; rerun to resume"
+                return True
+            if summary.paused:
+                unfinished.append(job)
+        active = unfinished
+        round_index += 1
+    return False
+
+
+def evaluate_outcome(outcome: RunOutcome, settings: Settings) -> None:
+    """Scores a trained run on the comparison's split (its eval JSON into ``outcome.result``);
+    a failure is recorded in the outcome, not raised."""
+    if outcome.status != "ok":
+        return
+    try:
+        outcome.result = _evaluation(outcome.run, outcome.config, settings)
     except (KeyboardInterrupt, SystemExit):
         raise
-    except Exception as error:  # one failed run must not end the comparison
-        outcome.status = "failed"
-        outcome.reason = (
-            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        )
-        logger.warning("== %s failed: %s", name, outcome.reason)
-    return outcome
+    except Exception as error:
+        _fail(outcome, error)
 
 
 def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: Settings) -> dict:
     """The run's eval JSON for the comparison's split and decoding; reused when it is current
     (same checkpoint, beam, alpha and sentence count), else decoded now."""
-    split = settings.split or config.data.test_split
+    split = scored_split(config, settings.split)
     previous = run.read_eval_result(split, settings.checkpoint)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:

@@ -7,15 +7,21 @@
 Before the final runs, each config trains once per point of the grid (the Cartesian product of
 the ``--tune`` lists, or ``--tune_samples N`` points of it drawn with a fixed seed: the same
 points for every model), each trial with the same budget of ``--tune_minutes`` minutes of
-training. A trial is an ordinary run in ``WORKDIR/tuning/<config>/<key=value,...>``, so an
+training. With ``--tune_rungs R`` (successive halving, Jamieson & Talwalkar 2016; Li et al.
+2018), the better half of each config's trials then trains on to twice the minutes, and so on
+for R rungs, so that what only shows late in training (overfitting, and so the regularisation
+that prevents it) can decide; every config gets the same rungs, trials and minutes. All trials
+of a rung, every config's, train side by side in slices (``runner.train_in_slices``).
+A trial is an ordinary run in ``WORKDIR/tuning/<config>/<key=value,...>``, so an
 interrupted sweep resumes where it stopped (the budget counts across resumes) and a finished
-trial is reused. Its score is its own final validation record in ``metrics.jsonl`` (greedy BLEU
-and perplexity on ``data.eval_split``, the first ``eval.num_examples`` sentences): nothing here
-decodes the test split. The point with the highest validation BLEU (ties: the lower validation
-perplexity) becomes that config's overrides for its final runs, applied after the config file
-and the suite's overrides; a ``--config`` override of a tuned key is refused, so the tuned value
-is never silently replaced. The report lists each trial's highest logged learning rate, since
-``train.learning_rate`` is a multiplier of d_model^-0.5 under the "transformer" schedule.
+trial is reused. Its score at a rung is its validation record at the end of that rung's budget
+in ``metrics.jsonl`` (greedy BLEU and perplexity on ``data.eval_split``, the first
+``eval.num_examples`` sentences): nothing here decodes the test split. The point with the highest
+validation BLEU (ties: the lower validation perplexity) becomes that config's overrides for its
+final runs, applied after the config file and the suite's overrides; a ``--config`` override of a
+tuned key is refused, so the tuned value is never silently replaced. The report lists each trial's
+highest logged learning rate, since ``train.learning_rate`` is a multiplier of d_model^-0.5 under
+the "transformer" schedule.
 """
 
 from __future__ import annotations
@@ -27,13 +33,13 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+import ml_collections
+
 from seq2seq import config as config_lib
-from seq2seq.compare.runner import Settings, run_config
+from seq2seq.compare.runner import Settings, run_config, train_in_slices
 from seq2seq.compare.suites import RunSpec
-from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.report import figures, tables
 from seq2seq.run_directory import RunDirectory
-from seq2seq.training.trainer import train
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +56,13 @@ class Tuning:
     """The grid every config of a comparison is tuned over, and each trial's budget."""
 
     grid: tuple[tuple[str, tuple[object, ...]], ...]  # (dotted key, its values), --tune order
-    minutes: float  # training minutes of every trial (train.time_budget_minutes)
+    minutes: float  # training minutes of every trial at the first rung (doubled at each rung)
     samples: int = 0  # 0: every point of the grid; N: N points drawn with SAMPLE_SEED
+    rungs: int = 1  # successive-halving rungs; 1: every trial trains ``minutes`` and is scored
+
+    def rung_minutes(self, rung: int) -> float:
+        """The training minutes of a trial that reaches ``rung`` (0-based)."""
+        return self.minutes * 2**rung
 
     @property
     def keys(self) -> list[str]:
@@ -125,17 +136,20 @@ def parse_tune_flag(text: str) -> tuple[str, tuple[object, ...]]:
     return key, values
 
 
-def make_tuning(flags: Sequence[str], minutes: float | None, samples: int = 0) -> Tuning | None:
-    """The ``Tuning`` of ``--tune`` flags, ``--tune_minutes`` and ``--tune_samples``; None
-    without ``--tune``.
+def make_tuning(
+    flags: Sequence[str], minutes: float | None, samples: int = 0, rungs: int = 1
+) -> Tuning | None:
+    """The ``Tuning`` of ``--tune`` flags, ``--tune_minutes``, ``--tune_samples`` and
+    ``--tune_rungs``; None without ``--tune``.
 
     Raises:
       ConfigError: a bad flag, or a combination that cannot run (one line).
     """
     if not flags:
-        if minutes is not None or samples:
+        if minutes is not None or samples or rungs != 1:
             raise config_lib.ConfigError(
-                "--tune_minutes and --tune_samples need --tune KEY=V1,V2,... (what to tune)"
+                "--tune_minutes, --tune_samples and --tune_rungs need --tune KEY=V1,V2,... "
+                "(what to tune)"
             )
         return None
     grid = [parse_tune_flag(flag) for flag in flags]
@@ -155,7 +169,13 @@ def make_tuning(flags: Sequence[str], minutes: float | None, samples: int = 0) -
             f"--tune_samples {samples}: the grid has {size} points; sample 1 to {size - 1} of "
             "them, or drop --tune_samples to train them all"
         )
-    return Tuning(tuple(grid), float(minutes), samples)
+    points = samples or size
+    if rungs < 1 or points < 2 ** (rungs - 1):
+        raise config_lib.ConfigError(
+            f"--tune_rungs {rungs}: {points} trials per model can be halved at most "
+            f"{max(points.bit_length() - 1, 0)} times; use 1 to {points.bit_length()} rungs"
+        )
+    return Tuning(tuple(grid), float(minutes), samples, rungs)
 
 
 def check_overrides(tuning: Tuning, settings: Settings) -> None:
@@ -174,13 +194,14 @@ def point_name(point: Point) -> str:
 
 @dataclasses.dataclass
 class Trial:
-    """One config trained at one point of the grid, scored by its last validation record."""
+    """One config trained at one point of the grid, scored by its validation records."""
 
     point: Point
     run: RunDirectory
+    config: ml_collections.ConfigDict | None = None  # None when the config cannot be built
     status: str = "ok"  # "ok", "failed", "preempted" or "unscored" (no validation record)
     reason: str = ""
-    validation_bleu: float | None = None
+    validation_bleu: float | None = None  # at the last rung it reached
     validation_perplexity: float | None = None
     validation_sentences: int | None = None
     step: int | None = None  # the step of the validation record that scores the trial
@@ -188,6 +209,11 @@ class Trial:
     # The highest learning rate of its logged steps: what train.learning_rate meant for this
     # config (a peak rate, or a multiplier of d_model^-0.5 under the "transformer" schedule).
     peak_learning_rate: float | None = None
+    rungs: list[float | None] = dataclasses.field(default_factory=list)  # val BLEU per rung
+
+    @property
+    def preempted(self) -> bool:
+        return self.status == "preempted"
 
 
 @dataclasses.dataclass
@@ -201,7 +227,12 @@ class ModelTuning:
 
     @property
     def preempted(self) -> bool:
-        return any(trial.status == "preempted" for trial in self.trials)
+        return any(trial.preempted for trial in self.trials)
+
+    @property
+    def train_minutes(self) -> float:
+        """Training minutes spent on all of this config's trials."""
+        return sum(trial.train_minutes or 0.0 for trial in self.trials)
 
     def tuned_spec(self) -> RunSpec:
         """``spec`` with the chosen point appended to its overrides (unchanged without one)."""
@@ -210,8 +241,11 @@ class ModelTuning:
         return dataclasses.replace(self.spec, overrides=(*self.spec.overrides, *self.chosen))
 
 
-def _score(trial: Trial) -> None:
-    """Fills the trial's numbers from its own ``metrics.jsonl``."""
+def _score(trial: Trial, minutes: float) -> None:
+    """Fills the trial's numbers from its own ``metrics.jsonl``, as they stood at ``minutes``
+    training minutes: the first validation at or after that time is the one written when a
+    budget of ``minutes`` ran out (later ones belong to a later rung); a run that ended earlier,
+    by its steps, is scored by its last."""
     records = trial.run.read_metrics()
     trained = [record for record in records if record.get("kind") == "train"]
     validations = [record for record in records if record.get("kind") == "validation"]
@@ -222,52 +256,55 @@ def _score(trial: Trial) -> None:
         if trial.status == "ok":
             trial.status, trial.reason = "unscored", "no validation record in metrics.jsonl"
         return
-    last = validations[-1]
-    trial.step = last["step"]
-    trial.validation_bleu = last.get("bleu")
-    trial.validation_perplexity = last.get("perplexity")
-    trial.validation_sentences = last.get("n")
+    later = [r for r in validations if r.get("elapsed_seconds", 0.0) >= minutes * 60]
+    record = later[0] if later else validations[-1]
+    trial.train_minutes = max(trial.train_minutes or 0.0, record.get("elapsed_seconds", 0) / 60)
+    trial.step = record["step"]
+    trial.validation_bleu = record.get("bleu")
+    trial.validation_perplexity = record.get("perplexity")
+    trial.validation_sentences = record.get("n")
+    trial.rungs.append(trial.validation_bleu)
 
 
-def run_trial(spec: RunSpec, point: Point, settings: Settings, tuning: Tuning, root: Path) -> Trial:
-    """Trains (resumes, or reuses) one trial and scores it; a failure is recorded, not raised."""
+def make_trial(spec: RunSpec, point: Point, settings: Settings, root: Path) -> Trial:
+    """A trial's folder and config (or the reason its config cannot be built)."""
     trial = Trial(point, RunDirectory(root / TUNING_DIR / spec.name / point_name(point)))
     trial_spec = dataclasses.replace(spec, overrides=(*spec.overrides, *point))
     try:
-        config = run_config(
-            trial_spec, dataclasses.replace(settings, budget_minutes=tuning.minutes), 0
-        )
-        summary = train(config, trial.run, make_validate_fn)
-        if summary.preempted:
-            trial.status, trial.reason = "preempted", "stopped by SIGTERM; rerun to resume"
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as error:  # a diverging learning rate must not end the sweep
+        trial.config = run_config(trial_spec, settings, 0)
+    except Exception as error:  # reported with the trial
         trial.status = "failed"
         trial.reason = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
-        logger.warning("== trial %s failed: %s", trial.run.path, trial.reason)
-    _score(trial)
     return trial
+
+
+def run_trials(trials: Sequence[Trial], minutes: float, slice_minutes: float) -> bool:
+    """Trains ``trials`` (every config's) side by side to ``minutes`` training minutes each and
+    scores them at that time; a failure is recorded, not raised. True when preempted."""
+    for trial in trials:
+        if trial.config is not None:
+            trial.config.train.time_budget_minutes = minutes
+    if train_in_slices(trials, slice_minutes):
+        return True
+    for trial in trials:
+        _score(trial, minutes)
+    return False
 
 
 def best_trial(trials: Sequence[Trial]) -> Trial | None:
     """The scored trial with the highest validation BLEU; ties go to the lower perplexity."""
+    return next(iter(_ranked(trials)), None)
+
+
+def _ranked(trials: Sequence[Trial]) -> list[Trial]:
     scored = [t for t in trials if t.status == "ok" and t.validation_bleu is not None]
-    if not scored:
-        return None
-    return max(scored, key=lambda t: (t.validation_bleu, -(t.validation_perplexity or 0.0)))
+    return sorted(scored, key=lambda t: (-t.validation_bleu, t.validation_perplexity or 0.0))
 
 
-def _check_configs(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict[str, str]:
-    """Each config's validation split (the one that scores its trials).
-
-    A config that cannot be built gets "?": its trials fail with the reason, as its final runs
-    do, and the other configs go on. Warns when the configs read ``train.learning_rate`` under
-    different schedules (the same values would then be different rates).
-
-    Raises:
-      ConfigError: a config validates on the split the comparison scores.
-    """
+def _validation_splits(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict:
+    """Each config's validation split (the one that scores its trials; "?" for a config that
+    cannot be built). Warns when the configs read ``train.learning_rate`` under different
+    schedules (the same values would then be different rates)."""
     splits, schedules = {}, set()
     for spec in specs:
         try:
@@ -275,12 +312,6 @@ def _check_configs(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning)
         except Exception:  # reported by each trial
             splits[spec.name] = "?"
             continue
-        test_split = settings.split or config.data.test_split
-        if config.data.eval_split == test_split:
-            raise config_lib.ConfigError(
-                f"{spec.name}: data.eval_split is the scored split {test_split!r}; tuning would "
-                "choose on the test split: set a separate data.eval_split"
-            )
         splits[spec.name] = config.data.eval_split
         schedules.add(config.train.schedule)
     if "train.learning_rate" in tuning.keys and len(schedules) > 1:
@@ -295,28 +326,44 @@ def _check_configs(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning)
 def tune(
     specs: Sequence[RunSpec], settings: Settings, tuning: Tuning, root: Path
 ) -> list[ModelTuning]:
-    """Runs every config's trials (stopping at a preempted one); returns what each chose."""
-    splits = _check_configs(specs, settings, tuning)
-    results = []
-    points = tuning.points()
-    for spec in specs:
-        result = ModelTuning(spec, [], splits[spec.name])
-        results.append(result)
-        for index, point in enumerate(points, start=1):
-            logger.info(
-                "== tuning %s: trial %d of %d, %s", spec.name, index, len(points), point_name(point)
-            )
-            result.trials.append(run_trial(spec, point, settings, tuning, root))
-            if result.preempted:
-                return results
-        best = best_trial(result.trials)
+    """Runs every config's trials, rung by rung (stopping when preempted); returns what each
+    config chose: its best trial at the last rung."""
+    splits = _validation_splits(specs, settings, tuning)
+    trial_settings = dataclasses.replace(settings, budget_minutes=None, budget_steps=None)
+    results = [
+        ModelTuning(
+            spec,
+            [make_trial(spec, point, trial_settings, root) for point in tuning.points()],
+            splits[spec.name],
+        )
+        for spec in specs
+    ]
+    survivors = {id(result): list(result.trials) for result in results}
+    for rung in range(tuning.rungs):
+        minutes = tuning.rung_minutes(rung)
+        running = [trial for result in results for trial in survivors[id(result)]]
+        logger.info(
+            "== tuning, rung %d of %d: %d trials to %g training minutes",
+            rung + 1,
+            tuning.rungs,
+            len(running),
+            minutes,
+        )
+        if run_trials(running, minutes, settings.slice_minutes):
+            return results
+        if rung + 1 < tuning.rungs:
+            for result in results:  # the better half goes on (the same count for every model)
+                keep = -(-len(survivors[id(result)]) // 2)
+                survivors[id(result)] = _ranked(survivors[id(result)])[:keep]
+    for result in results:
+        best = best_trial(survivors[id(result)])
         if best is None:
             logger.warning(
-                "== %s: no trial was scored; its final runs keep its own values", spec.name
+                "== %s: no trial was scored; its final runs keep its own values", result.spec.name
             )
         else:
             result.chosen = best.point
-            logger.info("== %s: chose %s", spec.name, point_name(best.point))
+            logger.info("== %s: chose %s", result.spec.name, point_name(best.point))
     return results
 
 
