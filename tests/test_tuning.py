@@ -217,3 +217,71 @@ def test_bad_tune_flags_are_refused_in_one_line(flags, minutes, samples, message
 def test_bad_tune_invocations_end_with_one_line(tmp_path, arguments, message):
     arguments = ["--configs", "configs/quickstart_transformer.py", *arguments]
     assert_compare_refuses(tmp_path, arguments, message)
+
+
+HALVING_CONFIG = """
+from tests.conftest import tiny_config
+
+
+def get_config():
+    config = tiny_config("{model}")
+    config.train.steps = 100_000  # each rung's minutes end the trials
+    config.train.log_every_steps = 5
+    config.checkpoint.every_steps = 0
+    config.eval.num_examples = 4
+    config.decode.max_extra_length = 5
+    return config
+"""
+HALVING_RATES = (0.05, 0.5, 2.0, 8.0)
+
+
+@pytest.fixture(scope="module")
+def halved(tmp_path_factory):
+    """Two tiny models over four learning rates, successive halving over two rungs."""
+    root = tmp_path_factory.mktemp("halved")
+    specs = []
+    for name in MODELS:
+        path = root / f"{name}.py"
+        path.write_text(HALVING_CONFIG.format(model=name.split("_")[1]))
+        specs.append(RunSpec(name, path))
+    plan = make_tuning([f"train.learning_rate={','.join(map(str, HALVING_RATES))}"], 0.03, rungs=2)
+    settings = Settings(slice_minutes=0)
+    return plan, root / "work", tuning.tune(specs, settings, plan, root / "work")
+
+
+def _bleu_at(run: RunDirectory, minutes: float) -> tuple[float, float]:
+    """The first validation at or after ``minutes``: (BLEU, -perplexity), as ranked."""
+    records = [r for r in run.read_metrics() if r["kind"] == "validation"]
+    record = next(r for r in records if r["elapsed_seconds"] >= minutes * 60)
+    return record["bleu"], -record["perplexity"]
+
+
+@pytest.mark.slow
+def test_successive_halving_continues_the_better_half_of_every_model(halved):
+    plan, workdir, results = halved
+    for result in results:
+        runs = {t.point[0][1]: t.run for t in result.trials}
+        first = {rate: _bleu_at(run, plan.minutes) for rate, run in runs.items()}
+        assert len(set(first.values())) == 4, "tied trials: the halving chose arbitrarily"
+        better = sorted(first, key=first.get, reverse=True)[:2]
+        trained = {
+            rate: run.read_metrics()[-1]["elapsed_seconds"] / 60 for rate, run in runs.items()
+        }
+        for rate, minutes in trained.items():
+            if rate in better:  # trained on to the second rung's doubled minutes
+                assert minutes >= plan.rung_minutes(1)
+            else:
+                assert plan.minutes <= minutes < plan.rung_minutes(1)
+        second = {rate: _bleu_at(runs[rate], plan.rung_minutes(1)) for rate in better}
+        assert result.chosen == (("train.learning_rate", max(second, key=second.get)),)
+        rows = {t.point[0][1]: t for t in result.trials}
+        assert [len(rows[rate].rungs) for rate in HALVING_RATES] == [
+            2 if rate in better else 1 for rate in HALVING_RATES
+        ]
+
+
+def test_bad_rung_counts_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match="2 trials per model can be halved at most 1 times"):
+        make_tuning(["train.learning_rate=1,2"], 5, rungs=3)
+    with pytest.raises(ConfigError, match="need --tune"):
+        make_tuning([], None, rungs=2)

@@ -27,6 +27,7 @@ from seq2seq.compare.report import write_report
 from seq2seq.compare.runner import (
     RunOutcome,
     Settings,
+    check_reuse,
     check_splits,
     evaluate_outcome,
     prepare,
@@ -96,6 +97,7 @@ def compare(
         for spec in specs
         for seed_index in range(settings.seeds)
     ]
+    check_reuse(outcomes)
     logger.info(
         "== training %d runs%s",
         len(outcomes),

@@ -28,9 +28,14 @@ def _specs(configs: list[str], suite: str | None, base: str | None) -> tuple[lis
     return specs, "Comparison: " + ", ".join(spec.name for spec in specs)
 
 
-def _table(report_md: Path) -> str:
-    """The report's table (the lines that start with '|')."""
-    return "\n".join(line for line in report_md.read_text().splitlines() if line.startswith("|"))
+def _summary(report_md: Path) -> str:
+    """The report's verdict sentences and its scores table (its first table)."""
+    lines = report_md.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    verdict_end = lines.index("## Scores") if "## Scores" in lines else 0
+    verdicts = [line for line in lines[:verdict_end] if line.startswith(("- ", "  In chrF"))]
+    return "\n".join([*verdicts, "", *lines[start:end]])
 
 
 def run() -> None:
@@ -107,7 +112,7 @@ def run() -> None:
         tuning = make_tuning(tune.value, tune_minutes.value, tune_samples.value, tune_rungs.value)
         outcomes, report = compare(specs, Path(workdir.value), settings, title, tuning)
         print(f"\n{title} (beam {settings.beam_size}, alpha {settings.alpha}):")
-        print(_table(report))
+        print(_summary(report))
         print(f"\nreport: {report}")
         if any(o.status == "preempted" for o in outcomes):
             sys.exit(143)

@@ -168,6 +168,28 @@ def prepare(spec: RunSpec, settings: Settings, seed_index: int, root: Path) -> R
     return outcome
 
 
+def check_reuse(jobs: Sequence) -> None:
+    """Refuses, before any training, to continue or reuse a run trained with other values.
+
+    A job whose folder already holds a run continues it, or reuses it when finished; that is
+    right only when every key of the run's identity (``config.identity_keys``: the model, the
+    data and the optimisation) is unchanged. Extending the budget or the steps is a continuation.
+
+    Raises:
+      ConfigError: one line naming the run, the changed keys and how to start afresh.
+    """
+    for job in jobs:
+        if job.config is None or not job.run.config_file.exists():
+            continue
+        saved = job.run.load_config()
+        differences = config_lib.identity_differences(saved, job.config)
+        if differences:
+            raise config_lib.ConfigError(
+                f"{job.run.path} was trained with other values ({'; '.join(differences)}); "
+                "nothing was trained: use a new --workdir to train afresh (or delete that run)"
+            )
+
+
 def _fail(job, error: Exception) -> None:
     job.status = "failed"
     job.reason = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"

@@ -36,7 +36,7 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.compare.runner import Settings, run_config, train_in_slices
+from seq2seq.compare.runner import Settings, check_reuse, run_config, train_in_slices
 from seq2seq.compare.suites import RunSpec
 from seq2seq.report import figures, tables
 from seq2seq.run_directory import RunDirectory
@@ -338,6 +338,7 @@ def tune(
         )
         for spec in specs
     ]
+    check_reuse([trial for result in results for trial in result.trials])
     survivors = {id(result): list(result.trials) for result in results}
     for rung in range(tuning.rungs):
         minutes = tuning.rung_minutes(rung)
@@ -381,6 +382,7 @@ def _trial_row(result: ModelTuning, trial: Trial) -> dict:
         "step": trial.step,
         "train_minutes": trial.train_minutes,
         "peak_learning_rate": trial.peak_learning_rate,
+        "rung_bleu": list(trial.rungs),  # validation BLEU at the end of each rung it reached
         "chosen": "✓" if trial.point == result.chosen else "",
         "workdir": str(trial.run.path),
     }
@@ -391,6 +393,8 @@ def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
     return {
         "grid": {key: list(values) for key, values in tuning.grid},
         "minutes_per_trial": tuning.minutes,
+        "rungs": tuning.rungs,
+        "rung_minutes": [tuning.rung_minutes(rung) for rung in range(tuning.rungs)],
         "samples": tuning.samples or None,
         "sample_seed": SAMPLE_SEED if tuning.samples else None,
         "trials_per_model": {result.spec.name: len(result.trials) for result in results},
@@ -438,6 +442,12 @@ def report_lines(tuning: Tuning, results: Sequence[ModelTuning], figure: str | N
         + ", ".join(f"{r.spec.name} {len(r.trials)}" for r in results)
         + " trials so far (rerun to finish)"
     )
+    if tuning.rungs > 1:
+        minutes = ", ".join(f"{tuning.rung_minutes(r):g}" for r in range(tuning.rungs))
+        equal += (
+            f"; then successive halving over {tuning.rungs} rungs ending at {minutes} training "
+            "minutes: after each rung the better half of every model's trials trained on"
+        )
     lines = [
         "## Tuning (chosen on the validation split)",
         "",
@@ -458,12 +468,16 @@ def report_lines(tuning: Tuning, results: Sequence[ModelTuning], figure: str | N
         ("validation_sentences", "val sentences", "d"),
         ("step", "steps", "d"),
         ("train_minutes", "train min", ".1f"),
+        ("rungs", "val BLEU per rung", ""),
         ("peak_learning_rate", "peak lr (logged)", ".2e"),
         ("chosen", "chosen", ""),
     ]
     rows = [_trial_row(result, trial) for result in results for trial in result.trials]
     for row in rows:  # values as typed on the command line, not as formatted numbers
         row.update({key: repr(row[key]) for key in tuning.keys})
+        row["rungs"] = " → ".join(
+            f"{bleu:.2f}" if bleu is not None else tables.MISSING for bleu in row["rung_bleu"]
+        )
     lines.append(tables.markdown_table(rows, columns))
     for result in results:
         chosen = (

@@ -1,0 +1,131 @@
+"""What makes a comparison fair: validation at the same training minutes, runs that take turns,
+no run reused after its optimisation changed, no scored split read before scoring, and a report
+that opens with a computed verdict."""
+
+import json
+import math
+
+import pytest
+
+from seq2seq import provenance
+from seq2seq.compare import RunSpec, Settings, compare
+from seq2seq.config import ConfigError
+from tests.conftest import REPO, assert_compare_refuses
+
+PERIOD_MINUTES = 0.04  # 2.4 s: several tiny steps, so each interval ends within one step
+BUDGET_MINUTES = 0.13
+
+TIMED_CONFIG = """
+from tests.conftest import tiny_config
+
+
+def get_config():
+    config = tiny_config("{model}")
+    config.train.steps = 100_000  # the time budget ends every run
+    config.train.time_budget_minutes = {budget}
+    config.train.log_every_steps = 5
+    config.checkpoint.every_steps = 0
+    config.checkpoint.every_minutes = {period}
+    config.eval.every_minutes = {period}
+    config.eval.num_examples = 4
+    config.decode.max_extra_length = 5
+    return config
+"""
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory):
+    """Both tiny models under one time budget, validated by minutes, in slices of 0.05 min."""
+    root = tmp_path_factory.mktemp("timed")
+    specs = []
+    for model in ("transformer", "rnnsearch"):
+        path = root / f"tiny_{model}.py"
+        text = TIMED_CONFIG.format(model=model, budget=BUDGET_MINUTES, period=PERIOD_MINUTES)
+        path.write_text(text)
+        specs.append(RunSpec(f"tiny_{model}", path))
+    settings = Settings(beam_size=1, max_test_sentences=6, slice_minutes=0.05)
+    outcomes, report = compare(specs, root / "work", settings, "timed")
+    return specs, settings, root / "work", outcomes, report
+
+
+@pytest.mark.slow
+def test_every_model_is_validated_at_the_same_training_minutes(timed):
+    *_, outcomes, _ = timed
+    period = PERIOD_MINUTES * 60
+    marks = {}
+    for outcome in outcomes:
+        records = outcome.run.read_metrics()
+        step_seconds = max(
+            (b["elapsed_seconds"] - a["elapsed_seconds"]) / (b["step"] - a["step"])
+            for a, b in zip(records, records[1:], strict=False)
+            if b["step"] > a["step"]
+        )
+        times = [r["elapsed_seconds"] for r in records if r["kind"] == "validation"]
+        # Each validation but the final one lies a step after a multiple of the period (a
+        # step-based interval would put it anywhere in the period).
+        for seconds in times[:-1]:
+            late = seconds - math.floor(seconds / period) * period
+            assert late <= max(3 * step_seconds, 0.5), (seconds, step_seconds)
+        marks[outcome.name] = [math.floor(seconds / period) for seconds in times[:-1]]
+    first, second = marks.values()
+    assert first == second == list(range(1, len(first) + 1)) and len(first) >= 2
+
+
+@pytest.mark.slow
+def test_runs_take_turns_in_slices(timed):
+    *_, outcomes, _ = timed
+    starts = {o.name: [e["started"] for e in provenance.read_entries(o.run.path)] for o in outcomes}
+    first, second = starts.values()
+    assert len(first) >= 3 and len(second) >= 3  # budget 0.13 min in slices of 0.05
+    assert second[0] <= first[-1] and first[1] >= second[0]  # B began before A's second slice
+
+
+@pytest.mark.slow
+def test_the_report_opens_with_the_verdict_and_says_what_was_read(timed):
+    *_, workdir, outcomes, report_md = timed
+    report = json.loads((workdir / "report.json").read_text())
+    (entry,) = report["verdicts"]
+    assert (entry["a"], entry["b"]) == ("tiny_transformer", "tiny_rnnsearch")
+    bleu = entry["BLEU"]
+    assert {"difference", "ci95", "p_value"} <= set(bleu)
+    scores = [o.result["bleu"] for o in outcomes]
+    assert bleu["difference"] == pytest.approx(scores[0] - scores[1])
+    text = report_md.read_text()
+    assert text.splitlines()[2] == "## Verdict" and entry["sentence"] in text
+    assert report["checkpoint_rule"]["rule"] == "latest"
+    assert report["splits"]["scored"] == ["test"]
+    assert report["splits"]["scored_split_read_before_scoring"] == []
+    assert "The scored split was never read while training, validating or tuning." in text
+    for row in report["runs"]:
+        assert row["off_the_clock"]["compile"] > 0 and row["validation_points"] >= 3
+        assert row["workdir"].startswith("/")  # found from wherever the report is read
+
+
+@pytest.mark.slow
+def test_a_changed_learning_rate_is_refused_before_anything_trains(timed):
+    specs, settings, workdir, outcomes, _ = timed
+    trained = {o.name: o.run.metrics_file.read_text() for o in outcomes}
+    changed = Settings(overrides=(("train.learning_rate", 0.5),), beam_size=1, max_test_sentences=6)
+    with pytest.raises(ConfigError, match=r"config\.train\.learning_rate: 1\.0 -> 0\.5"):
+        compare(specs, workdir, changed, "changed")
+    assert {o.name: o.run.metrics_file.read_text() for o in outcomes} == trained
+    assert json.loads((workdir / "report.json").read_text())["title"] == "timed"
+
+
+def test_scoring_the_validation_split_under_tuning_is_refused_before_training(tmp_path, multi30k):
+    assert_compare_refuses(
+        tmp_path,
+        [
+            "--suite", "multi30k", "--split", "validation", "--tune",
+            "train.label_smoothing=0.0,0.1", "--tune_minutes", "1",
+        ],
+        "multi30k_transformer: --split validation resolves to 'val', the split it validates",
+    )  # fmt: skip
+
+
+def test_scoring_the_validation_split_is_refused_without_tuning_too(tmp_path):
+    assert_compare_refuses(
+        tmp_path,
+        ["--configs", str(REPO / "configs" / "quickstart_transformer.py"), "--split", "validation"],
+        "--split validation resolves to 'validation', the split it validates",
+    )
