@@ -37,8 +37,7 @@ test: $(STAMP)
 
 # Every benchmark (matmul peak, training step, beam search, input pipeline) on
 # configs/bench_small.py and configs/bench_small_rnnsearch.py, in one process; prints the figures
-# beside the targets in the README. 4-6 minutes on the 2-core development CPU while shared with
-# other runs (load average 8-11); longer when a higher-priority job holds the cores (README).
+# beside their targets (the measured runs: docs/benchmarks.md). A few minutes on 2 CPU cores.
 bench: $(STAMP)
 	$(PYTHON) -m seq2seq.bench all
 

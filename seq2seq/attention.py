@@ -215,7 +215,7 @@ def _attention_cpu(queries: Array, keys: Array, values: Array, mask: Array | Non
     Differentiating softmax the automatic way needs ``rowsum(dP * P)`` over every [T, S] score,
     and XLA on a CPU fuses that reduction into the ``dO V^T`` product, which then runs at a tenth
     of the product's speed. The same sum is ``rowsum(dO * O)`` over the outputs (FlashAttention's
-    identity), [T, E] per head: bench_small's training step went from about 448 to 440 ms.
+    identity), [T, E] per head, which XLA keeps out of the product.
     """
     return _attention_cpu_fwd(queries, keys, values, mask)[0]
 
@@ -245,7 +245,7 @@ def _attention_cpu_bwd(residuals, d_outputs):
 _attention_cpu.defvjp(_attention_cpu_fwd, _attention_cpu_bwd)
 
 # Most sentence groups ``_attention_cpu_grouped`` makes, whatever the core count: each group adds
-# its operations to the program (compile time 6 s with 4 groups, 11 s with 16 on bench_small).
+# its operations to the program, and compile time grows with them.
 _MAX_CPU_GROUPS = 8
 
 
@@ -255,8 +255,7 @@ def cpu_attention_groups(batch: int, cores: int | None = None, devices: int | No
     Two per core, at most ``_MAX_CPU_GROUPS``, and a divisor of ``batch`` so the groups are equal.
     One where the process has several CPU devices (``--xla_force_host_platform_device_count``):
     their programs already run side by side on the cores, one per shard of the batch, and slicing
-    a batch split over devices moves rows between them (bench_small on 2 simulated devices:
-    448-475 ms a step in one group, 508-530 in two).
+    a batch split over devices moves rows between them, which costs more than the groups gain.
 
     Args:
       batch: sentences (query rows) in the batch.
@@ -279,10 +278,9 @@ def _attention_cpu_grouped(
     """``_attention_cpu`` on groups of sentences that XLA runs on the cores side by side.
 
     XLA on a CPU hands each batched per-head product ([B, H] products of T x S) to YNNPACK, which
-    runs it on one core: a bench_small profile showed the second core idle through all of them,
-    about 35 ms of a 470 ms step. The groups' products are independent operations, and XLA's
-    runtime runs independent operations at once. bench_small on 2 cores, same session: 456-472
-    ms a step in one group, 446-464 in 2, 437-459 in 4, 447-452 in 8, 485-508 in 16.
+    runs it on one core, leaving the other cores idle through all of them. The groups' products
+    are independent operations, and XLA's runtime runs independent operations at once (the group
+    counts measured: docs/benchmarks.md).
 
     ``groups`` (a divisor of B) overrides ``cpu_attention_groups``.
     """

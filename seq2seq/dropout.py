@@ -2,20 +2,18 @@
 
 ``jax.random.bernoulli`` spends a whole 32-bit draw on each element, and each 32-bit draw is
 one call of the Threefry-2x32 hash (20 rounds) with its 64 output bits folded to 32. On a CPU
-those calls were most of what dropout cost: at ``bench_small``'s shapes the 17 dropout sites of
-a Transformer step drew 9 million of them, about 70 ms of a 640 ms step. Two changes make it
-cheap, each measured there:
+those calls were most of what dropout cost: a Transformer step's dropout sites draw millions of
+them. Two changes make it cheap:
 
 * 16 bits decide ``rate = 0.1`` as well as 32 do, so each hash output serves several elements;
 * within one site the bits come from a counter hash keyed by the site's key: each element pair's
   32 bits are ``mix(i)`` of its index ``i``, three xorshift-multiply rounds (the constants of
-  Wellons' "lowbias32" integer hash) with the key's two words added in. Threefry, called once
-  per four elements, took 13.5 ms for the step's 9 million masks; the hash takes 2.1 ms (the
-  step: about 444 -> 433 ms). The keys themselves still come from JAX's Threefry generator
-  (``fold_in`` per site), and every round is a bijection, so a site never repeats a value
-  before 2^32 pairs. Tests check the kept fraction, the independence of neighbouring elements,
-  of distant ones, of the two halves of one output and of two sites, and the balance of every
-  bit.
+  Wellons' "lowbias32" integer hash) with the key's two words added in, several times cheaper
+  than Threefry even once per four elements. The keys themselves still come from JAX's
+  Threefry generator (``fold_in`` per site), and every round is a bijection, so a site never
+  repeats a value before 2^32 pairs. Tests check the kept fraction, the independence of
+  neighbouring elements, of distant ones, of the two halves of one output and of two sites, and
+  the balance of every bit.
 
 The price of 16 bits is resolution: the drop probability is ``rate`` rounded to a multiple of
 2^-16 (``0.1`` becomes ``6554 / 65536 = 0.1000061``). The survivors are scaled by the

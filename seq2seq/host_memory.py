@@ -3,8 +3,8 @@
 On a CPU, XLA allocates one temporary buffer for each execution of a compiled function (403 MB
 for a ``bench_small`` training step) and frees it when the execution ends. By default glibc
 serves a block that large with a fresh ``mmap`` and unmaps it on ``free``, so on every step the
-kernel maps and zeroes it again, 4 KiB at a time: 116,000 page faults and about 170 ms of CPU
-time per step, measured. Four of glibc's tunables make it keep the memory instead:
+kernel maps and zeroes it again, 4 KiB at a time: a page fault per 4 KiB, on every step. Four
+of glibc's tunables make it keep the memory instead:
 
 * ``glibc.malloc.arena_max=1``: XLA's worker threads allocate from the main heap, the one that
   can grow to any size (a thread's own arena cannot hold a block this large, and maps it);
@@ -12,10 +12,8 @@ time per step, measured. Four of glibc's tunables make it keep the memory instea
 * ``glibc.malloc.trim_threshold=2**36``: freed memory stays with the process for the next step;
 * ``glibc.malloc.hugetlb=1``: what the kernel does map comes in 2 MiB pages where it allows.
 
-Measured on the 2-core development machine: the bench_small step went from 525 to 458 ms (zero
-page faults a step), and training the Multi30k Transformer from 3,530 to 4,030 target tokens/s.
-The price is memory the process no longer returns: its peak resident size went from 1.2 to
-1.9 GB in that training run.
+With them a step takes no page faults (the speed gained: docs/benchmarks.md). The price is
+memory the process no longer returns: a higher peak resident size.
 
 glibc reads its tunables when a process starts, so ``keep_host_memory`` restarts the command
 once with them in ``GLIBC_TUNABLES``; entry points call it before they import JAX. It does

@@ -1,4 +1,4 @@
-"""Parameter counts of the paper configs match the README's formulas; FLOPs scale as they must."""
+"""Parameter counts match the formulas in docs/benchmarks.md; FLOPs scale as they must."""
 
 import pytest
 

@@ -1,5 +1,5 @@
 """Speed as measured facts: ``python -m seq2seq.bench matmul|train|decode|data|all``.
 
 The measurements live in ``seq2seq.bench.measure`` (importable, no flags); the command line is
-``seq2seq/bench/__main__.py``. See the README's "Benchmarks" section for the figures.
+``seq2seq/bench/__main__.py``. The figures: docs/benchmarks.md.
 """

@@ -211,8 +211,7 @@ def train_benchmark(
 
     MFU's denominator is the better of two matmul peaks, ``peak`` (or one measured first) and
     one measured after the steps at the same sizes: a busy moment during one measurement lowers
-    the peak and would raise MFU (bench_small, three runs in a row: peaks of 372, 336 and 366
-    GFLOP/s for one step time, MFU 0.61, 0.68 and 0.62).
+    the peak and would raise MFU.
     """
     reset_peak_memory()
     peak = peak or matmul_peak(config.train.dtype)

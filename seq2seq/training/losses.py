@@ -46,10 +46,8 @@ def smoothed_cross_entropy(
 
 # Tokens per chunk of the projected loss: a chunk's logits ([1024, V], 32 MB at V = 8000) stay in
 # the last-level cache while the loss and both gradient products read them, and every chunk adds
-# its weight gradient ([V, D]) to the sum. Measured on bench_small (one CPU device, 2026-11-25,
-# same session, medians of 12 steps in three rounds): 436-446 ms a step at 256 tokens, 421-438
-# at 1,024, 426-455 in one chunk of 2,048. (Before XLA's host memory was kept between steps:
-# 632 ms at 256, 637 at 128, 673 at 512, 701 at 2,048.)
+# its weight gradient ([V, D]) to the sum: fewer, larger chunks mean fewer such sums, as long
+# as a chunk still fits the cache (the sizes measured: docs/benchmarks.md).
 CHUNK_TOKENS = 1024
 
 

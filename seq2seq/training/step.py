@@ -186,8 +186,7 @@ def make_train_step(
     The shardings (see ``seq2seq.training.sharding``) place the state, the batch and the
     metrics on a mesh; left out, jit places everything on the default device. A batch split
     over several devices takes the loss in one chunk: chunked, the output layer's weight
-    gradient would be summed across devices once per chunk (bench_small on two CPU devices:
-    641 ms a step in one chunk, 656 in chunks of 256 tokens).
+    gradient would be summed across devices once per chunk, which costs more than the chunks save.
     """
     split = batch_sharding is not None and len(batch_sharding.device_set) > 1
     step = functools.partial(
