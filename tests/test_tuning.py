@@ -285,3 +285,31 @@ def test_bad_rung_counts_are_refused_in_one_line():
         make_tuning(["train.learning_rate=1,2"], 5, rungs=3)
     with pytest.raises(ConfigError, match="need --tune"):
         make_tuning([], None, rungs=2)
+
+
+def test_model_field_keys_tune_each_configs_own_model(tmp_path):
+    """``--tune model.dropout_rate`` sets the Transformer's and the RNNsearch's dropout, each in
+    its own section, with the same values and trials for both; an override of either section's
+    key is refused as replacing the tuned value."""
+    plan = make_tuning(["model.dropout_rate=0.1,0.35"], 5)
+    results = []
+    for name in MODELS:
+        family = name.split("_")[1]
+        path = tmp_path / f"{name}.py"
+        path.write_text(TINY_CONFIG.format(model=family))
+        spec = RunSpec(name, path)
+        trials = [tuning.make_trial(spec, point, Settings(), tmp_path) for point in plan.points()]
+        for trial, rate in zip(trials, (0.1, 0.35), strict=True):
+            assert trial.status == "ok", trial.reason
+            assert trial.config.model[family].dropout_rate == rate
+            other = "rnnsearch" if family == "transformer" else "transformer"
+            default = tuning.config_lib.default_config().model[other].dropout_rate
+            assert trial.config.model[other].dropout_rate == default
+        result = tuning.ModelTuning(spec, trials, "val", chosen=trials[1].point)
+        assert result.tuned_spec().overrides[-1] == (f"model.{family}.dropout_rate", 0.35)
+        results.append(result)
+    for key in ("model.transformer.dropout_rate", "model.rnnsearch.dropout_rate"):
+        with pytest.raises(ConfigError, match="would replace the value --tune model.dropout_rate"):
+            tuning.check_overrides(plan, Settings(overrides=((key, 0.2),)))
+    with pytest.raises(ConfigError, match="unknown config key 'model.dropout_rat'"):
+        make_tuning(["model.dropout_rat=0.1,0.2"], 5)

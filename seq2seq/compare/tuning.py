@@ -114,6 +114,9 @@ def parse_tune_flag(text: str) -> tuple[str, tuple[object, ...]]:
         raise config_lib.ConfigError(f"--tune {text!r} is not KEY=V1,V2,...")
     schema = config_lib.default_config()
     defaults = dict(config_lib.flatten(schema))
+    family_keys = [for_model(key, name) for name in config_lib.MODEL_NAMES]
+    if key not in defaults and all(k in defaults for k in family_keys):
+        defaults[key] = defaults[family_keys[0]]  # model.FIELD: each config's own model's FIELD
     if key not in defaults:
         raise config_lib.ConfigError(f"--tune: {config_lib.unknown_key_message(key, schema)}")
     if key in UNTUNABLE:
@@ -126,14 +129,30 @@ def parse_tune_flag(text: str) -> tuple[str, tuple[object, ...]]:
     values = tuple(_parse_value(key, value, type(defaults[key])) for value in texts)
     if len(set(values)) != len(values):
         raise config_lib.ConfigError(f"--tune {key} repeats a value: {listed}")
-    for value in values:
+    for value, name in itertools.product(values, config_lib.MODEL_NAMES):
         config = config_lib.default_config()
-        config_lib.set_value(config, key, value)
+        config.model.name = name
+        config_lib.set_value(config, for_model(key, name), value)
         try:
             config_lib.validate(config)
         except config_lib.ConfigError as error:
             raise config_lib.ConfigError(f"--tune {key}={value!r}: {error}") from None
     return key, values
+
+
+def for_model(key: str, model_name: str) -> str:
+    """A tuned key as one model family reads it: ``model.FIELD`` (a field every family has, such
+    as ``model.dropout_rate``) is ``model.<model_name>.FIELD``; any other key is itself. So one
+    grid tunes the same idea in a Transformer and an RNNsearch, with the same trials."""
+    parts = key.split(".")
+    if len(parts) == 2 and parts[0] == "model" and parts[1] != "name":
+        return f"model.{model_name}.{parts[1]}"
+    return key
+
+
+def _point_for(point: Point, config: ml_collections.ConfigDict) -> Point:
+    """``point``'s keys as ``config``'s model family reads them (see ``for_model``)."""
+    return tuple((for_model(key, config.model.name), value) for key, value in point)
 
 
 def make_tuning(
@@ -181,10 +200,12 @@ def make_tuning(
 def check_overrides(tuning: Tuning, settings: Settings) -> None:
     """Refuses a ``--config`` override of a tuned key (it would replace the tuned value)."""
     for key, value in settings.overrides:
-        if key in tuning.keys:
-            raise config_lib.ConfigError(
-                f"--config.{key}={value} would replace the value --tune {key} chooses; drop one"
-            )
+        for tuned in tuning.keys:
+            if key in {for_model(tuned, name) for name in config_lib.MODEL_NAMES}:
+                raise config_lib.ConfigError(
+                    f"--config.{key}={value} would replace the value --tune {tuned} chooses; "
+                    "drop one"
+                )
 
 
 def point_name(point: Point) -> str:
@@ -238,7 +259,9 @@ class ModelTuning:
         """``spec`` with the chosen point appended to its overrides (unchanged without one)."""
         if self.chosen is None:
             return self.spec
-        return dataclasses.replace(self.spec, overrides=(*self.spec.overrides, *self.chosen))
+        trained = next(trial for trial in self.trials if trial.point == self.chosen)
+        overrides = _point_for(self.chosen, trained.config) if trained.config else self.chosen
+        return dataclasses.replace(self.spec, overrides=(*self.spec.overrides, *overrides))
 
 
 def _score(trial: Trial, minutes: float) -> None:
@@ -269,8 +292,11 @@ def _score(trial: Trial, minutes: float) -> None:
 def make_trial(spec: RunSpec, point: Point, settings: Settings, root: Path) -> Trial:
     """A trial's folder and config (or the reason its config cannot be built)."""
     trial = Trial(point, RunDirectory(root / TUNING_DIR / spec.name / point_name(point)))
-    trial_spec = dataclasses.replace(spec, overrides=(*spec.overrides, *point))
     try:
+        family = run_config(spec, settings, 0)
+        trial_spec = dataclasses.replace(
+            spec, overrides=(*spec.overrides, *_point_for(point, family))
+        )
         trial.config = run_config(trial_spec, settings, 0)
     except Exception as error:  # reported with the trial
         trial.status = "failed"
