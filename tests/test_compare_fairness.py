@@ -8,8 +8,10 @@ import math
 import pytest
 
 from seq2seq import provenance
-from seq2seq.compare import RunSpec, Settings, compare
+from seq2seq.compare import RunSpec, Settings, compare, verdict
+from seq2seq.compare.runner import RunOutcome
 from seq2seq.config import ConfigError
+from seq2seq.run_directory import RunDirectory
 from tests.conftest import REPO, assert_compare_refuses
 
 PERIOD_MINUTES = 0.04  # 2.4 s: several tiny steps, so each interval ends within one step
@@ -130,3 +132,37 @@ def test_scoring_the_validation_split_is_refused_without_tuning_too(tmp_path):
         ["--configs", str(REPO / "configs" / "quickstart_transformer.py"), "--split", "validation"],
         "--split validation resolves to 'validation', the split it validates",
     )
+
+
+def _validation_run(path, points):
+    """A run folder whose metrics.jsonl holds validations at (seconds, step, FLOPs, BLEU)."""
+    run = RunDirectory(path)
+    run.path.mkdir(parents=True)
+    records = [
+        {"kind": "validation", "elapsed_seconds": s, "step": n, "train_flops": f, "bleu": b}
+        for s, n, f, b in points
+    ]
+    run.metrics_file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+def test_equal_horizons_pair_the_validations_due_at_the_same_minute(tmp_path):
+    """Both runs validated at 5 and 10 training minutes, the second a step past each mark:
+    at equal minutes both are read at 10; at equal steps each at its last point within the slower
+    run's steps; at equal FLOPs within the smaller count."""
+    spec = RunSpec("x", tmp_path / "x.py")
+    fast = _validation_run(tmp_path / "fast", [(300.0, 900, 3e12, 20.0), (600.0, 1800, 6e12, 30.0)])
+    slow = _validation_run(tmp_path / "slow", [(300.4, 400, 4e12, 22.0), (600.5, 800, 8e12, 28.0)])
+    outcomes = [RunOutcome("fast", spec, 0, fast), RunOutcome("slow", spec, 0, slow)]
+    rows = {row["axis"]: row for row in verdict.horizons(outcomes)}
+    minutes = rows["training minutes"]
+    assert minutes["horizon"] == 10.0
+    assert minutes["runs"] == {
+        "fast": {"bleu": 30.0, "at": 10.0},
+        "slow": {"bleu": 28.0, "at": 600.5 / 60},
+    }
+    steps = rows["steps"]  # the fast run validated first at 900 steps: no point within 800
+    assert steps["horizon"] == 800 and steps["runs"] == {"slow": {"bleu": 28.0, "at": 800}}
+    flops = rows["training FLOPs"]
+    assert flops["horizon"] == 6e12
+    assert flops["runs"] == {"fast": {"bleu": 30.0, "at": 6e12}, "slow": {"bleu": 22.0, "at": 4e12}}
