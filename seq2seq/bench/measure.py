@@ -27,7 +27,7 @@ from seq2seq.data import sources
 from seq2seq.data.encoded import encode_corpus, filter_pairs
 from seq2seq.data.pipeline import build_tokenizer, make_batches
 from seq2seq.decoding.beam_search import beam_search
-from seq2seq.decoding.common import output_limits
+from seq2seq.decoding.search_parts import output_limits
 from seq2seq.models import count_params, train_flops
 from seq2seq.models.base import Seq2SeqModel
 from seq2seq.training import sharding

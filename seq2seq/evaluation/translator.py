@@ -16,7 +16,7 @@ from seq2seq.checkpoint_rule import CheckpointChoice
 from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
-from seq2seq.decoding.common import output_limits
+from seq2seq.decoding.search_parts import output_limits
 from seq2seq.evaluation.restore import restore_model
 from seq2seq.run_directory import RunDirectory
 from seq2seq.vocabulary import EOS_ID
