@@ -11,17 +11,18 @@ rule overwrites another's scores). The last line printed is one JSON object: ble
 chrf, tok_bleu, n, bleu_by_source_length, ...
 """
 
-if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.py
-    from seq2seq.host_memory import keep_host_memory
+if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
+    from seq2seq import cli
 
-    keep_host_memory()
+    cli.start()
 
 import json
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 
 from seq2seq import cli
+from seq2seq.checkpoint_rule import rules_help
 from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training work directory to evaluate.")
@@ -31,12 +32,7 @@ _SPLIT = flags.DEFINE_string(
     "Split to translate: train, validation or test (the config's), or a split name or file "
     "stem such as test_2016_flickr (default: test).",
 )
-_CHECKPOINT = flags.DEFINE_string(
-    "checkpoint",
-    "latest",
-    "'latest', 'best' (highest validation BLEU), a step number, or 'average:K' (mean of the "
-    "last K).",
-)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "latest", rules_help())
 _BEAM_SIZE = flags.DEFINE_integer(
     "beam_size", None, "Beam width (default: the config's); 1: greedy."
 )
@@ -47,7 +43,6 @@ _REFERENCE = flags.DEFINE_string("reference", None, "Optional references to scor
 flags.mark_flags_as_required(["workdir"])
 
 
-@cli.exit_on_error
 def main(argv: list[str]) -> None:
     del argv
     workdir = Path(_WORKDIR.value)
@@ -68,4 +63,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    cli.run(main)

@@ -7,15 +7,15 @@ Restarting with the same --workdir resumes from its latest checkpoint. SIGTERM s
 and exits with status 143; rerun the same command to continue.
 """
 
-if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.py
-    from seq2seq.host_memory import keep_host_memory
+if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
+    from seq2seq import cli
 
-    keep_host_memory()
+    cli.start()
 
 import sys
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
@@ -30,7 +30,6 @@ _WORKDIR = flags.DEFINE_string(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-@cli.exit_on_error
 def main(argv: list[str]) -> None:
     del argv
     workdir = cli.check_work_directory(Path(_WORKDIR.value))
@@ -42,4 +41,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    cli.run(main)

@@ -27,7 +27,6 @@ copied per hypothesis nor reordered as the beams change.
 from __future__ import annotations
 
 import math
-import os
 from typing import Literal
 
 import jax
@@ -208,95 +207,6 @@ def _attention_fused(queries: Array, keys: Array, values: Array, mask: Array | N
     return jax.nn.dot_product_attention(queries, keys, values, mask=mask)
 
 
-@jax.custom_vjp
-def _attention_cpu(queries: Array, keys: Array, values: Array, mask: Array | None) -> Array:
-    """Eq. 1 as the explicit equation, with its backward written out (``_attention_cpu_bwd``).
-
-    Differentiating softmax the automatic way needs ``rowsum(dP * P)`` over every [T, S] score,
-    and XLA on a CPU fuses that reduction into the ``dO V^T`` product, which then runs at a tenth
-    of the product's speed. The same sum is ``rowsum(dO * O)`` over the outputs (FlashAttention's
-    identity), [T, E] per head, which XLA keeps out of the product.
-    """
-    return _attention_cpu_fwd(queries, keys, values, mask)[0]
-
-
-def _attention_cpu_fwd(queries, keys, values, mask):
-    weights = masked_softmax(scaled_dot_product_scores(queries, keys), mask)  # [B, H, T, S]
-    outputs = weighted_values(weights, values)  # [B, T, H, E]
-    return outputs, (queries, keys, values, weights, outputs)  # weights are 0 where masked
-
-
-def _attention_cpu_bwd(residuals, d_outputs):
-    queries, keys, values, weights, outputs = residuals
-    dtype = values.dtype
-    d_outputs = d_outputs.astype(dtype)
-    d_values = jnp.einsum("bhts,bthe->bshe", weights.astype(dtype), d_outputs)
-    d_weights = jnp.einsum("bthe,bshe->bhts", d_outputs, values, preferred_element_type=jnp.float32)
-    correction = jnp.einsum(
-        "bthe,bthe->bht", d_outputs, outputs, preferred_element_type=jnp.float32
-    )  # rowsum(dP * P) = rowsum(dO * O)
-    d_scores = weights * (d_weights - correction[..., None]) / math.sqrt(queries.shape[-1])
-    d_scores = d_scores.astype(dtype)  # [B, H, T, S]
-    d_queries = jnp.einsum("bhts,bshk->bthk", d_scores, keys)
-    d_keys = jnp.einsum("bhts,bthk->bshk", d_scores, queries)
-    return d_queries, d_keys, d_values, None
-
-
-_attention_cpu.defvjp(_attention_cpu_fwd, _attention_cpu_bwd)
-
-# Most sentence groups ``_attention_cpu_grouped`` makes, whatever the core count: each group adds
-# its operations to the program, and compile time grows with them.
-_MAX_CPU_GROUPS = 8
-
-
-def cpu_attention_groups(batch: int, cores: int | None = None, devices: int | None = None) -> int:
-    """How many groups of sentences the CPU attention runs side by side.
-
-    Two per core, at most ``_MAX_CPU_GROUPS``, and a divisor of ``batch`` so the groups are equal.
-    One where the process has several CPU devices (``--xla_force_host_platform_device_count``):
-    their programs already run side by side on the cores, one per shard of the batch, and slicing
-    a batch split over devices moves rows between them, which costs more than the groups gain.
-
-    Args:
-      batch: sentences (query rows) in the batch.
-      cores: the CPU cores this process may use; None: ask the operating system.
-      devices: the process's CPU devices; None: ask JAX.
-    """
-    if devices is None:
-        devices = len(jax.devices("cpu"))
-    if devices > 1:
-        return 1
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    target = max(1, min(batch, 2 * (cores or 1), _MAX_CPU_GROUPS))
-    return max(g for g in range(1, target + 1) if batch % g == 0)
-
-
-def _attention_cpu_grouped(
-    queries: Array, keys: Array, values: Array, mask: Array | None, groups: int | None = None
-) -> Array:
-    """``_attention_cpu`` on groups of sentences that XLA runs on the cores side by side.
-
-    XLA on a CPU hands each batched per-head product ([B, H] products of T x S) to YNNPACK, which
-    runs it on one core, leaving the other cores idle through all of them. The groups' products
-    are independent operations, and XLA's runtime runs independent operations at once (the group
-    counts measured: docs/benchmarks.md).
-
-    ``groups`` (a divisor of B) overrides ``cpu_attention_groups``.
-    """
-    groups = groups or cpu_attention_groups(queries.shape[0])
-    if groups == 1:
-        return _attention_cpu(queries, keys, values, mask)
-
-    def split(x: Array | None) -> list:
-        if x is None or x.shape[0] == 1:  # shared by every sentence (a mask broadcast over B)
-            return [x] * groups
-        return jnp.split(x, groups)
-
-    parts = zip(split(queries), split(keys), split(values), split(mask), strict=True)
-    return jnp.concatenate([_attention_cpu(*part) for part in parts], axis=0)
-
-
 def scaled_dot_product_attention(
     queries: Array,
     keys: Array,
@@ -312,10 +222,10 @@ def scaled_dot_product_attention(
     """Vaswani et al. 2017, Eq. 1: ``Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V``.
 
     Two implementations of one equation. The fused one is ``jax.nn.dot_product_attention``, which
-    lets a GPU use its flash-attention kernel, and on a CPU the explicit equation with a
-    hand-written backward (``_attention_cpu``) run on groups of sentences side by side
-    (``_attention_cpu_grouped``); the explicit one (scores, masked softmax, weighted
-    values) is the reference, and the one that can return the weights or drop some of them out.
+    lets a GPU use its flash-attention kernel, and on a CPU ``seq2seq.cpu_attention`` (the
+    explicit equation with a hand-written backward, run on groups of sentences side by side);
+    the explicit one (scores, masked softmax, weighted values) is the reference, and the one
+    that can return the weights or drop some of them out.
     The fused path is taken only when neither is asked for (and d_v = d_k, which it requires), so
     results never depend on which ran.
 
@@ -339,10 +249,12 @@ def scaled_dot_product_attention(
     # jax.nn.dot_product_attention needs d_v = d_k; Table 3 (B) varies d_k alone.
     fused = fused and values.shape[-1] == queries.shape[-1] and not heads_first
     if fused and not (return_weights or use_dropout):
+        from seq2seq.cpu_attention import grouped_attention  # built on the equations above
+
         if mask is not None:
             mask = jnp.broadcast_to(mask, mask.shape[:2] + (queries.shape[1], keys.shape[1]))
         outputs = jax.lax.platform_dependent(
-            queries, keys, values, mask, cpu=_attention_cpu_grouped, default=_attention_fused
+            queries, keys, values, mask, cpu=grouped_attention, default=_attention_fused
         )
         return outputs, None
     weights = masked_softmax(

@@ -9,10 +9,15 @@ writing it.) The last line printed is one JSON object: workdir, steps, output.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
+    from seq2seq import cli
+
+    cli.start()
+
 import json
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 
 from seq2seq import cli
 from seq2seq.evaluation.averaging import write_averaged_run
@@ -25,13 +30,12 @@ def run() -> None:
     output = flags.DEFINE_string("output", None, "New directory for the averaged run.")
     flags.mark_flags_as_required(["workdir", "output"])
 
-    @cli.exit_on_error
     def main(argv: list[str]) -> None:
         del argv
         result = write_averaged_run(Path(workdir.value), last.value, Path(output.value))
         print(json.dumps(result))
 
-    app.run(main, flags_parser=cli.parse_flags)
+    cli.run(main)
 
 
 if __name__ == "__main__":

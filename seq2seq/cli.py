@@ -1,4 +1,16 @@
-"""What the entry points share: config flags with one-line errors, and a clean failure exit."""
+"""What every command shares: its start, config flags with one-line errors, a clean failure exit.
+
+Every entry point (``train.py``, ``eval.py``, ``python -m seq2seq.compare|bench|average|summary``)
+has the same two pieces, ``start`` before anything else is imported and ``run`` at the end::
+
+    if __name__ == "__main__":  # first, before JAX loads
+        from seq2seq import cli
+
+        cli.start()
+    ...
+    if __name__ == "__main__":
+        cli.run(main)
+"""
 
 from __future__ import annotations
 
@@ -9,10 +21,11 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 
 from seq2seq.config import ConfigError, unknown_key_message
+from seq2seq.host_memory import keep_host_memory
 
 CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
 
@@ -152,3 +165,16 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
             sys.exit(1)
 
     return wrapped
+
+
+def start() -> None:
+    """The preamble of every command, run before JAX loads: XLA's host memory kept between steps.
+
+    On Linux with glibc this restarts the process once (``seq2seq.host_memory``).
+    """
+    keep_host_memory()
+
+
+def run(main: Callable[[list[str]], None]) -> None:
+    """Runs ``main`` as a command: flags read by ``parse_flags``, failures by ``exit_on_error``."""
+    app.run(exit_on_error(main), flags_parser=parse_flags)

@@ -146,9 +146,9 @@ def start_entry(argv: Sequence[str]) -> dict[str, object]:
     }
 
 
-def read_entries(workdir: Path) -> list[dict]:
+def read_entries(workdir: Path | RunDirectory) -> list[dict]:
     """The entries of ``WORKDIR/provenance.json``, oldest first ([] when there is none)."""
-    path = RunDirectory(workdir).provenance_file
+    path = RunDirectory.at(workdir).provenance_file
     if not path.exists():
         return []
     return json.loads(path.read_text())["entries"]
@@ -216,7 +216,6 @@ def summary(workdir: Path) -> dict[str, object] | None:
         return None
     latest = entries[-1]
     commits = list(dict.fromkeys(entry.get("commit") for entry in entries))
-    pairs = zip(entries, entries[1:], strict=False)  # each start with the one before it
     return {
         "commit": latest.get("commit"),
         "dirty": any(entry.get("dirty") for entry in entries),
@@ -227,18 +226,21 @@ def summary(workdir: Path) -> dict[str, object] | None:
         "jax": latest.get("packages", {}).get("jax"),
         "starts": len(entries),
         "commits": commits,
-        "changed_during_run": [
-            change for before, after in pairs for change in changes(before, after)
-        ],
+        "changed_during_run": _changes_between_starts(entries),
     }
 
 
-def for_evaluation(workdir: Path) -> dict[str, object]:
+def _changes_between_starts(entries: Sequence[dict]) -> list[str]:
+    """What changed from each start to the next (see ``changes``)."""
+    pairs = zip(entries, entries[1:], strict=False)  # each start with the one before it
+    return [change for before, after in pairs for change in changes(before, after)]
+
+
+def for_evaluation(workdir: Path | RunDirectory) -> dict[str, object]:
     """What ``eval.py`` stores with its scores: the run's latest start and its own environment."""
     entries = read_entries(workdir)
-    run_summary = summary(workdir)
     return {
         "run": entries[-1] if entries else None,
-        "changed_during_run": run_summary["changed_during_run"] if run_summary else [],
+        "changed_during_run": _changes_between_starts(entries),
         "evaluation": environment(),
     }

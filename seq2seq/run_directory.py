@@ -18,22 +18,12 @@ the layout means changing this file only.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import ml_collections
 
 from seq2seq import config as config_lib
-
-
-def _rule_suffix(checkpoint: str) -> str:
-    """ "" for ``latest``; ``@best``, ``@average5``, ``@step1500`` for the other rules."""
-    rule = str(checkpoint).strip()
-    if rule == "latest":
-        return ""
-    if rule.isdigit():
-        return f"@step{rule}"
-    return "@" + re.sub(r"[^A-Za-z0-9_-]", "", rule)
+from seq2seq.checkpoint_rule import CheckpointRule
 
 
 class RunDirectoryError(ValueError):
@@ -45,6 +35,11 @@ class RunDirectory:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+
+    @classmethod
+    def at(cls, place: str | Path | RunDirectory) -> RunDirectory:
+        """``place`` itself when it is a RunDirectory, else the run directory at that path."""
+        return place if isinstance(place, RunDirectory) else cls(place)
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
@@ -84,10 +79,10 @@ class RunDirectory:
 
     def eval_result_file(self, split: str, checkpoint: str = "latest") -> Path:
         """The scores of ``split`` under the checkpoint rule ``checkpoint`` (``eval.py``'s)."""
-        return self.eval_dir / f"{split}{_rule_suffix(checkpoint)}.json"
+        return self.eval_dir / f"{split}{CheckpointRule.parse(checkpoint).file_suffix}.json"
 
     def hypotheses_file(self, split: str, checkpoint: str = "latest") -> Path:
-        return self.eval_dir / f"{split}{_rule_suffix(checkpoint)}.hyp.txt"
+        return self.eval_dir / f"{split}{CheckpointRule.parse(checkpoint).file_suffix}.hyp.txt"
 
     def create(self) -> RunDirectory:
         """Makes the directory (and parents) if needed; refuses a path that is a file."""
@@ -143,6 +138,11 @@ class RunDirectory:
             return []
         lines = self.metrics_file.read_text().splitlines()
         return [json.loads(line) for line in lines if line.strip()]
+
+    def read_averaged_from(self) -> dict | None:
+        """The record ``seq2seq.average`` left in an averaged run; None for any other run."""
+        path = self.averaged_from_file
+        return json.loads(path.read_text()) if path.exists() else None
 
     def read_eval_result(self, split: str, checkpoint: str = "latest") -> dict | None:
         """What ``eval.py`` wrote for ``split`` under ``checkpoint``, or None if it has not been

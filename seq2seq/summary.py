@@ -15,28 +15,29 @@ memory-bound.
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
+if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
+    from seq2seq import cli
 
-import jax
+    cli.start()
+
+import json
+
 import ml_collections
-import numpy as np
-from absl import app, flags
+from absl import flags
 from flax import nnx
 from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.config import validate
-from seq2seq.models import build_model, train_flops
+from seq2seq.models import build_model, count_params, train_flops
 
 
 def parameter_counts(config: ml_collections.ConfigDict) -> tuple[int, dict[str, int]]:
     """Total trainable parameters and their split by top-level module (shared ones once)."""
     vocab = config.data.vocab_size
     abstract = nnx.eval_shape(lambda: build_model(config, vocab, vocab, seed=0))
-    by_module: dict[str, int] = defaultdict(int)
-    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(abstract, nnx.Param)):
-        by_module[str(path[0].key)] += int(np.prod(leaf.shape))
+    params = nnx.state(abstract, nnx.Param)
+    by_module = {str(name): count_params(module) for name, module in params.items()}
     return sum(by_module.values()), dict(sorted(by_module.items()))
 
 
@@ -67,13 +68,12 @@ def run() -> None:
     target_length = flags.DEFINE_integer("target_length", 30, "Target tokens assumed per pair.")
     flags.mark_flags_as_required(["config"])
 
-    @cli.exit_on_error
     def main(argv: list[str]) -> None:
         del argv
         config = validate(config_flag.value)
         print(json.dumps(summarize(config, source_length.value, target_length.value)))
 
-    app.run(main, flags_parser=cli.parse_flags)
+    cli.run(main)
 
 
 if __name__ == "__main__":

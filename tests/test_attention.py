@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from seq2seq import attention
+from seq2seq import attention, cpu_attention
 
 
 def _random(key, *shape):
@@ -89,7 +89,7 @@ def test_fused_gradients_equal_the_reference_paths():
     ],
 )
 def test_cpu_attention_groups_are_two_per_core_dividing_the_batch(batch, cores, devices, groups):
-    assert attention.cpu_attention_groups(batch, cores, devices) == groups
+    assert cpu_attention.sentence_groups(batch, cores, devices) == groups
 
 
 def test_grouped_cpu_attention_equals_one_group_values_and_gradients():
@@ -103,7 +103,7 @@ def test_grouped_cpu_attention_equals_one_group_values_and_gradients():
     for mask in (per_sentence, shared, None):
 
         def loss(q, k, v, groups, mask=mask):
-            outputs = attention._attention_cpu_grouped(q, k, v, mask, groups)
+            outputs = cpu_attention.grouped_attention(q, k, v, mask, groups)
             return jnp.sum(outputs * cotangent)
 
         one = jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v, 1)

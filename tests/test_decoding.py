@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from seq2seq.decoding.beam_search import beam_search, length_penalty
-from seq2seq.decoding.common import expand_to_beams, output_limits, select_beams
+from seq2seq.decoding.search_parts import expand_to_beams, output_limits, select_beams
 from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerConfig
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 

@@ -16,17 +16,15 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import config as config_lib
 from seq2seq import provenance
+from seq2seq.checkpoint_rule import CheckpointError
 from seq2seq.data import synthetic
 from seq2seq.data.tokenizer import load_tokenizer
-from seq2seq.evaluation.averaging import (
-    CheckpointError,
-    choose_checkpoints,
-    write_averaged_run,
-)
+from seq2seq.evaluation.averaging import write_averaged_run
 from seq2seq.evaluation.bleu import bleu_by_source_length
 from seq2seq.evaluation.evaluate import read_lines, translate_file
+from seq2seq.evaluation.restore import choose_checkpoints, restore_model
 from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
-from seq2seq.evaluation.translator import restore_model, truncate_source
+from seq2seq.evaluation.translator import truncate_source
 from seq2seq.training.checkpoints import Checkpoints, IncompatibleCheckpointError
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID

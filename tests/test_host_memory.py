@@ -1,10 +1,12 @@
 """Entry points restart once with glibc settings that keep freed host memory for the next step."""
 
+import ast
 import os
 import platform
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +92,27 @@ def test_with_the_tunables_a_freed_block_is_reused_instead_of_mapped_again():
 
     assert faults(None) > 5 * 16_000
     assert faults(ALL) < 2 * 16_384
+
+
+def _commands() -> list:
+    """Every file that runs as a command: the two scripts and each ``python -m seq2seq...``."""
+    repo = Path(__file__).resolve().parents[1]
+    files = [repo / "train.py", repo / "eval.py", *sorted((repo / "seq2seq").rglob("*.py"))]
+    return [f for f in files if any(map(_is_main_guard, ast.parse(f.read_text()).body))]
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+
+
+def test_every_command_starts_with_the_shared_preamble_before_any_other_import():
+    commands = _commands()
+    assert {f.name for f in commands} >= {"train.py", "eval.py", "average.py", "summary.py"}
+    for path in commands:
+        body = ast.parse(path.read_text()).body
+        body = [node for node in body if not isinstance(node, ast.Expr)]  # the docstring
+        if isinstance(body[0], ast.ImportFrom) and body[0].module == "__future__":
+            body = body[1:]
+        assert _is_main_guard(body[0]), f"{path}: the first statement is not the preamble"
+        assert "cli.start()" in ast.unparse(body[0]), f"{path}: the preamble is not cli.start()"
+        assert _is_main_guard(body[-1]), f"{path}: does not end in a __main__ block"

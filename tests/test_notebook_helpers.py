@@ -1,15 +1,22 @@
 """The notebooks' helpers: their settings, their configs, and the trace of attention inputs."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
 
 from seq2seq.attention import MultiHeadAttention
+from seq2seq.compare.notebook_runs import (
+    has_checkpoint,
+    load_comparison,
+    notebook_config,
+    notebook_settings,
+)
 from seq2seq.config import ConfigError, flatten, load_config_file
 from seq2seq.models import build_model
 from seq2seq.models.base import shift_right
 from seq2seq.report.attention_trace import record_attention_inputs
-from seq2seq.report.notebook_runs import has_checkpoint, notebook_config, notebook_settings
 from tests.conftest import REPO, tiny_config
 
 
@@ -85,3 +92,24 @@ def test_attention_inputs_name_where_queries_keys_and_values_come_from():
             assert call.query_inputs.shape == (2, 5, config.model.transformer.d_model)
         else:
             np.testing.assert_array_equal(call.query_inputs, call.key_value_inputs)
+
+
+def test_a_report_finds_its_runs_from_any_folder_also_one_written_with_relative_paths(
+    tmp_path, monkeypatch
+):
+    """Reports before absolute paths held each run's folder relative to where the comparison
+    ran (``make quickstart``: the repository root); read from elsewhere (a notebook runs in
+    notebooks/), the run is found beside the report."""
+    comparison = tmp_path / "runs" / "quickstart"
+    for name, loss in (("quickstart_rnnsearch", 1.5), ("moved", 2.5)):
+        (comparison / name).mkdir(parents=True)
+        (comparison / name / "metrics.jsonl").write_text(json.dumps({"loss": loss}) + "\n")
+    runs = [
+        {"workdir": "runs/quickstart/quickstart_rnnsearch"},  # relative to the comparison's cwd
+        {"workdir": str(comparison / "moved")},  # absolute
+    ]
+    (comparison / "report.json").write_text(json.dumps({"runs": runs}))
+    monkeypatch.chdir(tmp_path / "runs")  # not where the comparison ran
+    report = load_comparison(comparison)
+    assert [run["records"] for run in report["runs"]] == [[{"loss": 1.5}], [{"loss": 2.5}]]
+    assert report["runs"][0]["workdir"] == str(comparison / "quickstart_rnnsearch")

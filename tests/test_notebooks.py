@@ -1,19 +1,22 @@
 """Notebooks import from seq2seq, define no logic of their own, and run top to bottom.
 
-The run uses the notebooks' short mode (``SEQ2SEQ_NOTEBOOK_SHORT=1``): tiny models trained for a
-few steps into a temporary directory. Every claim a notebook makes is an ``assert`` in its cells,
+The runs use the notebooks' short mode (``SEQ2SEQ_NOTEBOOK_SHORT=1``): tiny models trained for a
+few steps into a temporary directory, by the notebook itself or by ``make quickstart``'s command
+run from another folder. Every claim a notebook makes is an ``assert`` in its cells,
 so a wrong claim fails here.
 """
 
 import ast
 import json
+import subprocess
 import sys
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import REPO
+from seq2seq.compare.notebook_runs import NotebookSettings, comparison_settings
+from tests.conftest import REPO, subprocess_env
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
@@ -38,11 +41,11 @@ def test_notebook_cells_parse_and_define_nothing(path):
         assert not cell.get("outputs"), f"{path.name} is saved with outputs; clear them"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_in_short_mode(path, tmp_path, monkeypatch):
+def _execute(path, runs, monkeypatch):
+    """Runs the notebook at ``path`` in short mode on ``runs``, from its own folder (as Jupyter
+    opens it); raises CellExecutionError, with the cell and traceback, on any error."""
     monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_SHORT", "1")
-    monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_RUNS", str(runs))
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
     monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
@@ -55,6 +58,36 @@ def test_notebook_runs_in_short_mode(path, tmp_path, monkeypatch):
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
-    client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
+    client.execute()
     kernel_prefix = notebook.cells[-1].outputs[0]["text"].strip()
     assert kernel_prefix == sys.prefix, "the notebook ran in another Python than this one's"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_in_short_mode(path, tmp_path, monkeypatch):
+    _execute(path, tmp_path / "runs", monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def made_like_make_quickstart(tmp_path_factory):
+    """``make quickstart``'s command, run from another folder with its relative ``--workdir``
+    (``runs/quickstart``), at the notebooks' short-mode sizes; returns the work directory."""
+    root = tmp_path_factory.mktemp("checkout")
+    settings = comparison_settings(NotebookSettings(short=True, runs=root))
+    command = [
+        sys.executable, "-m", "seq2seq.compare", "--suite", "quickstart",
+        "--workdir", "runs/quickstart", f"--max_test_sentences={settings.max_test_sentences}",
+        *[f"--config.{key}={value}" for key, value in settings.overrides],
+    ]  # fmt: skip
+    subprocess.run(command, cwd=root, env=subprocess_env(), check=True, capture_output=True)
+    return root / "runs" / "quickstart"
+
+
+@pytest.mark.slow
+def test_the_comparison_notebook_reads_a_run_made_by_make_quickstart(
+    made_like_make_quickstart, monkeypatch
+):
+    report = json.loads((made_like_make_quickstart / "report.json").read_text())
+    assert [run["status"] for run in report["runs"]] == ["ok", "ok"]
+    _execute(REPO / "notebooks" / "compare_models.ipynb", made_like_make_quickstart, monkeypatch)

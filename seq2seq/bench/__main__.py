@@ -13,17 +13,17 @@ switched off unless ``--persistent_cache``, so compile times are real ones.
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.py
-    from seq2seq.host_memory import keep_host_memory
+if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
+    from seq2seq import cli
 
-    keep_host_memory()
+    cli.start()
 
 import json
 import os
 import tempfile
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
@@ -207,7 +207,6 @@ def run() -> None:
         "Keep JAX's persistent compilation cache on (off by default: compile times are real).",
     )
 
-    @cli.exit_on_error
     def main(argv: list[str]) -> None:
         import jax
 
@@ -284,7 +283,7 @@ def run() -> None:
             )
         print(json.dumps(result) if as_json.value else table)
 
-    app.run(main, flags_parser=cli.parse_flags)
+    cli.run(main)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,12 @@ from seq2seq.data import sources
 from seq2seq.data.encoded import encode_corpus, filter_pairs
 from seq2seq.data.pipeline import build_tokenizer, make_batches
 from seq2seq.decoding.beam_search import beam_search
-from seq2seq.decoding.common import output_limits
-from seq2seq.models import train_flops
+from seq2seq.decoding.search_parts import output_limits
+from seq2seq.models import count_params, train_flops
 from seq2seq.models.base import Seq2SeqModel
 from seq2seq.training import sharding
 from seq2seq.training.step import make_train_step
-from seq2seq.training.trainer import count_params, create_state
+from seq2seq.training.trainer import create_state
 from seq2seq.vocabulary import EOS_ID, PAD_ID
 
 FIRST_WORD_ID = 4  # ids below are PAD, UNK, BOS and EOS (seq2seq.vocabulary)
@@ -294,7 +294,7 @@ def _trained_sources(config, workdir: Path, sentences: int):
     """A trained run's parameters and the first ``sentences`` of its validation split, padded
     to the bucket width: [sentences, S]."""
     from seq2seq.data.batching import inference_batches
-    from seq2seq.evaluation.translator import restore_model
+    from seq2seq.evaluation.restore import restore_model
 
     tokenizer, graphdef, params, _ = restore_model(workdir, config)
     pairs = sources.load_pairs(config.data, config.data.eval_split, seed=config.seed)[:sentences]

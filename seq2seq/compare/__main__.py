@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # first, before JAX loads: see seq2seq/host_memory.py
-    from seq2seq.host_memory import keep_host_memory
+if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
+    from seq2seq import cli
 
-    keep_host_memory()
+    cli.start()
 
 import sys
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
+from seq2seq.checkpoint_rule import rules_help
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
 from seq2seq.config import default_config
 
@@ -63,8 +64,7 @@ def run() -> None:
     checkpoint = flags.DEFINE_string(
         "checkpoint",
         "latest",
-        "Checkpoint of every run to score: 'latest', 'best' (highest validation BLEU) or "
-        "'average:K' (the parameter mean of the last K; train with checkpoint.keep >= K).",
+        "Checkpoint of every run to score: " + rules_help(steps=False),
     )
     tune = flags.DEFINE_multi_string(
         "tune",
@@ -92,7 +92,6 @@ def run() -> None:
     flags.mark_flags_as_required(["workdir"])
     flags.register_validator("seeds", lambda n: n >= 1, "--seeds must be at least 1")
 
-    @cli.exit_on_error
     def main(argv: list[str]) -> None:
         extra = [arg for arg in argv[1:] if not arg.startswith("-")]
         specs, title = _specs([*configs.value, *extra], suite.value, base.value)
@@ -117,7 +116,7 @@ def run() -> None:
         if any(o.status == "preempted" for o in outcomes):
             sys.exit(143)
 
-    app.run(main, flags_parser=cli.parse_flags)
+    cli.run(main)
 
 
 if __name__ == "__main__":

@@ -138,13 +138,32 @@ def provenance_warnings(rows: Sequence[dict]) -> list[str]:
 
 
 def _parameter_count(outcome: RunOutcome) -> int:
-    import jax
-    import numpy as np
-
-    from seq2seq.evaluation.averaging import abstract_model, load_run_tokenizer
+    from seq2seq.evaluation.restore import abstract_model, load_run_tokenizer
+    from seq2seq.models import count_params
 
     _, params = abstract_model(outcome.config, load_run_tokenizer(outcome.run))
-    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+    return count_params(params)
+
+
+def read_report(root: Path) -> dict:
+    """``root/report.json``, each run's ``workdir`` a path that exists from the caller's folder.
+
+    The report records absolute paths; a relative one is taken relative to the report itself.
+    Reports written before paths were absolute hold them relative to wherever the comparison
+    ran (``runs/quickstart/quickstart_rnnsearch`` for ``make quickstart``): a run is then found
+    by its folder's name beside the report, where the comparison put it.
+    """
+    report = json.loads((root / "report.json").read_text())
+    for run in report["runs"]:
+        run["workdir"] = str(_resolve_recorded(Path(run["workdir"]), root))
+    return report
+
+
+def _resolve_recorded(recorded: Path, root: Path) -> Path:
+    if recorded.is_absolute():
+        return recorded
+    beside = root / recorded.name  # a run's folder is WORKDIR/<name>
+    return beside if not (root / recorded).exists() and beside.exists() else root / recorded
 
 
 def aggregate(rows: Sequence[dict]) -> list[dict]:

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from seq2seq.decoding.common import expand_to_beams, next_token_log_probs, select_beams
+from seq2seq.decoding.search_parts import expand_to_beams, next_token_log_probs, select_beams
 from seq2seq.models.base import Encoded, Seq2SeqModel
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID
 

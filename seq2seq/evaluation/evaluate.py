@@ -12,7 +12,7 @@ from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
-from seq2seq.evaluation.translator import Translator
+from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.run_directory import RunDirectory
 
 
@@ -71,7 +71,7 @@ def read_lines(path: Path, what: str = "input") -> list[str]:
 
 
 def evaluate(
-    workdir: Path,
+    workdir: Path | RunDirectory,
     split: str | None = None,
     *,
     checkpoint: str = "latest",
@@ -90,11 +90,11 @@ def evaluate(
     ``checkpoint`` is the step that rule resolved to (the comparison's ``best``).
     ``max_sentences`` scores only the first N pairs (quick looks and tests; recorded).
     """
-    config = RunDirectory(workdir).load_config()
+    run = RunDirectory.at(workdir)
+    config = with_decoding(run.load_config(), beam_size=beam_size, alpha=alpha)
     split = resolve_split(config.data, split or "test")  # checked before the model is loaded
     pairs = load_pairs(config, split)[:max_sentences]
-    translator = Translator.restore(workdir, checkpoint, beam_size=beam_size, alpha=alpha)
-    config = translator.config
+    translator = Translator.from_run(run, config, checkpoint)
     sources = [source for source, _ in pairs]
     hypotheses, facts = _translate(translator, sources)
     result = {
@@ -108,16 +108,16 @@ def evaluate(
         "split": split,
         "max_sentences": max_sentences,
         **facts,
-        "provenance": provenance.for_evaluation(workdir),
+        "provenance": provenance.for_evaluation(run),
     }
-    run, rule = RunDirectory(workdir), filed_as or checkpoint
+    rule = filed_as or checkpoint
     _write_lines(run.hypotheses_file(split, rule), hypotheses)
     run.eval_result_file(split, rule).write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
 def translate_file(
-    workdir: Path,
+    workdir: Path | RunDirectory,
     input_path: Path,
     output_path: Path,
     *,

@@ -12,19 +12,13 @@ import numpy as np
 from flax import nnx
 
 from seq2seq import config as config_lib
+from seq2seq.checkpoint_rule import CheckpointChoice
 from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
-from seq2seq.decoding.common import output_limits
-from seq2seq.evaluation.averaging import (
-    CheckpointChoice,
-    abstract_model,
-    choose_checkpoints,
-    load_run_tokenizer,
-    restore_params,
-)
+from seq2seq.decoding.search_parts import output_limits
+from seq2seq.evaluation.restore import restore_model
 from seq2seq.run_directory import RunDirectory
-from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.vocabulary import EOS_ID
 
 
@@ -46,23 +40,14 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
-def restore_model(workdir: Path, config: ml_collections.ConfigDict, checkpoint: str = "latest"):
-    """A run's tokenizer, graphdef, parameters and CheckpointChoice (see ``averaging``).
-
-    Reads the parameters only: no optimizer state is built or restored.
-    """
-    run = RunDirectory(workdir).require()
-    tokenizer = load_run_tokenizer(run)
-    graphdef, abstract_params = abstract_model(config, tokenizer)
-    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
-    try:
-        choice = choose_checkpoints(
-            checkpoint, checkpoints.all_steps(), workdir, keep=checkpoints.keep
-        )
-        params = restore_params(checkpoints, abstract_params, choice)
-    finally:
-        checkpoints.close()
-    return tokenizer, graphdef, params, choice
+def with_decoding(
+    config: ml_collections.ConfigDict, **overrides: object
+) -> ml_collections.ConfigDict:
+    """``config`` with the given fields of ``config.decode`` replaced (None keeps one), checked."""
+    for key, value in overrides.items():
+        if value is not None:
+            config.decode[key] = value
+    return config_lib.validate(config)
 
 
 class Translator:
@@ -99,18 +84,22 @@ class Translator:
 
     @classmethod
     def restore(
-        cls, workdir: Path, checkpoint: str = "latest", **decode_overrides: object
+        cls, workdir: Path | RunDirectory, checkpoint: str = "latest", **decode_overrides: object
     ) -> Translator:
-        """Loads a run's config, tokenizer and parameters (``latest``, ``STEP`` or ``average:K``).
+        """Loads a run's config, tokenizer and parameters (``checkpoint``: a rule of
+        ``seq2seq.checkpoint_rule``).
 
         ``decode_overrides`` replace fields of ``config.decode`` (e.g. ``beam_size=1``).
         """
-        config = RunDirectory(workdir).load_config()
-        for key, value in decode_overrides.items():
-            if value is not None:
-                config.decode[key] = value
-        config_lib.validate(config)
-        tokenizer, graphdef, params, choice = restore_model(workdir, config, checkpoint)
+        run = RunDirectory.at(workdir)
+        return cls.from_run(run, with_decoding(run.load_config(), **decode_overrides), checkpoint)
+
+    @classmethod
+    def from_run(
+        cls, run: RunDirectory, config: ml_collections.ConfigDict, checkpoint: str = "latest"
+    ) -> Translator:
+        """The model of ``run`` under ``config``, the run's own config already loaded."""
+        tokenizer, graphdef, params, choice = restore_model(run, config, checkpoint)
         return cls(config, tokenizer, params, graphdef, checkpoint=choice)
 
     def translate(self, sentences: Sequence[str]) -> Translations:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax
 import ml_collections
+import numpy as np
 from flax import nnx
 
 from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Dropout, Seq2SeqModel
@@ -79,6 +81,7 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "build_model",
+    "count_params",
     "model_config",
     "model_family",
     "model_section",
@@ -110,3 +113,8 @@ def build_model(
     return model_family(config).model_class(
         model_config(config, source_vocab_size, target_vocab_size), rngs=nnx.Rngs(params=seed)
     )
+
+
+def count_params(params) -> int:
+    """How many numbers ``params`` holds: any tree of arrays or of their shapes (abstract)."""
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))

@@ -1,1 +1,1 @@
-"""Reports: alignment plots and attention demonstrations for notebooks and write-ups."""
+"""Reports: figures (curves, BLEU by length, alignment heatmaps) and tables; nothing that trains."""

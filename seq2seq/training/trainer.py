@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from seq2seq import provenance
 from seq2seq.data.pipeline import build_training_data, padding_share
-from seq2seq.models import build_model, schedule_width, train_flops
+from seq2seq.models import build_model, count_params, schedule_width, train_flops
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.checkpoints import Checkpoints
@@ -52,10 +52,6 @@ class RunSummary:
     elapsed_seconds: float = 0.0  # training time across all resumes (what the budget counts)
     train_flops: float = 0.0  # analytic training FLOPs across all resumes
     paused: bool = False  # stopped at ``pause_at_minutes``, before the budget: resume to go on
-
-
-def count_params(params) -> int:
-    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
 
 
 def create_state(config: ml_collections.ConfigDict, source_vocab: int, target_vocab: int):

@@ -18,7 +18,6 @@ of its 2000 (about 1.5 minutes).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import ml_collections
 
+from seq2seq.compare import Settings, compare, expand_suite
+from seq2seq.compare.report import read_report
 from seq2seq.config import ConfigError, load_config_file
 from seq2seq.evaluation.translator import Translator
 from seq2seq.run_directory import RunDirectory
@@ -111,11 +112,9 @@ def load_translators(settings: NotebookSettings) -> dict[str, Translator]:
     }
 
 
-def comparison_settings(settings: NotebookSettings):
+def comparison_settings(settings: NotebookSettings) -> Settings:
     """The quickstart suite's comparison as the notebook runs it: as ``make quickstart`` does,
     or, in the short mode, with tiny models, a few steps and a few test sentences."""
-    from seq2seq.compare import Settings
-
     if not settings.short:
         return Settings()
     overrides = {
@@ -138,8 +137,6 @@ def ensure_comparison(settings: NotebookSettings) -> Path:
 
     Reuses finished runs there (those of ``make quickstart`` in the full mode).
     """
-    from seq2seq.compare import compare, expand_suite
-
     if not (settings.runs / "report.json").exists():
         print(f"running the quickstart comparison into {settings.runs}", flush=True)
         compare(expand_suite("quickstart"), settings.runs, comparison_settings(settings))
@@ -147,8 +144,9 @@ def ensure_comparison(settings: NotebookSettings) -> Path:
 
 
 def load_comparison(workdir: Path) -> dict:
-    """A comparison's ``report.json``, each run's metrics records added as ``records``."""
-    report = json.loads((workdir / "report.json").read_text())
+    """A comparison's ``report.json`` (``read_report``: its paths resolved from wherever the
+    notebook runs), each run's metrics records added as ``records``."""
+    report = read_report(workdir)
     for run in report["runs"]:
         run["records"] = RunDirectory(run["workdir"]).read_metrics()
     return report

@@ -1,0 +1,97 @@
+"""A trained model from its run directory: the tokenizer, the chosen checkpoint's parameters.
+
+Evaluation, translation, the comparison's report and the benchmarks restore models through
+this module. Only parameters are read: no optimizer state is built or restored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from seq2seq.checkpoint_rule import CheckpointChoice, resolve
+from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
+from seq2seq.models import build_model
+from seq2seq.run_directory import RunDirectory
+from seq2seq.training.checkpoints import Checkpoints
+
+
+def choose_checkpoints(
+    spec: str, available: Sequence[int], workdir: Path | RunDirectory, *, keep: int | None = None
+) -> CheckpointChoice:
+    """Resolves the checkpoint rule ``spec`` (``seq2seq.checkpoint_rule``) against the steps
+    ``available`` in the run at ``workdir``, by its validation records for ``best``."""
+    run = RunDirectory.at(workdir)
+    validation_bleu = {
+        record["step"]: record["bleu"]
+        for record in run.read_metrics()
+        if record.get("kind") == "validation" and "bleu" in record
+    }
+    return resolve(
+        spec,
+        available,
+        validation_bleu=validation_bleu,
+        where=str(run.path),
+        keep=keep,
+        averaged_from=run.read_averaged_from(),
+    )
+
+
+def load_run_tokenizer(run: RunDirectory) -> Tokenizer:
+    """The tokenizer a run trained with."""
+    tokenizer = load_tokenizer(run.tokenizer_dir)
+    if tokenizer is None:
+        raise FileNotFoundError(f"no tokenizer in {run.tokenizer_dir}; train first")
+    return tokenizer
+
+
+def abstract_model(config: ml_collections.ConfigDict, tokenizer: Tokenizer):
+    """The model's graphdef and its parameters' shapes, without allocating them."""
+    abstract = nnx.eval_shape(
+        lambda: build_model(
+            config, tokenizer.source_vocab_size, tokenizer.target_vocab_size, seed=config.seed
+        )
+    )
+    graphdef, params = nnx.split(abstract)
+    return graphdef, params
+
+
+def restore_params(checkpoints: Checkpoints, abstract_params, choice: CheckpointChoice):
+    """The parameters of the chosen checkpoint, or the element-wise mean of several.
+
+    Only parameters are read (no optimizer state), one checkpoint at a time, summed in float32:
+    memory holds two copies of the parameters whatever K is. A checkpoint that does not fit
+    ``abstract_params`` raises ``IncompatibleCheckpointError`` (one line naming the parameter).
+    """
+    total = None
+    for step in choice.steps:
+        params = checkpoints.restore_params(abstract_params, step)
+        params32 = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+        total = params32 if total is None else jax.tree.map(np.add, total, params32)
+    mean = jax.tree.map(lambda x: x / len(choice.steps), total)
+    return jax.tree.map(lambda x, like: np.asarray(x, like.dtype), mean, abstract_params)
+
+
+def restore_model(
+    workdir: Path | RunDirectory, config: ml_collections.ConfigDict, checkpoint: str = "latest"
+):
+    """A run's tokenizer, graphdef, parameters and ``CheckpointChoice``.
+
+    ``config`` is the run's own (``RunDirectory.load_config``), possibly with other decoding
+    settings; ``checkpoint`` is a rule of ``seq2seq.checkpoint_rule``.
+    """
+    run = RunDirectory.at(workdir).require()
+    tokenizer = load_run_tokenizer(run)
+    graphdef, abstract_params = abstract_model(config, tokenizer)
+    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
+    try:
+        choice = choose_checkpoints(checkpoint, checkpoints.all_steps(), run, keep=checkpoints.keep)
+        params = restore_params(checkpoints, abstract_params, choice)
+    finally:
+        checkpoints.close()
+    return tokenizer, graphdef, params, choice
