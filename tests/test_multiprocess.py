@@ -87,7 +87,7 @@ def test_two_processes_train_and_resume_as_one_process_on_two_devices(tmp_path):
     _one_process(one, steps=6)
     shared = tmp_path / "two"
     for log in _two_processes(shared, steps=4):
-        assert "mesh {'data': 2, 'fsdp': 1} over 2 devices" in log, log[-3000:]
+        assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1} over 2 devices" in log, log[-3000:]
     # Restart both: they resume from step 4's checkpoint and train steps 5 and 6.
     for log in _two_processes(shared, steps=6):
         assert "resumed from step 4" in log, log[-3000:]

@@ -173,9 +173,10 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
     rows, length = batch_shape(config)
     batch = synthetic_batch(rows, length, vocab, config.seed)
     source_lengths, target_lengths = _lengths(batch)
-    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
     state, schedule = create_state(config, vocab, vocab)
-    state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
+    state_shardings = sharding.state_sharding(mesh, state, rules)
     state = jax.device_put(state, state_shardings)
     batch_sharding = sharding.batch_sharding(mesh)
     device_batch = sharding.global_batch(batch, batch_sharding)
@@ -186,6 +187,7 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
         state_sharding=state_shardings,
         batch_sharding=batch_sharding,
         metrics_sharding=sharding.replicated(mesh),
+        axis_rules=rules,
     )
     start = time.perf_counter()
     compiled = step.lower(state, device_batch).compile()

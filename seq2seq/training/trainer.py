@@ -112,13 +112,14 @@ def train(
     run.create().save_config(config, write=primary)
     if primary:
         provenance.record_start(run.path)  # versions, devices and commit of this (re)start
-    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
     multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
     data = build_training_data(config, run.tokenizer_dir, batch_multiple=multiple)
     state, schedule = create_state(
         config, data.tokenizer.source_vocab_size, data.tokenizer.target_vocab_size
     )
-    state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
+    state_shardings = sharding.state_sharding(mesh, state, rules)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     batches = iter(data.batches)
     state, progress = _restore_or_place(checkpoints, state, state_shardings, batches)
@@ -129,10 +130,11 @@ def train(
         state_sharding=state_shardings,
         batch_sharding=sharding.batch_sharding(mesh),
         metrics_sharding=sharding.replicated(mesh),
+        axis_rules=rules,
     )
     params = count_params(state.params)
     logger.info(
-        "%s: %d parameters, mesh %s over %d devices, %d arrays split over fsdp",
+        "%s: %d parameters, mesh %s over %d devices, %d arrays split over the mesh",
         config.model.name,
         params,
         dict(mesh.shape),
