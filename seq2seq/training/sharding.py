@@ -27,6 +27,7 @@ from seq2seq.logical_axes import names_of, partition_spec
 
 MESH_AXES = ("data", "fsdp", "tensor")
 DATA_AXES = ("data", "fsdp")  # the batch is split over both (the default rule for "batch")
+HEARTBEAT_TIMEOUT_SECONDS = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +74,9 @@ def initialize_processes(
         coordinator_address=coordinator_address or None,
         num_processes=num_processes or None,
         process_id=process_id if process_id >= 0 else None,
+        # A process silent this long is taken for dead and every other one stops (without a
+        # checkpoint) instead of waiting for it in a collective; JAX's default is 100 s.
+        heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
     )
 
 

@@ -52,6 +52,13 @@ class TrainState(struct.PyTreeNode):
     def model(self) -> nnx.Module:
         return nnx.merge(self.graphdef, self.params)
 
+    @classmethod
+    def for_evaluation(cls, graphdef, params: nnx.State) -> TrainState:
+        """A state that holds only what evaluation reads: the model (no optimizer, step, RNG)."""
+        return cls(
+            step=None, params=params, opt_state=None, rng=None, graphdef=graphdef, optimizer=None
+        )
+
 
 def _batch_loss(
     model,
