@@ -85,7 +85,7 @@ def _two_processes(workdir, steps: int) -> list[str]:
     logs = []
     try:
         for process in processes:
-            _, stderr = process.communicate(timeout=300)
+            _, stderr = process.communicate(timeout=600)
             logs.append(stderr)
             assert process.returncode == 0, stderr[-3000:]
     finally:

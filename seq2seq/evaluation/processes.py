@@ -23,14 +23,21 @@ def share(count: int) -> list[int]:
 
 
 def local_copy(tree):
-    """``tree``'s arrays, whole, on this process (host arrays); the identity with one process.
+    """``tree`` with every array that spans several processes gathered whole onto this one (as
+    a host array); arrays this process holds whole already are left as they are.
 
     Parameters split over devices of several processes cannot feed a computation of one
     process's devices; gathered, they can.
     """
-    if jax.process_count() == 1:
-        return tree
-    return multihost_utils.process_allgather(tree, tiled=True)
+    leaves, treedef = jax.tree.flatten(tree)
+    spread = [
+        i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and not x.is_fully_addressable
+    ]
+    if spread:  # one collective for all of them
+        gathered = multihost_utils.process_allgather([leaves[i] for i in spread], tiled=True)
+        for i, whole in zip(spread, gathered, strict=True):
+            leaves[i] = whole
+    return jax.tree.unflatten(treedef, leaves)
 
 
 def sum_over_processes(values: np.ndarray) -> np.ndarray:
