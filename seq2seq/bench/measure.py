@@ -259,6 +259,46 @@ def train_benchmark(
     }
 
 
+def mesh_benchmark(
+    config: ml_collections.ConfigDict,
+    shapes: list[tuple[int, int, int]],
+    steps: int = 20,
+    warmup: int = 3,
+) -> dict:
+    """``compile_train_step``'s step time on each mesh shape (data, fsdp, tensor) over all
+    devices, e.g. simulated ones (``--xla_force_host_platform_device_count``), which share one
+    machine's cores: they show what each layout costs in collectives, not a speed-up.
+
+    Returns:
+      {"model", "devices", "batch", "meshes": {"DxFxT": {"step_ms", "tokens_per_s",
+      "compile_s", "split_arrays", "final_loss"}}}.
+    """
+    meshes = {}
+    for data, fsdp, tensor in shapes:
+        shaped = config.copy_and_resolve_references()
+        shaped.mesh.data, shaped.mesh.fsdp, shaped.mesh.tensor = data, fsdp, tensor
+        compiled = compile_train_step(shaped)
+        seconds, state, metrics = time_steps(
+            compiled.step, compiled.state, compiled.batch, steps, warmup
+        )
+        step_seconds = statistics.median(seconds)
+        meshes[f"{data}x{fsdp}x{tensor}"] = {
+            "step_ms": 1e3 * step_seconds,
+            "tokens_per_s": compiled.target_tokens / step_seconds,
+            "compile_s": compiled.compile_seconds,
+            "split_arrays": sum(
+                not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(state.params)
+            ),
+            "final_loss": float(metrics["loss"]),
+        }
+    return {
+        "model": config.model.name,
+        "devices": jax.device_count(),
+        "batch": list(batch_shape(config)),
+        "meshes": meshes,
+    }
+
+
 def _linen_step_seconds(config, vocab: int, batch: dict, steps: int, warmup: int) -> float:
     """Median step time of the plain Flax linen Transformer (``linen_baseline``) on ``batch``,
     on one device, timed as ``train_benchmark`` times the project's step."""
