@@ -71,7 +71,7 @@ def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, gr
             if totals
             else np.zeros(2)
         )
-        nll = nll_sum / tokens
+        nll = float(nll_sum) / float(tokens)
         translator.params = params
         hypotheses = translator.translate(sources).hypotheses
         samples = [
