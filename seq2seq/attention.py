@@ -35,6 +35,7 @@ from flax import nnx
 
 from seq2seq.dropout import dropout
 from seq2seq.linear import Linear, project
+from seq2seq.logical_axes import constrain, param
 
 Array = jax.Array
 Scoring = Literal["additive", "dot", "general", "scaled_dot"]
@@ -296,20 +297,22 @@ class MultiHeadAttention(nnx.Module):
         init = nnx.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))
 
         def per_head(width: int) -> nnx.Param:
-            return nnx.Param(init(rngs.params(), (d_model, num_heads, width)))
+            return param(init(rngs.params(), (d_model, num_heads, width)), "embed", "heads", "kv")
 
         self.w_query = per_head(d_k)  # [D, H, K]
         self.w_key = per_head(d_k)  # [D, H, K]
         self.w_value = per_head(d_v)  # [D, H, E]
         out_init = nnx.initializers.xavier_uniform(in_axis=(0, 1), out_axis=2)
-        self.w_output = nnx.Param(out_init(rngs.params(), (num_heads, d_v, d_model)))  # [H, E, D]
+        self.w_output = param(
+            out_init(rngs.params(), (num_heads, d_v, d_model)), "heads", "kv", "embed"
+        )  # [H, E, D]
         self.dropout_rate = dropout_rate
         self.fused = fused
         self.dtype = dtype
 
     def project_query(self, x: Array) -> Array:
         """[B, T, D] -> [B, T, H, K]: ``Q W_i^Q`` for every head i."""
-        return project(x, self._cast(self.w_query))
+        return _per_head(project(x, self._cast(self.w_query)))
 
     def project_keys_values(self, x: Array, *, heads_first: bool = False) -> tuple[Array, Array]:
         """[B, S, D] -> ([B, S, H, K], [B, S, H, E]): ``K W_i^K`` and ``V W_i^V``.
@@ -317,8 +320,8 @@ class MultiHeadAttention(nnx.Module):
         Exposed so that a decoder can project the encoder output once per sentence and cache it;
         ``heads_first`` gives [B, H, S, K] and [B, H, S, E], the layout a cache is read fastest in.
         """
-        keys = project(x, self._cast(self.w_key))  # [B, S, H, K]
-        values = project(x, self._cast(self.w_value))  # [B, S, H, E]
+        keys = _per_head(project(x, self._cast(self.w_key)))  # [B, S, H, K]
+        values = _per_head(project(x, self._cast(self.w_value)))  # [B, S, H, E]
         if heads_first:
             return jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2)
         return keys, values
@@ -381,6 +384,11 @@ class MultiHeadAttention(nnx.Module):
         return weight[...] if self.dtype is None else weight[...].astype(self.dtype)
 
 
+def _per_head(x: Array) -> Array:
+    """[B, T, H, K] activations, laid out by heads (split over ``tensor`` by default)."""
+    return constrain(x, "batch", "length", "heads", "kv")
+
+
 class AlignmentAttention(nnx.Module):
     """Single-query attention for a recurrent decoder: the alignment model ``a(s_{i-1}, h_j)``.
 
@@ -408,18 +416,32 @@ class AlignmentAttention(nnx.Module):
         if scoring == "additive":
             hidden_size = hidden_size or query_size
             normal = kernel_init or nnx.initializers.normal(0.001)
+            names = ("hidden", "alignment")
             self.w_a = Linear(
-                query_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
+                query_size,
+                hidden_size,
+                names=names,
+                use_bias=False,
+                kernel_init=normal,
+                dtype=dtype,
+                rngs=rngs,
             )
             self.u_a = Linear(
-                key_size, hidden_size, use_bias=False, kernel_init=normal, dtype=dtype, rngs=rngs
+                key_size,
+                hidden_size,
+                names=names,
+                use_bias=False,
+                kernel_init=normal,
+                dtype=dtype,
+                rngs=rngs,
             )
-            self.v_a = nnx.Param(vector_init(rngs.params(), (hidden_size,), jnp.float32))
+            self.v_a = param(vector_init(rngs.params(), (hidden_size,), jnp.float32), "alignment")
         elif scoring == "general":
             general_init = kernel_init or nnx.initializers.lecun_normal()
             self.w_general = Linear(
                 key_size,
                 query_size,
+                names=("hidden", "hidden"),
                 use_bias=False,
                 kernel_init=general_init,
                 dtype=dtype,

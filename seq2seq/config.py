@@ -116,9 +116,28 @@ def default_config() -> ml_collections.ConfigDict:
     train.grad_accum_steps = 1  # micro-batches per update (same update as one big batch)
 
     config.mesh = mesh = ml_collections.ConfigDict()
-    mesh.data = -1  # devices along the "data" axis; -1: all that fsdp leaves
-    mesh.fsdp = 1  # devices along the "fsdp" axis: large parameters are split over them
-    mesh.fsdp_min_size = 2**16  # arrays with fewer elements stay replicated (not worth a split)
+    mesh.data = -1  # devices along the "data" axis; -1: all that fsdp and tensor leave
+    mesh.fsdp = 1  # devices along the "fsdp" axis: the batch and parameters are split over them
+    mesh.tensor = 1  # devices along the "tensor" axis: heads, d_ff, vocabulary split over them
+    # The rule table: each logical axis name (seq2seq/logical_axes.py) -> the mesh axes its
+    # dimension is split over, comma-separated, in order; "" keeps it whole (replicated). The
+    # defaults give data parallelism, FSDP (ZeRO-3) and Megatron tensor parallelism at once,
+    # each active when its mesh axis has more than one device; docs/scaling.md explains them.
+    mesh.rules = rules = ml_collections.ConfigDict()
+    rules.batch = "data,fsdp"  # sentences: every device its own
+    rules.length = ""  # positions in a sentence
+    rules.vocab = "tensor"  # vocabulary: embeddings and output layer vocabulary-parallel
+    rules.embed = "fsdp"  # model / word-embedding width of parameters: FSDP's split
+    rules.activation_embed = ""  # model width of activations between layers
+    rules.heads = "tensor"  # attention heads: Megatron's column- then row-parallel attention
+    rules.kv = ""  # width of one head's query, key or value
+    rules.mlp = "tensor"  # feed-forward inner width d_ff: column- then row-parallel
+    rules.positions = ""  # rows of a learned position table
+    rules.hidden = "fsdp"  # recurrent state width (RNNsearch): FSDP only, see docs/scaling.md
+    rules.gates = ""  # a GRU's stacked gate pre-activations
+    rules.alignment = "tensor"  # hidden width of the alignment model (RNNsearch)
+    rules.maxout = ""  # deep-output units (RNNsearch)
+    rules.fsdp_min_size = 2**16  # parameters with fewer elements are not split over fsdp
     mesh.distributed = False  # call jax.distributed.initialize(), detecting the cluster
     # Processes started by hand (e.g. two on one machine); setting all three implies distributed.
     mesh.coordinator_address = ""  # host:port of process 0's coordinator, e.g. "localhost:12345"
@@ -355,11 +374,32 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "2 * encoder_hidden_size; use 'general' or 'additive'",
         )
     _validate_processes(config.mesh)
+    _validate_rules(config.mesh)
     _require(
         config.train.grad_accum_steps >= 1,
         f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
     )
     return config
+
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+def _validate_rules(mesh: ml_collections.ConfigDict) -> None:
+    for name, value in mesh.rules.items():
+        if name == "fsdp_min_size":
+            continue
+        axes = [axis.strip() for axis in value.split(",") if axis.strip()]
+        unknown = [axis for axis in axes if axis not in MESH_AXES]
+        _require(
+            not unknown,
+            f"config.mesh.rules.{name}={value!r} names {', '.join(unknown)}, not a mesh axis; "
+            f'use a comma-separated list of {", ".join(MESH_AXES)}, or ""',
+        )
+        _require(
+            len(set(axes)) == len(axes),
+            f"config.mesh.rules.{name}={value!r} names a mesh axis twice",
+        )
 
 
 def _validate_processes(mesh: ml_collections.ConfigDict) -> None:
@@ -386,7 +426,10 @@ def _validate_processes(mesh: ml_collections.ConfigDict) -> None:
 
 
 # Keys renamed since runs were saved with them: old name -> new name.
-_RENAMED = {"model.rnnsearch.scoring": "model.rnnsearch.attention"}
+_RENAMED = {
+    "model.rnnsearch.scoring": "model.rnnsearch.attention",
+    "mesh.fsdp_min_size": "mesh.rules.fsdp_min_size",
+}
 
 
 def save(config: ml_collections.ConfigDict, path: Path) -> None:

@@ -16,6 +16,8 @@ import math
 import jax
 from flax import nnx
 
+from seq2seq.logical_axes import metadata
+
 Array = jax.Array
 
 
@@ -77,7 +79,25 @@ def rows_dot_general(
 
 class Linear(nnx.Linear):
     """``nnx.Linear`` with its product over flattened rows (``project``): the same parameters
-    (``kernel`` [in, out], ``bias`` [out]), initialisers and dtypes, and the same outputs."""
+    (``kernel`` [in, out], ``bias`` [out]), initialisers and dtypes, and the same outputs.
 
-    def __init__(self, in_features: int, out_features: int, **kwargs):
-        super().__init__(in_features, out_features, dot_general=rows_dot_general, **kwargs)
+    ``names``: the logical names of the input and output dimensions (``seq2seq.logical_axes``);
+    the kernel is named (input, output), the bias (output,).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        names: tuple[str | None, str | None] = (None, None),
+        **kwargs,
+    ):
+        super().__init__(
+            in_features,
+            out_features,
+            dot_general=rows_dot_general,
+            kernel_metadata=metadata(*names),
+            bias_metadata=metadata(names[1]),
+            **kwargs,
+        )

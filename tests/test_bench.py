@@ -212,3 +212,38 @@ def test_bench_without_a_command_is_one_error_line():
     assert result.stderr.strip().splitlines() == [
         "error: name one command of matmul, train, decode, data, profile, all, e.g. `bench train`"
     ]
+
+
+def test_bench_train_on_each_mesh_shape_of_two_simulated_devices():
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.bench", "train", *TINY_TRAIN]
+        + ["--steps=2", "--warmup=1", "--json", "--persistent_cache", "--meshes=2x1x1,1x1x2"],
+        cwd=REPO,
+        env=subprocess_env(2),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["devices"] == 2 and list(figures["meshes"]) == ["2x1x1", "1x1x2"]
+    data, tensor = figures["meshes"]["2x1x1"], figures["meshes"]["1x1x2"]
+    for mesh in (data, tensor):
+        assert mesh["tokens_per_s"] == pytest.approx(4 * 8 / (mesh["step_ms"] / 1e3))
+    assert data["split_arrays"] == 0 < tensor["split_arrays"]  # data parallelism splits none
+    assert tensor["final_loss"] == pytest.approx(data["final_loss"], rel=1e-5)
+
+
+def test_bench_meshes_that_do_not_parse_are_one_error_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.bench", "train", *TINY_TRAIN, "--meshes=2x2"],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --meshes '2x2': give DATAxFSDPxTENSOR, three positive integers, e.g. 2x2x2"
+    )

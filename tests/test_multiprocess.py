@@ -12,12 +12,17 @@ old double host split) changes the batch and the loss at the first logged step.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
+from seq2seq.evaluation.translator import restore_model
+from seq2seq.run_directory import RunDirectory
 from tests.conftest import REPO, subprocess_env, train_command
 
 # One bucket of 48 tokens holds 512 // 48 = 10 sentences, so every step has one shape (one
@@ -38,6 +43,16 @@ def _free_port() -> int:
 def _train_losses(workdir) -> dict[int, float]:
     lines = (workdir / "metrics.jsonl").read_text().splitlines()
     return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"}
+
+
+def _validation(workdir) -> dict[int, dict]:
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if r["kind"] == "validation"}
+
+
+def _samples(log: str) -> list[str]:
+    """The sample translations a validation logged (``sample I: source: ... output: ...``)."""
+    return [line.split("sample ", 1)[1] for line in log.splitlines() if "] sample " in line]
 
 
 def _one_process(workdir, steps: int) -> str:
@@ -70,7 +85,7 @@ def _two_processes(workdir, steps: int) -> list[str]:
     logs = []
     try:
         for process in processes:
-            _, stderr = process.communicate(timeout=300)
+            _, stderr = process.communicate(timeout=600)
             logs.append(stderr)
             assert process.returncode == 0, stderr[-3000:]
     finally:
@@ -84,13 +99,24 @@ def _two_processes(workdir, steps: int) -> list[str]:
 @pytest.mark.slow
 def test_two_processes_train_and_resume_as_one_process_on_two_devices(tmp_path):
     one = tmp_path / "one"
-    _one_process(one, steps=6)
+    one_log = _one_process(one, steps=6)
     shared = tmp_path / "two"
     for log in _two_processes(shared, steps=4):
-        assert "mesh {'data': 2, 'fsdp': 1} over 2 devices" in log, log[-3000:]
+        assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1} over 2 devices" in log, log[-3000:]
     # Restart both: they resume from step 4's checkpoint and train steps 5 and 6.
-    for log in _two_processes(shared, steps=6):
+    two_logs = _two_processes(shared, steps=6)
+    for log in two_logs:
         assert "resumed from step 4" in log, log[-3000:]
+
+    # Validation (at the end of each run) split its sentences over the two processes: the same
+    # loss, BLEU and sample translations as one process that decoded them all.
+    expected_validation, actual_validation = _validation(one), _validation(shared)
+    assert sorted(actual_validation) == [4, 6] and 6 in expected_validation
+    for key in ("loss", "bleu", "n"):
+        np.testing.assert_allclose(
+            actual_validation[6][key], expected_validation[6][key], rtol=1e-6
+        )
+    assert _samples(one_log) == _samples(two_logs[0]) and len(_samples(one_log)) == 3
 
     expected, actual = _train_losses(one), _train_losses(shared)
     assert sorted(actual) == sorted(expected) == [2, 4, 6]  # one writer: no line twice
@@ -101,3 +127,90 @@ def test_two_processes_train_and_resume_as_one_process_on_two_devices(tmp_path):
     assert not list(shared.rglob("*.tmp*")), "a temporary file was left behind"
     starts = json.loads((shared / "provenance.json").read_text())["entries"]
     assert [start["process_count"] for start in starts] == [2, 2]  # process 0 records each start
+
+
+def test_two_processes_gather_each_others_share_of_texts_in_order():
+    address = f"localhost:{_free_port()}"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.processes_worker", address, str(index)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(1),
+        )  # fmt: skip
+        for index in range(2)
+    ]
+    try:
+        outputs = [worker.communicate(timeout=120) for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    reports = []
+    for worker, (stdout, stderr) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, stderr[-3000:]
+        reports.append(json.loads(stdout.strip().splitlines()[-1]))
+    assert [report["mine"] for report in reports] == [[0, 2, 4, 6], [1, 3, 5]]
+    texts = [
+        "ein Hund",
+        "",
+        "zwei Männer spielen Fußball",
+        "x",
+        "日本語の文",
+        "a b c d e f g",
+        "Ende",
+    ]
+    assert all(report["gathered"] == texts for report in reports)
+    assert all(report["total"] == [7, 30] for report in reports)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_at_one_step_with_a_checkpoint(tmp_path):
+    """Process 1 gets SIGTERM mid-training: both save one checkpoint at an agreed step and exit
+    (status 143), within a minute; the checkpoint restores."""
+    workdir = tmp_path / "run"
+    mesh = [
+        f"--config.mesh.coordinator_address=localhost:{_free_port()}",
+        "--config.mesh.num_processes=2",
+        "--config.train.log_every_steps=1",
+        "--config.checkpoint.every_steps=0",
+    ]
+    command = train_command(workdir, "transformer", "--config.train.steps=100000", *TINY, *mesh)
+    logs = [tmp_path / f"process{index}.log" for index in range(2)]
+    workers = [
+        subprocess.Popen(
+            [*command, f"--config.mesh.process_id={index}"],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+            text=True,
+            env=subprocess_env(1),
+        )  # fmt: skip
+        for index, log in enumerate(logs)
+    ]
+    try:
+        deadline = time.monotonic() + 600
+        while "step 3:" not in logs[1].read_text():  # training, compiled, past a few steps
+            assert all(worker.poll() is None for worker in workers), logs[1].read_text()[-3000:]
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(1)
+        workers[1].send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        for worker in workers:
+            worker.wait(timeout=max(1.0, 60 - (time.monotonic() - signalled)))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    texts = [log.read_text() for log in logs]
+    assert [worker.returncode for worker in workers] == [143, 143], texts[0][-3000:]
+    saved = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    assert len(saved) == 1 and saved[0] > 3, saved
+    for text in texts:
+        assert f"SIGTERM: saved step {saved[0]}" in text, text[-3000:]
+    config = RunDirectory(workdir).load_config()
+    _, _, params, choice = restore_model(workdir, config)
+    assert choice.steps == (saved[0],) and params is not None

@@ -42,7 +42,7 @@ def test_eight_devices_give_the_one_device_loss_curve(tmp_path):
     """A 4 x 2 mesh: the batch split 8 ways, and parameters split 2 ways (FSDP) on top."""
     one = _train_losses(tmp_path / "one", devices=1)
     eight = _train_losses(
-        tmp_path / "eight", 8, "--config.mesh.fsdp=2", "--config.mesh.fsdp_min_size=512"
+        tmp_path / "eight", 8, "--config.mesh.fsdp=2", "--config.mesh.rules.fsdp_min_size=512"
     )
     assert len(one) == len(eight) == 8
     np.testing.assert_allclose(eight, one, rtol=2e-5)

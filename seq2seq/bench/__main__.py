@@ -2,6 +2,8 @@
 
     python -m seq2seq.bench matmul
     python -m seq2seq.bench train --config configs/bench_small.py [--steps 20]
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m seq2seq.bench train \
+        --config configs/bench_small.py --meshes 8x1x1,2x4x1,2x2x2,1x1x8   # step time per mesh
     python -m seq2seq.bench decode --config configs/bench_small.py [--beam_size 4] [--workdir RUN]
     python -m seq2seq.bench data --config configs/bench_small.py
     python -m seq2seq.bench profile --config configs/bench_small.py [--profile_dir DIR]
@@ -99,6 +101,33 @@ def _all(settings: dict) -> dict:
     return results
 
 
+def _mesh_shapes(values: list[str]) -> list[tuple[int, int, int]]:
+    """``["8x1x1", "2x4x1"]`` -> [(8, 1, 1), (2, 4, 1)]; anything else is a one-line error."""
+    shapes = []
+    for value in values:
+        parts = value.split("x")
+        if len(parts) != 3 or not all(part.strip().isdigit() and int(part) > 0 for part in parts):
+            raise ConfigError(
+                f"--meshes {value!r}: give DATAxFSDPxTENSOR, three positive integers, e.g. 2x2x2"
+            )
+        shapes.append(tuple(int(part) for part in parts))
+    return shapes
+
+
+def _mesh_table(result: dict) -> str:
+    lines = [
+        f"train {result['model']}, batch {result['batch']}, on {result['devices']} devices",
+        "| mesh data x fsdp x tensor | step (ms) | target tokens/s | compile (s) | arrays split |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for shape, figures in result["meshes"].items():
+        lines.append(
+            f"| {shape} | {_format(figures['step_ms'])} | {_format(figures['tokens_per_s'])} | "
+            f"{_format(figures['compile_s'])} | {figures['split_arrays']} |"
+        )
+    return "\n".join(lines)
+
+
 def _profile_tables(result: dict, top: int) -> str:
     """The kinds' milliseconds per step, then the ``top`` operations that took the longest."""
     step_ms = result["step_ms"]
@@ -184,6 +213,12 @@ def run() -> None:
     as_json = flags.DEFINE_bool("json", False, "Print one JSON line instead of the table.")
     steps = flags.DEFINE_integer("steps", 20, "train: timed steps (after the warm-up).")
     warmup = flags.DEFINE_integer("warmup", 3, "train: untimed steps after compiling.")
+    meshes = flags.DEFINE_list(
+        "meshes",
+        [],
+        "train: mesh shapes DATAxFSDPxTENSOR, e.g. 8x1x1,2x2x2 (each product the device "
+        "count): the step time on each, instead of the full benchmark.",
+    )
     beam_size = flags.DEFINE_integer("beam_size", None, "decode: beam (default: the config's).")
     workdir = flags.DEFINE_string(
         "workdir", None, "decode: a trained run (its config and latest parameters)."
@@ -233,6 +268,11 @@ def run() -> None:
                 )
                 for d, r in result.items()
             )
+        elif command == "train" and meshes.value:
+            result = measure.mesh_benchmark(
+                config(), _mesh_shapes(meshes.value), steps.value, warmup.value
+            )
+            table = _mesh_table(result)
         elif command == "train":
             train_config = config()
             peak = measure.matmul_peak(train_config.train.dtype, sizes)

@@ -173,9 +173,10 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
     rows, length = batch_shape(config)
     batch = synthetic_batch(rows, length, vocab, config.seed)
     source_lengths, target_lengths = _lengths(batch)
-    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
     state, schedule = create_state(config, vocab, vocab)
-    state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
+    state_shardings = sharding.state_sharding(mesh, state, rules)
     state = jax.device_put(state, state_shardings)
     batch_sharding = sharding.batch_sharding(mesh)
     device_batch = sharding.global_batch(batch, batch_sharding)
@@ -186,6 +187,7 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
         state_sharding=state_shardings,
         batch_sharding=batch_sharding,
         metrics_sharding=sharding.replicated(mesh),
+        axis_rules=rules,
     )
     start = time.perf_counter()
     compiled = step.lower(state, device_batch).compile()
@@ -254,6 +256,46 @@ def train_benchmark(
         "final_loss": float(metrics["loss"]),
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/host_memory.py
         **linen,
+    }
+
+
+def mesh_benchmark(
+    config: ml_collections.ConfigDict,
+    shapes: list[tuple[int, int, int]],
+    steps: int = 20,
+    warmup: int = 3,
+) -> dict:
+    """``compile_train_step``'s step time on each mesh shape (data, fsdp, tensor) over all
+    devices, e.g. simulated ones (``--xla_force_host_platform_device_count``), which share one
+    machine's cores: they show what each layout costs in collectives, not a speed-up.
+
+    Returns:
+      {"model", "devices", "batch", "meshes": {"DxFxT": {"step_ms", "tokens_per_s",
+      "compile_s", "split_arrays", "final_loss"}}}.
+    """
+    meshes = {}
+    for data, fsdp, tensor in shapes:
+        shaped = config.copy_and_resolve_references()
+        shaped.mesh.data, shaped.mesh.fsdp, shaped.mesh.tensor = data, fsdp, tensor
+        compiled = compile_train_step(shaped)
+        seconds, state, metrics = time_steps(
+            compiled.step, compiled.state, compiled.batch, steps, warmup
+        )
+        step_seconds = statistics.median(seconds)
+        meshes[f"{data}x{fsdp}x{tensor}"] = {
+            "step_ms": 1e3 * step_seconds,
+            "tokens_per_s": compiled.target_tokens / step_seconds,
+            "compile_s": compiled.compile_seconds,
+            "split_arrays": sum(
+                not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(state.params)
+            ),
+            "final_loss": float(metrics["loss"]),
+        }
+    return {
+        "model": config.model.name,
+        "devices": jax.device_count(),
+        "batch": list(batch_shape(config)),
+        "meshes": meshes,
     }
 
 

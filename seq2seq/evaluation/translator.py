@@ -17,6 +17,7 @@ from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.search_parts import output_limits
+from seq2seq.evaluation import processes
 from seq2seq.evaluation.restore import restore_model
 from seq2seq.run_directory import RunDirectory
 from seq2seq.vocabulary import EOS_ID
@@ -103,20 +104,26 @@ class Translator:
         return cls(config, tokenizer, params, graphdef, checkpoint=choice)
 
     def translate(self, sentences: Sequence[str]) -> Translations:
-        """Translations in input order; inputs over ``decode.max_input_length`` are cut."""
+        """Translations in input order; inputs over ``decode.max_input_length`` are cut.
+
+        With several processes each translates its share of the sentences and every process
+        returns all translations (``seq2seq.evaluation.processes``).
+        """
         limit = self.config.decode.max_input_length
         sources = self.tokenizer.encode_source(sentences)
         truncated = [i for i, ids in enumerate(sources) if len(ids) > limit]
-        sources = [truncate_source(ids, limit) for ids in sources]
+        mine = processes.share(len(sources))
+        sources = [truncate_source(sources[i], limit) for i in mine]
         outputs: list[str | None] = [None] * len(sources)
         batches = inference_batches(
             sources, self.config.eval.batch_size, self.config.data.bucket_width, limit
         )
+        params = processes.local_copy(self.params)
         for indices, source in batches:
-            tokens = jax.device_get(self._search(self.params, source))
+            tokens = jax.device_get(self._search(params, source))
             for row, index in enumerate(indices):
                 outputs[index] = one_line(self.tokenizer.decode_target(tokens[row]))
-        missing = [i for i, output in enumerate(outputs) if output is None]
+        missing = [mine[i] for i, output in enumerate(outputs) if output is None]
         if missing:  # inference_batches must cover every sentence; never write a short file
             raise RuntimeError(f"{len(missing)} sentences were not translated, first {missing[0]}")
-        return Translations(outputs, truncated)
+        return Translations(processes.gather_texts(outputs, len(sentences)), truncated)

@@ -11,6 +11,7 @@ import numpy as np
 from seq2seq.data.batching import BucketSpec, collate, plan_batches
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.evaluation import processes
 from seq2seq.evaluation.bleu import sacrebleu_score
 from seq2seq.evaluation.translator import Translator
 from seq2seq.training.step import TrainState, eval_step
@@ -51,17 +52,27 @@ def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, gr
         zip(tokenizer.encode_source(sources), tokenizer.encode_target(references), strict=True)
     )
     loss_batches = _loss_batches(examples, config)
-    loss_fn = jax.jit(eval_step)
+    my_loss_batches = [loss_batches[i] for i in processes.share(len(loss_batches))]
+
+    @jax.jit
+    def loss_fn(params, batch):
+        return eval_step(TrainState.for_evaluation(graphdef, params), batch)
+
     greedy = config.copy_and_resolve_references()
     greedy.decode.beam_size = 1
     translator = Translator(greedy, tokenizer, None, graphdef)
 
     def validate(state: TrainState) -> dict:
-        totals = jax.device_get([loss_fn(state, batch) for batch in loss_batches])
-        nll = sum(float(t["nll_sum"]) for t in totals) / sum(
-            float(t["target_tokens"]) for t in totals
+        """With several processes, each scores and decodes its share; all get the totals."""
+        params = processes.local_copy(state.params)
+        totals = jax.device_get([loss_fn(params, batch) for batch in my_loss_batches])
+        nll_sum, tokens = processes.sum_over_processes(
+            np.array([[float(t["nll_sum"]), float(t["target_tokens"])] for t in totals]).sum(axis=0)
+            if totals
+            else np.zeros(2)
         )
-        translator.params = state.params
+        nll = float(nll_sum) / float(tokens)
+        translator.params = params
         hypotheses = translator.translate(sources).hypotheses
         samples = [
             f"source: {sources[i]}\nreference: {references[i]}\noutput: {hypotheses[i]}"

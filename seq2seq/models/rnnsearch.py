@@ -36,6 +36,7 @@ from flax import nnx
 
 from seq2seq.attention import AlignmentAttention
 from seq2seq.linear import Linear
+from seq2seq.logical_axes import constrain, metadata
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -192,11 +193,17 @@ class GRU(nnx.Module):
         rngs: nnx.Rngs,
     ):
         self.input_projection = Linear(
-            input_size, 3 * hidden_size, kernel_init=initializers.weights, dtype=dtype, rngs=rngs
+            input_size,
+            3 * hidden_size,
+            names=("embed", "gates"),
+            kernel_init=initializers.weights,
+            dtype=dtype,
+            rngs=rngs,
         )  # [W_z W_r W] and their biases
         self.u_gates = Linear(
             hidden_size,
             2 * hidden_size,
+            names=("hidden", "gates"),
             use_bias=False,
             kernel_init=stacked(initializers.recurrent, 2),
             dtype=dtype,
@@ -205,6 +212,7 @@ class GRU(nnx.Module):
         self.u_candidate = Linear(
             hidden_size,
             hidden_size,
+            names=("hidden", "gates"),
             use_bias=False,
             kernel_init=initializers.recurrent,
             dtype=dtype,
@@ -259,13 +267,27 @@ class RNNSearch(EncoderDecoder):
         m, n, n_dec = config.embedding_size, config.encoder_hidden_size, config.decoder_hidden_size
         init = INITIALIZERS[config.init]()
 
-        def linear(d_in, d_out, use_bias=True):
+        def linear(d_in, d_out, names, use_bias=True):
             return Linear(
-                d_in, d_out, use_bias=use_bias, kernel_init=init.weights, dtype=dtype, rngs=rngs
+                d_in,
+                d_out,
+                names=names,
+                use_bias=use_bias,
+                kernel_init=init.weights,
+                dtype=dtype,
+                rngs=rngs,
             )
 
         def embedding(vocab_size):
-            return nnx.Embed(vocab_size, m, embedding_init=init.embeddings, rngs=rngs)
+            return nnx.Embed(
+                vocab_size,
+                m,
+                embedding_init=init.embeddings,
+                embedding_metadata=metadata("vocab", "embed"),
+                rngs=rngs,
+            )
+
+        states = ("hidden", "hidden")
 
         self.target_embedding = embedding(config.target_vocab_size)
         self.source_embedding = (
@@ -276,11 +298,11 @@ class RNNSearch(EncoderDecoder):
         self.forward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs)
         self.backward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs)
         if config.attention == "none":
-            self.summary = linear(2 * n, 2 * n, use_bias=False)  # V: h_N -> c
-            self.initial_state = linear(2 * n, n_dec)  # V': c -> s_0
+            self.summary = linear(2 * n, 2 * n, states, use_bias=False)  # V: h_N -> c
+            self.initial_state = linear(2 * n, n_dec, states)  # V': c -> s_0
             self.attention = None
         else:
-            self.initial_state = linear(n, n_dec)  # W_s: backward h_1 -> s_0
+            self.initial_state = linear(n, n_dec, states)  # W_s: backward h_1 -> s_0
             additive = config.attention == "additive"
             self.attention = AlignmentAttention(
                 n_dec,
@@ -293,11 +315,13 @@ class RNNSearch(EncoderDecoder):
                 rngs=rngs,
             )
         self.decoder = GRU(m, n_dec, dtype, initializers=init, rngs=rngs)  # input: E y_{i-1}
-        self.context_to_gates = linear(2 * n, 3 * n_dec, use_bias=False)  # C, C_z, C_r
-        self.u_o = linear(n_dec, 2 * config.maxout_size)
-        self.v_o = linear(m, 2 * config.maxout_size, use_bias=False)
-        self.c_o = linear(2 * n, 2 * config.maxout_size, use_bias=False)
-        self.w_o = linear(config.maxout_size, config.target_vocab_size)
+        self.context_to_gates = linear(  # C, C_z, C_r
+            2 * n, 3 * n_dec, ("hidden", "gates"), use_bias=False
+        )
+        self.u_o = linear(n_dec, 2 * config.maxout_size, ("hidden", "maxout"))
+        self.v_o = linear(m, 2 * config.maxout_size, ("embed", "maxout"), use_bias=False)
+        self.c_o = linear(2 * n, 2 * config.maxout_size, ("hidden", "maxout"), use_bias=False)
+        self.w_o = linear(config.maxout_size, config.target_vocab_size, ("maxout", "vocab"))
 
     # -- the contract ----------------------------------------------------------------------
 
@@ -315,6 +339,7 @@ class RNNSearch(EncoderDecoder):
         x = apply_dropout(
             self.source_embedding(source).astype(self.dtype), self.config.dropout_rate, dropout
         )
+        x = constrain(x, "batch", "length", "activation_embed")  # [B, S, m]
         forward = self.forward_encoder.run(self.forward_encoder.input_projection(x), valid)
         backward = self.backward_encoder.run(
             self.backward_encoder.input_projection(x), valid, reverse=True
@@ -326,6 +351,7 @@ class RNNSearch(EncoderDecoder):
             context = fixed_context(self.summary(last_states))  # c: [B, 2n]
             return {"context": context, "initial_state": jnp.tanh(self.initial_state(context))}
         annotations = jnp.concatenate([forward, backward], axis=-1)  # [B, S, 2n]
+        annotations = constrain(annotations, "batch", "length", None)
         return {
             "annotations": annotations,
             "keys": self.attention.precompute_keys(annotations),  # U_a h_j, once per sentence
@@ -363,6 +389,7 @@ class RNNSearch(EncoderDecoder):
             self.config.dropout_rate,
             dropout,
         )  # E y_{i-1}: [B, T, m]
+        embedded = constrain(embedded, "batch", "length", "activation_embed")
         projected = self.decoder.input_projection(embedded)  # [B, T, 3n_dec]
         if self.attention is None:
             final_state, previous_states, contexts = self._run_with_fixed_context(
@@ -425,7 +452,8 @@ class RNNSearch(EncoderDecoder):
     def _deep_output(self, previous_states, embedded, contexts, dropout) -> Array:
         """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, then maxout: ``t``."""
         t_tilde = self.u_o(previous_states) + self.v_o(embedded) + self.c_o(contexts)
-        return apply_dropout(maxout(t_tilde), self.config.dropout_rate, dropout)  # [B, T, l]
+        t = apply_dropout(maxout(t_tilde), self.config.dropout_rate, dropout)  # [B, T, l]
+        return constrain(t, "batch", "length", None)
 
     def output_layer(self) -> OutputLayer:
         """``W_o`` (Appendix A.2.2): logits ``W_o t_i + b_o`` from the maxout outputs."""

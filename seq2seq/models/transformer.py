@@ -23,6 +23,7 @@ from seq2seq.attention import (
     segment_mask,
 )
 from seq2seq.linear import Linear
+from seq2seq.logical_axes import constrain, metadata
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -96,15 +97,32 @@ class TransformerConfig:
 
 def feed_forward(x: Array, w_1: Linear, w_2: Linear, relu_dropout) -> Array:
     """Vaswani et al. 2017, Eq. 2: ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``."""
-    return w_2(relu_dropout(jax.nn.relu(w_1(x))))
+    inner = constrain(jax.nn.relu(w_1(x)), "batch", "length", "mlp")  # [B, T, d_ff]
+    return w_2(relu_dropout(inner))
+
+
+def residual_stream(x: Array) -> Array:
+    """[B, T, D] activations between layers, laid out by the rules' names for them."""
+    return constrain(x, "batch", "length", "activation_embed")
+
+
+def layer_norm(config: TransformerConfig, dtype, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    """Layer norm over d_model (statistics in float32 whatever ``dtype``)."""
+    return nnx.LayerNorm(
+        config.d_model,
+        epsilon=1e-6,
+        dtype=dtype,
+        scale_metadata=metadata("embed"),
+        bias_metadata=metadata("embed"),
+        rngs=rngs,
+    )
 
 
 class SubLayer(nnx.Module):
     """A residual sub-layer with layer norm, in post-LN or pre-LN order."""
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
-        dtype = jnp.dtype(config.dtype)  # statistics are still computed in float32
-        self.norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, dtype=dtype, rngs=rngs)
+        self.norm = layer_norm(config, jnp.dtype(config.dtype), rngs)
         self.pre_norm = config.norm == "pre"
         self.dropout_rate = config.dropout_rate
 
@@ -121,8 +139,22 @@ class FeedForward(nnx.Module):
 
     def __init__(self, config: TransformerConfig, dtype, *, rngs: nnx.Rngs):
         init = nnx.initializers.xavier_uniform()
-        self.w_1 = Linear(config.d_model, config.d_ff, kernel_init=init, dtype=dtype, rngs=rngs)
-        self.w_2 = Linear(config.d_ff, config.d_model, kernel_init=init, dtype=dtype, rngs=rngs)
+        self.w_1 = Linear(
+            config.d_model,
+            config.d_ff,
+            names=("embed", "mlp"),  # column-parallel under Megatron rules
+            kernel_init=init,
+            dtype=dtype,
+            rngs=rngs,
+        )
+        self.w_2 = Linear(
+            config.d_ff,
+            config.d_model,
+            names=("mlp", "embed"),  # row-parallel: one all-reduce per block
+            kernel_init=init,
+            dtype=dtype,
+            rngs=rngs,
+        )
         self.relu_dropout_rate = config.relu_dropout_rate
 
     def __call__(self, x: Array, dropout: Dropout | None) -> tuple[Array, None]:
@@ -162,7 +194,7 @@ class EncoderLayer(nnx.Module):
             x, lambda h: self.self_attention(h, h, mask, dropout_rng=_key(dropout)), dropout
         )
         x, _ = self.feed_forward_sublayer(x, lambda h: self.feed_forward(h, dropout), dropout)
-        return x
+        return residual_stream(x)
 
 
 class DecoderLayer(nnx.Module):
@@ -227,7 +259,7 @@ class DecoderLayer(nnx.Module):
         x, _ = self.self_sublayer(x, self_attend, dropout)
         x, weights = self.cross_sublayer(x, cross_attend, dropout)
         x, _ = self.feed_forward_sublayer(x, lambda h: self.feed_forward(h, dropout), dropout)
-        return x, weights
+        return residual_stream(x), weights
 
 
 def run_layers(layers: nnx.List, x: Array, apply, dropout: Dropout | None, scan: bool):
@@ -271,7 +303,13 @@ class Transformer(EncoderDecoder):
 
         def embed(vocab_size):
             init = embedding_init(config.d_model)
-            return nnx.Embed(vocab_size, config.d_model, embedding_init=init, rngs=rngs)
+            return nnx.Embed(
+                vocab_size,
+                config.d_model,
+                embedding_init=init,
+                embedding_metadata=metadata("vocab", "embed"),
+                rngs=rngs,
+            )
 
         self.target_embedding = embed(config.target_vocab_size)
         self.source_embedding = (
@@ -279,11 +317,19 @@ class Transformer(EncoderDecoder):
         )
         if not config.tie_output:
             self.output_projection = Linear(  # only its kernel is read: output_layer()
-                config.d_model, config.target_vocab_size, use_bias=False, rngs=rngs
+                config.d_model,
+                config.target_vocab_size,
+                names=("embed", "vocab"),
+                use_bias=False,
+                rngs=rngs,
             )
         if config.positions == "learned":
             self.position_embedding = nnx.Embed(
-                config.max_positions, config.d_model, embedding_init=embedding_init(1), rngs=rngs
+                config.max_positions,
+                config.d_model,
+                embedding_init=embedding_init(1),
+                embedding_metadata=metadata("positions", "embed"),
+                rngs=rngs,
             )
         self.encoder_layers = nnx.List(
             [EncoderLayer(config, dtype, rngs=rngs) for _ in range(config.encoder_layers)]
@@ -292,8 +338,8 @@ class Transformer(EncoderDecoder):
             [DecoderLayer(config, dtype, rngs=rngs) for _ in range(config.decoder_layers)]
         )
         if config.norm == "pre":  # pre-LN leaves the residual stream un-normalised: finish it
-            self.encoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, dtype=dtype, rngs=rngs)
-            self.decoder_norm = nnx.LayerNorm(config.d_model, epsilon=1e-6, dtype=dtype, rngs=rngs)
+            self.encoder_norm = layer_norm(config, dtype, rngs)
+            self.decoder_norm = layer_norm(config, dtype, rngs)
 
     # -- embeddings ------------------------------------------------------------------------
 
@@ -308,7 +354,8 @@ class Transformer(EncoderDecoder):
             x = x + self.position_embedding(positions)
         else:
             x = x + sinusoidal_positions(positions, self.config.d_model)
-        return apply_dropout(x.astype(self.dtype), self.config.dropout_rate, dropout)
+        x = apply_dropout(x.astype(self.dtype), self.config.dropout_rate, dropout)
+        return residual_stream(x)
 
     def output_layer(self) -> OutputLayer:
         """Pre-softmax projection, tied to the target embedding by default (Section 3.4)."""

@@ -1,19 +1,61 @@
-"""Where arrays live: the device mesh, and the one place that decides every sharding.
+"""Where arrays live: the device mesh, the rule table, and the one place that decides shardings.
 
-A 2-D mesh with axes ``("data", "fsdp")``. The batch is split over both axes (every device gets
-its own sentences); parameters and optimizer state are replicated, except that with ``fsdp > 1``
-large arrays are split along one dimension over the ``fsdp`` axis (ZeRO-3 / FSDP style) so a model
-too big for one device still fits. ``jax.jit`` then inserts the collectives: ``pmap`` is not
-needed. Models never mention devices.
+A 3-D mesh with axes ``("data", "fsdp", "tensor")``. Models name the dimensions of their
+parameters and activations (``seq2seq.logical_axes``); the rule table (``config.mesh.rules``)
+maps each name onto mesh axes, and this module turns names into shardings. With the default
+table the batch is split over ``data`` and ``fsdp`` (every device its own sentences); parameters
+of at least ``fsdp_min_size`` elements are split along their width (``embed``, ``hidden``) over
+``fsdp`` (ZeRO-3 / FSDP: gathered for use, stored in parts); attention heads, the feed-forward
+inner dimension and the vocabulary are split over ``tensor`` (Megatron-style). ``jax.jit`` then
+inserts the collectives. Models never mention devices.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping
+
 import jax
+import ml_collections
 import numpy as np
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-DATA_AXES = ("data", "fsdp")  # the batch is split over both mesh axes
+from seq2seq.config import default_config
+from seq2seq.logical_axes import names_of, partition_spec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+DATA_AXES = ("data", "fsdp")  # the batch is split over both (the default rule for "batch")
+HEARTBEAT_TIMEOUT_SECONDS = 30
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisRules:
+    """The rule table: logical axis name -> mesh axes, and the size below which parameters are
+    not split over ``fsdp`` (a split that small costs more in collectives than it saves)."""
+
+    mesh_axes: Mapping[str, tuple[str, ...]]
+    fsdp_min_size: int = 0
+
+    @classmethod
+    def from_config(cls, rules: ml_collections.ConfigDict) -> AxisRules:
+        """From ``config.mesh.rules`` (comma-separated mesh axes per name)."""
+        table = {
+            name: tuple(axis.strip() for axis in value.split(",") if axis.strip())
+            for name, value in rules.items()
+            if name != "fsdp_min_size"
+        }
+        return cls(table, rules.fsdp_min_size)
+
+    def pairs(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The table as Flax's ``logical_axis_rules`` context takes it."""
+        return tuple(self.mesh_axes.items())
+
+
+def default_rules() -> AxisRules:
+    """The table of ``seq2seq.config.default_config()``."""
+    return AxisRules.from_config(default_config().mesh.rules)
 
 
 def initialize_processes(
@@ -32,26 +74,32 @@ def initialize_processes(
         coordinator_address=coordinator_address or None,
         num_processes=num_processes or None,
         process_id=process_id if process_id >= 0 else None,
+        # A process silent this long is taken for dead and every other one stops (without a
+        # checkpoint) instead of waiting for it in a collective; JAX's default is 100 s.
+        heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
     )
 
 
-def build_mesh(data: int = -1, fsdp: int = 1) -> Mesh:
-    """A ("data", "fsdp") mesh over all devices; ``data=-1`` takes what ``fsdp`` leaves."""
-    devices = jax.device_count()
+def build_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:
+    """A ("data", "fsdp", "tensor") mesh over ``devices`` (default: all of every process);
+    ``data=-1`` takes what the others leave."""
+    count = jax.device_count() if devices is None else len(devices)
     if data == -1:
-        data = devices // fsdp
-    if data * fsdp != devices:
+        data = count // (fsdp * tensor)
+    if data * fsdp * tensor != count:
         raise ValueError(
-            f"mesh data={data} x fsdp={fsdp} does not match the {devices} devices; "
-            "set config.mesh.data=-1 or sizes whose product is the device count"
+            f"mesh data={data} x fsdp={fsdp} x tensor={tensor} does not match the {count} "
+            "devices; set config.mesh.data=-1 or sizes whose product is the device count"
         )
-    # Auto axes: jit propagates shardings from the inputs (the models name no devices).
-    auto = (jax.sharding.AxisType.Auto,) * 2
-    return jax.make_mesh((data, fsdp), ("data", "fsdp"), axis_types=auto)
+    # Auto axes: jit propagates shardings from the inputs and the models' constraints.
+    auto = (jax.sharding.AxisType.Auto,) * 3
+    # Tensor parallelism innermost: its collectives run every layer, so its devices should be
+    # the closest ones (make_mesh orders devices so that the last axis is the best connected).
+    return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=auto, devices=devices)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Leading (batch) axis split over every device."""
+    """Leading (batch) axis split over the data-parallel axes."""
     return NamedSharding(mesh, PartitionSpec(DATA_AXES))
 
 
@@ -59,26 +107,35 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def array_sharding(mesh: Mesh, shape: tuple[int, ...], min_size: int) -> NamedSharding:
-    """Replicated, or (fsdp > 1, ``min_size`` elements or more) split along its largest
-    dimension that ``fsdp`` divides.
+def parameter_spec(mesh: Mesh, variable: nnx.Variable, rules: AxisRules) -> PartitionSpec:
+    """Where a parameter (or its optimizer moment, which carries its names) lives."""
+    names = names_of(variable)
+    if names is None:
+        return PartitionSpec()
+    shape = variable.get_value().shape
+    small = int(np.prod(shape, dtype=np.int64)) < rules.fsdp_min_size
+    skip = frozenset({"fsdp"}) if small else frozenset()
+    return partition_spec(names, shape, dict(mesh.shape), rules.mesh_axes, skip)
 
-    The rule depends on the shape only, so a parameter and its Adam moments always agree.
-    """
-    fsdp = mesh.shape["fsdp"]
-    if fsdp == 1 or int(np.prod(shape, dtype=np.int64)) < min_size:
+
+def state_sharding(mesh: Mesh, state, rules: AxisRules):
+    """Shardings for every array of a pytree (a train state): parameters and the optimizer's
+    moments by their logical names, everything else (step, RNG, counters) replicated."""
+
+    def sharding(leaf):
+        if isinstance(leaf, nnx.Variable):
+            return leaf.replace(NamedSharding(mesh, parameter_spec(mesh, leaf, rules)))
         return replicated(mesh)
-    for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
-        if shape[dim] % fsdp == 0:
-            spec = [None] * len(shape)
-            spec[dim] = "fsdp"
-            return NamedSharding(mesh, PartitionSpec(*spec))
-    return replicated(mesh)
+
+    return jax.tree.map(sharding, state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable))
 
 
-def state_sharding(mesh: Mesh, state, min_size: int):
-    """Shardings for every array of a pytree (a train state), by ``array_sharding``."""
-    return jax.tree.map(lambda leaf: array_sharding(mesh, leaf.shape, min_size), state)
+@contextlib.contextmanager
+def on_mesh(mesh: Mesh, rules: AxisRules) -> Iterator[None]:
+    """Inside a traced function: activations are laid out by the rules
+    (``logical_axes.constrain``); outside this context they are left to the compiler."""
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nnx.logical_axis_rules(rules.pairs()):
+        yield
 
 
 def count_split(shardings) -> int:

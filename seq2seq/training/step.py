@@ -18,7 +18,9 @@ import optax
 from flax import nnx, struct
 
 from seq2seq.models.base import Dropout, shift_right
+from seq2seq.training import sharding
 from seq2seq.training.losses import CHUNK_TOKENS, projected_cross_entropy
+from seq2seq.training.sharding import AxisRules
 
 Batch = dict[str, jax.Array]
 
@@ -49,6 +51,13 @@ class TrainState(struct.PyTreeNode):
 
     def model(self) -> nnx.Module:
         return nnx.merge(self.graphdef, self.params)
+
+    @classmethod
+    def for_evaluation(cls, graphdef, params: nnx.State) -> TrainState:
+        """A state that holds only what evaluation reads: the model (no optimizer, step, RNG)."""
+        return cls(
+            step=None, params=params, opt_state=None, rng=None, graphdef=graphdef, optimizer=None
+        )
 
 
 def _batch_loss(
@@ -180,11 +189,13 @@ def make_train_step(
     state_sharding: Any = None,
     batch_sharding: Any = None,
     metrics_sharding: Any = None,
+    axis_rules: AxisRules | None = None,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """``train_step`` compiled with ``jax.jit``, its input state donated (updated in place).
 
     The shardings (see ``seq2seq.training.sharding``) place the state, the batch and the
-    metrics on a mesh; left out, jit places everything on the default device. A batch split
+    metrics on a mesh; left out, jit places everything on the default device. ``axis_rules``
+    lays the models' activations out on that mesh by their logical names. A batch split
     over several devices takes the loss in one chunk: chunked, the output layer's weight
     gradient would be summed across devices once per chunk, which costs more than the chunks save.
     """
@@ -198,12 +209,25 @@ def make_train_step(
     )
     if state_sharding is None:
         return jax.jit(step, donate_argnums=0)
+    if axis_rules is not None:
+        step = _traced_on_mesh(step, batch_sharding.mesh, axis_rules)
     return jax.jit(
         step,
         in_shardings=(state_sharding, batch_sharding),
         out_shardings=(state_sharding, metrics_sharding),
         donate_argnums=0,
     )
+
+
+def _traced_on_mesh(function: Callable, mesh, axis_rules: AxisRules) -> Callable:
+    """``function`` traced inside ``sharding.on_mesh`` (whoever calls or lowers it)."""
+
+    @functools.wraps(function)
+    def on_mesh(*args):
+        with sharding.on_mesh(mesh, axis_rules):
+            return function(*args)
+
+    return on_mesh
 
 
 def eval_step(state: TrainState, batch: Batch) -> dict[str, jax.Array]:

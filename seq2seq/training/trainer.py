@@ -19,6 +19,7 @@ from pathlib import Path
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from seq2seq import provenance
@@ -62,21 +63,38 @@ def create_state(config: ml_collections.ConfigDict, source_vocab: int, target_vo
 
 
 class Preemption:
-    """Turns SIGTERM into a flag the loop checks between steps (so it can save first)."""
+    """Turns SIGTERM into a flag the loop checks between steps (so it can save first).
+
+    With several processes every one must stop at the same step: one that stopped alone would
+    leave the others waiting in the next step's collectives. JAX's preemption service (started
+    by ``jax.distributed.initialize``) catches SIGTERM on any process and tells the others;
+    ``reached(step)`` then turns true on every process at one agreed step, where they save one
+    checkpoint together and stop.
+    """
 
     def __init__(self):
         self.requested = False
+        self._shared = False
 
     def __enter__(self) -> Preemption:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._shared = jax.process_count() > 1
+        if not self._shared:  # a Python handler would replace the preemption service's
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:
         del signum, frame
         self.requested = True
 
+    def reached(self, step: int) -> bool:
+        """Whether to save and stop after ``step``; every process must call it at every step."""
+        if self._shared and not self.requested:
+            self.requested = multihost_utils.reached_preemption_sync_point(step)
+        return self.requested
+
     def __exit__(self, *exc) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        if not self._shared:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def train(
@@ -108,13 +126,14 @@ def train(
     run.create().save_config(config, write=primary)
     if primary:
         provenance.record_start(run.path)  # versions, devices and commit of this (re)start
-    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp)
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
     multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
     data = build_training_data(config, run.tokenizer_dir, batch_multiple=multiple)
     state, schedule = create_state(
         config, data.tokenizer.source_vocab_size, data.tokenizer.target_vocab_size
     )
-    state_shardings = sharding.state_sharding(mesh, state, config.mesh.fsdp_min_size)
+    state_shardings = sharding.state_sharding(mesh, state, rules)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     batches = iter(data.batches)
     state, progress = _restore_or_place(checkpoints, state, state_shardings, batches)
@@ -125,10 +144,11 @@ def train(
         state_sharding=state_shardings,
         batch_sharding=sharding.batch_sharding(mesh),
         metrics_sharding=sharding.replicated(mesh),
+        axis_rules=rules,
     )
     params = count_params(state.params)
     logger.info(
-        "%s: %d parameters, mesh %s over %d devices, %d arrays split over fsdp",
+        "%s: %d parameters, mesh %s over %d devices, %d arrays split over the mesh",
         config.model.name,
         params,
         dict(mesh.shape),
@@ -250,7 +270,7 @@ class _Loop:
                 self.save(state, metrics=self._validate(state, step))
             elif _due(step, checkpoint.every_steps, before, now, checkpoint.every_minutes):
                 self.save(state)
-            if preemption.requested:  # save now, skip the final validation: time is short
+            if preemption.reached(step):  # save now, skip the final validation: time is short
                 self.save(state)
                 break
             if out_of_time:  # the final save (with validation) follows in ``train``
@@ -267,6 +287,10 @@ class _Loop:
 
     def _update_elapsed(self) -> None:
         session = time.monotonic() - self._start - self._excluded_seconds
+        if jax.process_count() > 1:
+            # One clock for all: budgets, pauses and minute intervals end at the same step on
+            # every process, or one would validate or stop alone and leave the others waiting.
+            session = float(multihost_utils.broadcast_one_to_all(np.float32(session)))
         self.progress["elapsed_seconds"] = self._session_start_elapsed + session
 
     def _off_the_clock(self, kind: str, seconds: float) -> None:

@@ -1,0 +1,199 @@
+"""Logical axis names and the rule table: every parameter named, any mesh trains as one device,
+shardings as the table says, and checkpoints restore onto any mesh."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+from seq2seq.config import ConfigError, default_config, load_saved, validate
+from seq2seq.logical_axes import names_of, partition_spec
+from seq2seq.models import build_model
+from seq2seq.training.sharding import AxisRules
+from tests.conftest import REPO, subprocess_env, tiny_config
+
+VARIANTS = {
+    "transformer": {},
+    "transformer, untied, learned positions, pre-LN": {
+        "model.transformer.tie_output": False,
+        "model.transformer.share_embeddings": False,
+        "model.transformer.positions": "learned",
+        "model.transformer.norm": "pre",
+    },
+    "rnnsearch": {"model.name": "rnnsearch"},
+    "rnnsearch, general": {"model.name": "rnnsearch", "model.rnnsearch.attention": "general"},
+    "rnnencdec": {"model.name": "rnnsearch", "model.rnnsearch.attention": "none"},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_parameter_names_each_dimension_with_a_rule(variant):
+    config = tiny_config()
+    for key, value in VARIANTS[variant].items():
+        node = config
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    rules = AxisRules.from_config(config.mesh.rules).mesh_axes
+    model = build_model(config, 40, 40, seed=0)
+    parameters = jax.tree_util.tree_leaves_with_path(
+        nnx.state(model, nnx.Param), is_leaf=lambda x: isinstance(x, nnx.Variable)
+    )
+    assert parameters
+    for path, parameter in parameters:
+        names = names_of(parameter)
+        where = jax.tree_util.keystr(path)
+        assert names is not None, f"{where} has no logical axis names"
+        assert len(names) == parameter.get_value().ndim, f"{where}: {names}"
+        assert all(name in rules for name in names), f"{where}: {names} not all in the table"
+
+
+RULES = {"batch": ("data", "fsdp"), "embed": ("fsdp",), "mlp": ("tensor",), "kv": ()}
+
+
+def test_partition_spec_follows_the_table_and_drops_what_cannot_apply():
+    mesh = {"data": 2, "fsdp": 4, "tensor": 2}
+    assert partition_spec(("embed", "mlp"), (8, 6), mesh, RULES) == P("fsdp", "tensor")
+    # 6 is not a multiple of fsdp=4: that dimension stays whole.
+    assert partition_spec(("embed", "mlp"), (6, 6), mesh, RULES) == P(None, "tensor")
+    # An axis splits one dimension at most: the first takes it.
+    assert partition_spec(("embed", "embed"), (8, 8), mesh, RULES) == P("fsdp", None)
+    # Several axes per name, in order; the last ones go when their product does not divide.
+    assert partition_spec(("batch", "kv"), (16, 3), mesh, RULES) == P(("data", "fsdp"), None)
+    assert partition_spec(("batch", None), (6, 3), mesh, RULES) == P("data", None)
+    # Axes of one device split nothing, and ``skip`` leaves an axis out.
+    assert partition_spec(("mlp",), (8,), {"tensor": 1}, RULES) == P(None)
+    assert partition_spec(("embed", "mlp"), (8, 8), mesh, RULES, frozenset({"fsdp"})) == P(
+        None, "tensor"
+    )
+    with pytest.raises(ValueError, match="no rule; add config.mesh.rules.heads"):
+        partition_spec(("heads",), (8,), mesh, RULES)
+
+
+def test_a_rule_naming_an_unknown_mesh_axis_is_refused():
+    config = default_config()
+    config.mesh.rules.heads = "tensor,model"
+    with pytest.raises(ConfigError, match="rules.heads='tensor,model' names model"):
+        validate(config)
+
+
+def test_a_saved_config_with_the_old_threshold_key_loads_into_the_table(tmp_path):
+    saved = json.loads(default_config().to_json_best_effort())
+    del saved["mesh"]["rules"]
+    saved["mesh"]["fsdp_min_size"] = 512
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(saved))
+    assert load_saved(path).mesh.rules.fsdp_min_size == 512
+
+
+# -- 8 simulated devices: one subprocess (tests/mesh_worker.py), one compile per mesh -----------
+
+# Hand-written from the default table (batch: data,fsdp; embed, hidden: fsdp; heads, mlp, vocab,
+# alignment: tensor), with fsdp_min_size=256 and the worker's tiny sizes (Transformer d_model 32,
+# d_ff 64, 8 heads of 4; RNNsearch m 16, n 24, n' 16, l 12; vocabulary 64).
+EXPECTED = {
+    "transformer": {
+        "source_embedding/embedding": {  # [64, 32]
+            "8,1,1": [None, None],
+            "2,4,1": [None, "fsdp"],
+            "2,2,2": ["tensor", "fsdp"],
+            "1,1,8": ["tensor", None],
+        },
+        "encoder_layers/0/feed_forward/w_1/kernel": {  # [32, 64]
+            "8,1,1": [None, None],
+            "2,4,1": ["fsdp", None],
+            "2,2,2": ["fsdp", "tensor"],
+            "1,1,8": [None, "tensor"],
+        },
+        "encoder_layers/0/feed_forward/w_1/bias": {  # [64]: below the fsdp threshold only
+            "2,4,1": [None],
+            "2,2,2": ["tensor"],
+            "1,1,8": ["tensor"],
+        },
+        "decoder_layers/0/feed_forward/w_2/kernel": {  # [64, 32], row-parallel
+            "2,2,2": ["tensor", "fsdp"],
+            "1,1,8": ["tensor", None],
+        },
+        "decoder_layers/0/cross_attention/w_query": {  # [32, 8, 4]
+            "2,4,1": ["fsdp", None, None],
+            "2,2,2": ["fsdp", "tensor", None],
+            "1,1,8": [None, "tensor", None],
+        },
+        "decoder_layers/0/cross_attention/w_output": {  # [8, 4, 32]
+            "2,2,2": ["tensor", None, "fsdp"],
+            "1,1,8": ["tensor", None, None],
+        },
+        "encoder_layers/1/attention_sublayer/norm/scale": {  # [32]: small, replicated
+            "2,4,1": [None],
+            "2,2,2": [None],
+        },
+    },
+    "rnnsearch": {
+        "source_embedding/embedding": {  # [64, 16]
+            "2,4,1": [None, "fsdp"],
+            "2,2,2": ["tensor", "fsdp"],
+            "1,1,8": ["tensor", None],
+        },
+        "forward_encoder/u_gates/kernel": {  # [24, 48]: recurrent, never over tensor
+            "2,4,1": ["fsdp", None],
+            "2,2,2": ["fsdp", None],
+            "1,1,8": [None, None],
+        },
+        "attention/u_a/kernel": {  # [48, 16]
+            "2,4,1": ["fsdp", None],
+            "2,2,2": ["fsdp", "tensor"],
+            "1,1,8": [None, "tensor"],
+        },
+        "attention/v_a": {"2,2,2": ["tensor"], "1,1,8": ["tensor"]},  # [16]
+        "w_o/kernel": {"2,4,1": [None, None], "2,2,2": [None, "tensor"]},  # [12, 64]
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def mesh_report() -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.mesh_worker"],
+        cwd=REPO, capture_output=True, text=True, timeout=1500, env=subprocess_env(8),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _padded(spec: list) -> list:
+    return spec + [None] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name", ["transformer", "rnnsearch"])
+def test_every_mesh_trains_as_one_device_with_the_tables_shardings(mesh_report, model_name):
+    report = mesh_report[model_name]
+    one = report["losses"]["one"]
+    assert len(one) == 20 and one[-1] < one[0]
+    for mesh, losses in report["losses"].items():
+        np.testing.assert_allclose(losses, one, rtol=1e-5, err_msg=f"mesh {mesh}")
+    for parameter, by_mesh in EXPECTED[model_name].items():
+        for mesh, expected in by_mesh.items():
+            actual = report["specs"][mesh][parameter]
+            assert _padded(actual)[: len(expected)] == expected, (mesh, parameter, actual)
+    for mesh, specs in report["specs"].items():
+        if mesh == "8,1,1":  # data parallelism alone: every parameter whole on every device
+            assert all(all(axis is None for axis in spec) for spec in specs.values()), specs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name", ["transformer", "rnnsearch"])
+def test_a_checkpoint_saved_on_fsdp_4_resumes_on_any_mesh(mesh_report, model_name):
+    """Saved at step 10 on data=2, fsdp=4; resumed on one device and on data=2, tensor=2."""
+    report = mesh_report[model_name]
+    continued = report["losses"]["2,4,1"][10:]
+    for mesh, losses in report["resumed"].items():
+        np.testing.assert_allclose(losses, continued, rtol=1e-5, err_msg=f"resumed on {mesh}")
