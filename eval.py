@@ -3,12 +3,22 @@
     python eval.py --workdir runs/qs_transformer [--split test|validation|STEM] [--beam_size 4]
                    [--alpha 0.6] [--checkpoint latest|best|STEP|average:K]
     python eval.py --workdir runs/qs_transformer --input FILE --output FILE [--reference FILE]
+    python eval.py --workdir runs/qs_transformer --input -      # stdin to stdout, a batch at a time
+    python eval.py --workdir runs/a --workdir runs/b ...      # an ensemble (one target vocabulary)
+    ... --nbest K                                             # the K best of the beam, with scores
+    ... --sampling topk:10|topp:0.9 [--temperature 1.0] [--seed 0]   # sampled, reproducibly
 
 Prints sacreBLEU (detokenized, cased, with its signature), chrF and the papers' tokenized BLEU,
 and writes WORKDIR/eval/SPLIT.hyp.txt and WORKDIR/eval/SPLIT.json (eval/SPLIT@best.json,
 eval/SPLIT@average5.json, eval/SPLIT@step1500.json under the other checkpoint rules, so that no
-rule overwrites another's scores). The last line printed is one JSON object: bleu, signature,
-chrf, tok_bleu, n, bleu_by_source_length, ...
+rule overwrites another's scores; ensembles and samples are filed under labels of their own).
+The last line printed is one JSON object: bleu, signature, chrf, tok_bleu, n,
+bleu_by_source_length, ...
+
+``--nbest K`` writes K lines per sentence, ``INDEX<TAB>SCORE<TAB>TRANSLATION`` (INDEX the 0-based
+input line, SCORE ``log P / lp``, best first; the first is the beam's output). With ``--input -``
+translations go to standard output as each batch is ready, in input order, and the report to
+standard error.
 """
 
 if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
@@ -17,15 +27,25 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
     cli.start()
 
 import json
+import sys
 from pathlib import Path
 
 from absl import flags
 
 from seq2seq import cli
 from seq2seq.checkpoint_rule import rules_help
+from seq2seq.decoding.sampling import SamplingMethod
 from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
+from seq2seq.evaluation.translator import Sampling
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Training work directory to evaluate.")
+ENGINES = ("jax", "ctranslate2")
+
+_WORKDIR = flags.DEFINE_multi_string(
+    "workdir",
+    None,
+    "Training work directory to evaluate; repeat it to decode with an ensemble of the runs (the "
+    "first run's decoding settings and scores' home).",
+)
 _SPLIT = flags.DEFINE_string(
     "split",
     None,
@@ -37,27 +57,129 @@ _BEAM_SIZE = flags.DEFINE_integer(
     "beam_size", None, "Beam width (default: the config's); 1: greedy."
 )
 _ALPHA = flags.DEFINE_float("alpha", None, "Length-penalty exponent (default: the config's).")
-_INPUT = flags.DEFINE_string("input", None, "Translate this file (one sentence per line).")
-_OUTPUT = flags.DEFINE_string("output", None, "Where --input's translations go.")
+_INPUT = flags.DEFINE_string(
+    "input", None, "Translate this file (one sentence per line); '-': standard input."
+)
+_OUTPUT = flags.DEFINE_string(
+    "output", None, "Where --input's translations go ('-' or none with --input -: stdout)."
+)
+_NBEST = flags.DEFINE_integer("nbest", None, "Write the K best outputs of the beam, with scores.")
+_SAMPLING = flags.DEFINE_string(
+    "sampling", None, "Sample instead of searching: topk:K or topp:P (back-translation)."
+)
+_TEMPERATURE = flags.DEFINE_float("temperature", None, "Sampling temperature T > 0 (default 1).")
+_SEED = flags.DEFINE_integer("seed", None, "Sampling seed (default 0); same seed, same samples.")
+_ENGINE = flags.DEFINE_string(
+    "engine", "jax", f"Decoding engine: {', '.join(ENGINES)} (a Transformer exported on the fly)."
+)
+_QUANTIZATION = flags.DEFINE_string(
+    "quantization", None, "ctranslate2: float32 (default), int16 or int8 weights."
+)
+_EXPORTED = flags.DEFINE_string(
+    "exported", None, "ctranslate2: a directory written by python -m seq2seq.export."
+)
 _REFERENCE = flags.DEFINE_string("reference", None, "Optional references to score --input with.")
-flags.mark_flags_as_required(["workdir"])
 
 
-def main(argv: list[str]) -> None:
-    del argv
-    workdir = Path(_WORKDIR.value)
-    decode = {"checkpoint": _CHECKPOINT.value, "beam_size": _BEAM_SIZE.value, "alpha": _ALPHA.value}
+def _sampling() -> Sampling | None:
+    """The --sampling settings, or None; every inconsistency is one line."""
+    if _SAMPLING.value is None:
+        for flag in (_TEMPERATURE, _SEED):
+            if flag.value is not None:
+                raise ValueError(f"--{flag.name} applies to sampling; add --sampling topk:K|topp:P")
+        return None
+    temperature = 1.0 if _TEMPERATURE.value is None else _TEMPERATURE.value
+    if not temperature > 0:
+        raise ValueError(f"--temperature {temperature} must be > 0")
+    return Sampling(SamplingMethod.parse(_SAMPLING.value), temperature, _SEED.value or 0)
+
+
+def _check_options() -> None:
+    if _ENGINE.value not in ENGINES:
+        raise ValueError(f"unknown --engine {_ENGINE.value!r}; choose one of {', '.join(ENGINES)}")
+    if _EXPORTED.value and _ENGINE.value != "ctranslate2":
+        raise ValueError("--exported is a CTranslate2 model; add --engine ctranslate2")
+    if not _WORKDIR.value and not (_EXPORTED.value and _INPUT.value):
+        raise ValueError("pass --workdir RUN (or --engine ctranslate2 --exported DIR --input ...)")
+    if _ENGINE.value == "ctranslate2":
+        if len(_WORKDIR.value or []) > 1 or _SAMPLING.value:
+            raise ValueError(
+                "--engine ctranslate2 decodes one model by beam search; ensembles and sampling "
+                "use --engine jax"
+            )
+        if _QUANTIZATION.value and _EXPORTED.value:
+            raise ValueError("--exported DIR was quantized when exported; drop --quantization")
+    elif _QUANTIZATION.value:
+        raise ValueError("--quantization applies to --engine ctranslate2")
+    if _NBEST.value is not None and _NBEST.value < 1:
+        raise ValueError(f"--nbest {_NBEST.value} must be at least 1 (K outputs per sentence)")
+    if _NBEST.value is not None and not _INPUT.value:
+        raise ValueError("--nbest writes K lines per sentence; pass --input FILE|- with it")
+    if _INPUT.value == "-":
+        if _REFERENCE.value:
+            raise ValueError("--reference scores a file; pass --input FILE --output FILE with it")
+        return
     if (_INPUT.value is None) != (_OUTPUT.value is None):
         raise ValueError("--input and --output go together: pass both to translate a file")
     if _REFERENCE.value and not _INPUT.value:
         raise ValueError("--reference scores --input; pass --input and --output with it")
+
+
+def _exported_translator(workdir: Path | None, decode: dict, nbest: int | None):
+    """The CTranslate2 translator: --exported DIR, or the run exported to a temporary one."""
+    from seq2seq.export.engine import ExportedTranslator
+    from seq2seq.export.run import exported_translator
+
+    options = {"beam_size": decode["beam_size"], "alpha": decode["alpha"], "nbest": nbest}
+    if _EXPORTED.value:
+        return ExportedTranslator(Path(_EXPORTED.value), **options)
+    quantization = _QUANTIZATION.value or "float32"
+    return exported_translator(workdir, quantization, decode["checkpoint"], **options)
+
+
+def _translate_stream(translator) -> None:
+    from seq2seq.evaluation.evaluate import decoding_facts
+    from seq2seq.evaluation.stream import translate_stream
+
+    if _OUTPUT.value in (None, "-"):
+        facts = translate_stream(translator, sys.stdin.buffer, sys.stdout)
+    else:
+        with open(_OUTPUT.value, "w", encoding="utf-8") as output:
+            facts = translate_stream(translator, sys.stdin.buffer, output)
+    print(json.dumps({**facts, **decoding_facts(translator)}), file=sys.stderr)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    _check_options()
+    paths = [Path(path) for path in _WORKDIR.value or []]
+    workdir, others = (paths[0] if paths else None), paths[1:]
+    decode = {"checkpoint": _CHECKPOINT.value, "beam_size": _BEAM_SIZE.value, "alpha": _ALPHA.value}
+    sampling = _sampling()
+    translator = None
+    if _ENGINE.value == "ctranslate2":
+        translator = _exported_translator(workdir, decode, _NBEST.value)
+    if _INPUT.value == "-":
+        if translator is None:
+            from seq2seq.evaluation.translator import Translator
+
+            translator = Translator.restore(
+                workdir, ensemble_with=others, nbest=_NBEST.value, sampling=sampling, **decode
+            )
+        _translate_stream(translator)
+        return
     if _INPUT.value:
         reference = Path(_REFERENCE.value) if _REFERENCE.value else None
         result = translate_file(
-            workdir, Path(_INPUT.value), Path(_OUTPUT.value), reference_path=reference, **decode
-        )
+            workdir, Path(_INPUT.value), Path(_OUTPUT.value), reference_path=reference,
+            ensemble_with=others, nbest=_NBEST.value, sampling=sampling, translator=translator,
+            **decode,
+        )  # fmt: skip
     else:
-        result = evaluate(workdir, _SPLIT.value, **decode)
+        result = evaluate(
+            workdir, _SPLIT.value, ensemble_with=others, sampling=sampling, translator=translator,
+            **decode,
+        )  # fmt: skip
     print(format_report(result))
     print(json.dumps(result))
 

@@ -242,6 +242,50 @@ def test_a_file_is_translated_line_for_line_in_order(workdir, tmp_path):
 
 
 @pytest.mark.slow
+def test_standard_input_is_translated_in_order_with_nbest_lists(workdir, tmp_path):
+    """``--input -`` in several batches (batch_size 128 < 150 lines), each sentence's n-best
+    list best first, its first entry what a file translation gives."""
+    sources = [source for source, _ in synthetic.load_split("validation")[:150]]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    translate_file(workdir, tmp_path / "in.txt", tmp_path / "out.txt")
+    result = subprocess.run(
+        [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-", "--nbest", "2"],
+        input="".join(line + "\n" for line in sources), cwd=REPO, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert json.loads(result.stderr.strip().splitlines()[-1])["batches"] >= 2
+    firsts = {}
+    for index, score, hypothesis in rows:
+        firsts.setdefault(int(index), []).append((float(score), hypothesis))
+    assert sorted(firsts) == list(range(len(sources)))
+    assert all(1 <= len(entries) <= 2 for entries in firsts.values())
+    assert all(entries == sorted(entries, reverse=True) for entries in firsts.values())
+    assert [firsts[i][0][1] for i in range(len(sources))] == read_lines(tmp_path / "out.txt")
+
+
+@pytest.mark.slow
+def test_the_exported_model_translates_as_this_package_does(workdir):
+    """Greedy outputs of the CTranslate2 export equal JAX's; eval.py scores through it."""
+    from seq2seq.evaluation.translator import Translator
+    from seq2seq.export.run import exported_translator
+
+    sources = [source for source, _ in synthetic.load_split("validation")[:200]]
+    ours = Translator.restore(workdir, beam_size=1).translate(sources).hypotheses
+    theirs = exported_translator(workdir, "float32", beam_size=1).translate(sources).hypotheses
+    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= 0.99 * len(sources)
+    assert len(set(ours)) > len(sources) // 2, "a model that says one thing proves little"
+    result = _run(
+        "eval.py", "--workdir", str(workdir), "--engine", "ctranslate2", "--quantization", "int8"
+    )
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert scores["engine"] == "ctranslate2" and scores["n"] == len(synthetic.load_split("test"))
+    assert "exported at int8" in scores["checkpoint"]
+    assert (workdir / "eval" / "test@latest-ctranslate2-int8.json").is_file()
+
+
+@pytest.mark.slow
 def test_eval_split_roles_name_the_configs_splits(workdir, tmp_path):
     """``--split validation`` translates the config's eval split, under that split's own name."""
     data = tmp_path / "data"

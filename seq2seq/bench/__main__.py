@@ -5,6 +5,9 @@
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m seq2seq.bench train \
         --config configs/bench_small.py --meshes 8x1x1,2x4x1,2x2x2,1x1x8   # step time per mesh
     python -m seq2seq.bench decode --config configs/bench_small.py [--beam_size 4] [--workdir RUN]
+    python -m seq2seq.bench decode --workdir RUN --split test [--beam_size 4]   # a whole split
+    python -m seq2seq.bench decode --workdir RUN --split test --engine ctranslate2  # JAX beside
+                                   # CTranslate2 float32 and int8, on the same weights
     python -m seq2seq.bench data --config configs/bench_small.py
     python -m seq2seq.bench profile --config configs/bench_small.py [--profile_dir DIR]
     python -m seq2seq.bench all        # every one of them on the bench configs (make bench)
@@ -68,7 +71,12 @@ def _train_targets(result: dict) -> dict:
 
 
 def _decode_targets(result: dict) -> dict:
-    bound = measure.TARGET_DECODE_SENTENCES_PER_S.get(result["model"])
+    targets = (
+        measure.TARGET_SPLIT_DECODE_SENTENCES_PER_S
+        if "split" in result
+        else measure.TARGET_DECODE_SENTENCES_PER_S
+    )
+    bound = targets.get(result["model"])
     beam = {"transformer": 4, "rnnsearch": 5}[result["model"]]
     if bound is None or result["beam_size"] != beam:
         return {}
@@ -223,6 +231,12 @@ def run() -> None:
     workdir = flags.DEFINE_string(
         "workdir", None, "decode: a trained run (its config and latest parameters)."
     )
+    split = flags.DEFINE_string(
+        "split", None, "decode with --workdir: translate this whole split as eval.py does."
+    )
+    engine = flags.DEFINE_string(
+        "engine", "jax", "decode --split: jax, or ctranslate2 (JAX beside CTranslate2)."
+    )
     sentences = flags.DEFINE_integer("sentences", 32, "decode: sentences per batch.")
     source_length = flags.DEFINE_integer("source_length", 30, "decode, untrained: source tokens.")
     output_length = flags.DEFINE_integer("output_length", 30, "decode, untrained: output tokens.")
@@ -278,6 +292,16 @@ def run() -> None:
             peak = measure.matmul_peak(train_config.train.dtype, sizes)
             result = measure.train_benchmark(train_config, steps.value, warmup.value, peak)
             table = _table(f"train {result['model']}", result, _train_targets(result))
+        elif command == "decode" and split.value:
+            if not workdir.value:
+                raise ConfigError("bench decode --split needs --workdir RUN (a trained run)")
+            if engine.value not in ("jax", "ctranslate2"):
+                raise ConfigError(f"unknown --engine {engine.value!r}; choose jax or ctranslate2")
+            result = measure.split_decode_benchmark(
+                Path(workdir.value), split.value, beam_size=beam_size.value, engine=engine.value
+            )
+            title = f"decode {result['model']}, {result['split']}"
+            table = _table(title, result, _decode_targets(result))
         elif command == "decode":
             if workdir.value:
                 run_config = RunDirectory(Path(workdir.value)).load_config()

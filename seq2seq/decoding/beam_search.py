@@ -57,8 +57,8 @@ class BeamState(NamedTuple):
     step: Array  # [] int32, tokens decoded so far
     live_tokens: Array  # [B, N, T] live hypotheses, PAD after their newest token
     live_log_probs: Array  # [B, N] log P(prefix | x); -inf marks an empty slot
-    best_tokens: Array  # [B, T] best finished hypothesis, EOS then PAD (or cut at the limit)
-    best_scores: Array  # [B] its score log P / lp; -inf until one finishes
+    best_tokens: Array  # [B, K, T] the K best finished hypotheses, EOS then PAD (or cut)
+    best_scores: Array  # [B, K] their scores log P / lp, best first; -inf marks an empty slot
     cache: Any  # the model's cache, rows [B * N, ...]; None when decoding without a cache
 
 
@@ -71,12 +71,14 @@ def beam_search(
     alpha: float,
     limits: Array | None = None,
     use_cache: bool = True,
+    nbest: int | None = None,
 ) -> tuple[Array, Array]:
     """Decodes a batch of sentences together; trace it inside ``jax.jit``.
 
     Args:
       model: any ``Seq2SeqModel``.
-      source: [B, S] token ids, 0-padded.
+      source: [B, S] token ids, 0-padded (a tuple of them for an ``Ensemble`` whose models
+        tokenize the source differently).
       max_length: most output tokens, EOS included (the size of the output buffer).
       beam_size: N, hypotheses kept per sentence; 1 is greedy search.
       alpha: length-penalty exponent (``length_penalty``), >= 0.
@@ -84,16 +86,25 @@ def beam_search(
         ``max_length`` for every sentence. An output that reaches its limit ends there.
       use_cache: False re-decodes the whole prefix at each step instead of using the cache
         (slow; it exists to test that the cache changes nothing).
+      nbest: K, to return the K best finished outputs of each sentence (at most ``beam_size``)
+        instead of the best one. The search is the same whatever K: the first of the K is the
+        output without ``nbest``; a sentence only stops early once none of its live hypotheses
+        can enter its K best.
 
     Returns:
       (tokens [B, max_length]: the best output per sentence, EOS then padding;
-       scores [B]: its ``log P(Y | X) / lp(Y)``).
+       scores [B]: its ``log P(Y | X) / lp(Y)``), or with ``nbest``
+      (tokens [B, K, max_length], scores [B, K]) best first; a sentence with fewer than K
+      finished outputs has -inf scores in its last slots.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size={beam_size} must be at least 1")
     if isinstance(alpha, int | float) and alpha < 0:
         raise ValueError(f"alpha={alpha} must be >= 0 (a negative length penalty favours stopping)")
-    batch = source.shape[0]
+    kept = 1 if nbest is None else nbest
+    if not 1 <= kept <= beam_size:
+        raise ValueError(f"nbest={nbest} must be between 1 and the beam size {beam_size}")
+    batch = jax.tree.leaves(source)[0].shape[0]  # an ensemble may read a source per model
     if limits is None:
         limits = jnp.full((batch,), max_length, jnp.int32)
     limits = jnp.minimum(limits, max_length)  # [B]
@@ -108,8 +119,8 @@ def beam_search(
         step=jnp.zeros((), jnp.int32),
         live_tokens=jnp.full((batch, beam_size, max_length), PAD_ID, jnp.int32),
         live_log_probs=jnp.broadcast_to(jnp.where(first_slot, 0.0, -jnp.inf), (batch, beam_size)),
-        best_tokens=jnp.full((batch, max_length), PAD_ID, jnp.int32),
-        best_scores=jnp.full((batch,), -jnp.inf, jnp.float32),
+        best_tokens=jnp.full((batch, kept, max_length), PAD_ID, jnp.int32),
+        best_scores=jnp.full((batch, kept), -jnp.inf, jnp.float32),
         cache=cache,
     )
 
@@ -121,6 +132,8 @@ def beam_search(
         return _advance(state, log_probs, cache, limits, alpha)
 
     state = jax.lax.while_loop(searching, step_once, state)
+    if nbest is None:
+        return state.best_tokens[:, 0], state.best_scores[:, 0]
     return state.best_tokens, state.best_scores
 
 
@@ -169,19 +182,15 @@ def _advance(
 
     ends = (token == EOS_ID) | (step + 1 >= limits)[:, None]  # [B, N]
     scores = jnp.where(ends, top_log_probs / length_penalty(step + 1, alpha), -jnp.inf)  # [B, N]
-    winner = jnp.argmax(scores, axis=1)  # [B]
-    winner_score = jnp.take_along_axis(scores, winner[:, None], axis=1)[:, 0]  # [B]
-    improved = winner_score > state.best_scores  # [B]
-    winner_tokens = jnp.take_along_axis(tokens, winner[:, None, None], axis=1)[:, 0]  # [B, T]
-    best_tokens = jnp.where(improved[:, None], winner_tokens, state.best_tokens)  # [B, T]
-    best_scores = jnp.where(improved, winner_score, state.best_scores)  # [B]
+    best_tokens, best_scores = _keep_best(state.best_tokens, state.best_scores, tokens, scores)
 
     live_log_probs = jnp.where(ends, -jnp.inf, top_log_probs)  # [B, N]
     # Early termination: log P only falls as a hypothesis grows and lp only rises up to the
     # sentence's limit (alpha >= 0), so log P / lp(limit) bounds every score a live hypothesis
-    # can still reach. A sentence none of whose hypotheses can beat its best finished one stops.
+    # can still reach. A sentence none of whose hypotheses can beat the last of its K best
+    # finished ones stops.
     bound = jnp.max(live_log_probs, axis=1) / length_penalty(limits, alpha)  # [B]
-    live_log_probs = jnp.where((bound > best_scores)[:, None], live_log_probs, -jnp.inf)
+    live_log_probs = jnp.where((bound > best_scores[:, -1])[:, None], live_log_probs, -jnp.inf)
     return BeamState(
         step=step + 1,
         live_tokens=tokens,
@@ -190,3 +199,32 @@ def _advance(
         best_scores=best_scores,
         cache=cache,
     )
+
+
+def _keep_best(
+    best_tokens: Array, best_scores: Array, tokens: Array, scores: Array
+) -> tuple[Array, Array]:
+    """The K best of the kept outputs and this step's finished ones, best first.
+
+    Args:
+      best_tokens: [B, K, T] and best_scores [B, K]: the K best so far, best first.
+      tokens: [B, N, T] and scores [B, N]: this step's hypotheses, -inf where not finished.
+
+    Returns:
+      ([B, K, T], [B, K]). On a tie the earlier-kept output stays ahead (``top_k`` keeps the
+      lower index), so with K = 1 the best changes only when strictly beaten.
+    """
+    kept = best_scores.shape[1]
+    if kept == 1:  # the one best: a select, no gather over the beam's tokens
+        winner = jnp.argmax(scores, axis=1)  # [B]
+        winner_score = jnp.take_along_axis(scores, winner[:, None], axis=1)  # [B, 1]
+        improved = winner_score > best_scores  # [B, 1]
+        winner_tokens = jnp.take_along_axis(tokens, winner[:, None, None], axis=1)  # [B, 1, T]
+        return (
+            jnp.where(improved[:, :, None], winner_tokens, best_tokens),
+            jnp.where(improved, winner_score, best_scores),
+        )
+    all_scores = jnp.concatenate([best_scores, scores], axis=1)  # [B, K + N]
+    top_scores, index = jax.lax.top_k(all_scores, kept)  # [B, K] twice
+    all_tokens = jnp.concatenate([best_tokens, tokens], axis=1)  # [B, K + N, T]
+    return jnp.take_along_axis(all_tokens, index[:, :, None], axis=1), top_scores

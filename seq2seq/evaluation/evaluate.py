@@ -12,7 +12,7 @@ from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
-from seq2seq.evaluation.translator import Translator, with_decoding
+from seq2seq.evaluation.translator import Sampling, Translations, Translator, with_decoding
 from seq2seq.run_directory import RunDirectory
 
 
@@ -36,22 +36,63 @@ def score(
     }
 
 
-def _translate(translator: Translator, sources: Sequence[str]) -> tuple[list[str], dict]:
+def decoding_facts(translator: Translator) -> dict[str, object]:
+    """How ``translator`` decodes, for the result's JSON."""
+    decode = translator.config.decode
+    facts: dict[str, object] = {
+        "checkpoint": translator.describe_checkpoint(),
+        "beam_size": decode.beam_size,
+        "alpha": decode.alpha,
+    }
+    facts["engine"] = getattr(translator, "engine_name", "jax")
+    if len(translator.members) > 1:
+        facts["ensemble"] = [member.name for member in translator.members]
+    if translator.nbest is not None:
+        facts["nbest"] = translator.nbest
+    if translator.sampling is not None:
+        sampling = translator.sampling
+        facts["sampling"] = f"{sampling.method.kind}:{sampling.method.value}"
+        facts["temperature"], facts["seed"] = sampling.temperature, sampling.seed
+    return facts
+
+
+def _translate(translator: Translator, sources: Sequence[str]) -> tuple[Translations, dict]:
     start = time.monotonic()
     translations = translator.translate(sources)
     seconds = time.monotonic() - start
-    decode = translator.config.decode
     facts = {
-        "checkpoint": translator.checkpoint.describe() if translator.checkpoint else "given",
-        "beam_size": decode.beam_size,
-        "alpha": decode.alpha,
+        **decoding_facts(translator),
         "truncated_inputs": len(translations.truncated),
         "truncated_lines": [i + 1 for i in translations.truncated],  # 1-based line numbers
-        "max_input_length": decode.max_input_length,
+        "max_input_length": translator.config.decode.max_input_length,
         "decode_seconds": seconds,
         "sentences_per_second": len(sources) / max(seconds, 1e-9),
     }
-    return translations.hypotheses, facts
+    return translations, facts
+
+
+def nbest_lines(translations: Translations, first_index: int = 0) -> list[str]:
+    """``INDEX<TAB>SCORE<TAB>HYPOTHESIS`` per hypothesis, INDEX the 0-based input line, each
+    sentence's hypotheses best first (the n-best format of Marian and fairseq, tab-separated)."""
+    return [
+        f"{first_index + i}\t{score:.6f}\t{hypothesis}"
+        for i, entries in enumerate(translations.nbest)
+        for score, hypothesis in entries
+    ]
+
+
+def decoding_label(
+    checkpoint: str, ensemble_with: Sequence[Path] = (), sampling: Sampling | None = None
+) -> str:
+    """The rule a split's scores are filed under: the checkpoint rule, with the ensemble's other
+    runs and the sampling settings appended, so no decoding overwrites another's scores."""
+    label = checkpoint
+    if ensemble_with:
+        label += "-ensemble-" + "-".join(Path(other).name for other in ensemble_with)
+    if sampling is not None:
+        method = sampling.method
+        label += f"-{method.kind}{method.value}-T{sampling.temperature}-seed{sampling.seed}"
+    return label.replace(".", "_")
 
 
 def _write_lines(path: Path, lines: Sequence[str]) -> None:
@@ -79,6 +120,9 @@ def evaluate(
     alpha: float | None = None,
     max_sentences: int | None = None,
     filed_as: str | None = None,
+    ensemble_with: Sequence[Path] = (),
+    sampling: Sampling | None = None,
+    translator: Translator | None = None,
 ) -> dict[str, object]:
     """Translates ``split`` (default: the config's test split), writes and scores it.
 
@@ -89,14 +133,21 @@ def evaluate(
     scoring one run by two rules keeps both. ``filed_as`` names the rule to file under when
     ``checkpoint`` is the step that rule resolved to (the comparison's ``best``).
     ``max_sentences`` scores only the first N pairs (quick looks and tests; recorded).
+    ``ensemble_with`` decodes with those runs as well, as one ensemble; ``sampling`` draws the
+    outputs (``decoding_label`` names the files of both). A ``translator`` given (another
+    engine, ``seq2seq.export.engine``) decodes instead of the run's own model.
     """
     run = RunDirectory.at(workdir)
     config = with_decoding(run.load_config(), beam_size=beam_size, alpha=alpha)
     split = resolve_split(config.data, split or "test")  # checked before the model is loaded
     pairs = load_pairs(config, split)[:max_sentences]
-    translator = Translator.from_run(run, config, checkpoint)
+    if translator is None:
+        translator = Translator.from_run(
+            run, config, checkpoint, ensemble_with=ensemble_with, sampling=sampling
+        )
     sources = [source for source, _ in pairs]
-    hypotheses, facts = _translate(translator, sources)
+    translations, facts = _translate(translator, sources)
+    hypotheses = translations.hypotheses
     result = {
         **score(
             sources,
@@ -110,7 +161,8 @@ def evaluate(
         **facts,
         "provenance": provenance.for_evaluation(run),
     }
-    rule = filed_as or checkpoint
+    rule = decoding_label(filed_as or checkpoint, ensemble_with, sampling)
+    rule += getattr(translator, "label", "")
     _write_lines(run.hypotheses_file(split, rule), hypotheses)
     run.eval_result_file(split, rule).write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -125,8 +177,15 @@ def translate_file(
     checkpoint: str = "latest",
     beam_size: int | None = None,
     alpha: float | None = None,
+    ensemble_with: Sequence[Path] = (),
+    nbest: int | None = None,
+    sampling: Sampling | None = None,
+    translator: Translator | None = None,
 ) -> dict[str, object]:
-    """Translates ``input_path`` line by line into ``output_path``; scores it given references."""
+    """Translates ``input_path`` line by line into ``output_path``; scores it given references.
+
+    With ``nbest`` the output holds ``nbest_lines`` and references score each first hypothesis.
+    """
     sources = read_lines(input_path)
     references = read_lines(reference_path, "reference") if reference_path else None
     if references is not None and len(references) != len(sources):
@@ -134,9 +193,14 @@ def translate_file(
             f"{reference_path} has {len(references)} lines but {input_path} has {len(sources)}; "
             "a reference file must align line by line with the input"
         )
-    translator = Translator.restore(workdir, checkpoint, beam_size=beam_size, alpha=alpha)
-    hypotheses, facts = _translate(translator, sources)
-    _write_lines(output_path, hypotheses)
+    if translator is None:
+        translator = Translator.restore(
+            workdir, checkpoint, ensemble_with=ensemble_with, nbest=nbest, sampling=sampling,
+            beam_size=beam_size, alpha=alpha,
+        )  # fmt: skip
+    translations, facts = _translate(translator, sources)
+    hypotheses = translations.hypotheses
+    _write_lines(output_path, nbest_lines(translations) if nbest else hypotheses)
     result: dict[str, object] = {"input": str(input_path), "output": str(output_path)}
     if references is not None:
         config = translator.config

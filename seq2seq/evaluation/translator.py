@@ -1,8 +1,13 @@
-"""A trained model with its tokenizer, translating lists of sentences with beam search."""
+"""Trained models with their tokenizer, translating lists of sentences.
+
+One model or an ensemble (``seq2seq.decoding.ensemble``), by beam search (the best output or the
+K best) or by sampling (``seq2seq.decoding.sampling``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,17 +21,95 @@ from seq2seq.checkpoint_rule import CheckpointChoice
 from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
+from seq2seq.decoding.ensemble import Ensemble
+from seq2seq.decoding.sampling import SamplingMethod, sample
 from seq2seq.decoding.search_parts import output_limits
 from seq2seq.evaluation import processes
-from seq2seq.evaluation.restore import restore_model
+from seq2seq.evaluation.restore import load_run_tokenizer, restore_model
 from seq2seq.run_directory import RunDirectory
-from seq2seq.vocabulary import EOS_ID
+from seq2seq.vocabulary import EOS_ID, PAD_ID
 
 
 @dataclasses.dataclass
 class Translations:
     hypotheses: list[str]  # hypothesis i translates sentence i
     truncated: list[int]  # indices of the sentences whose input was cut to the length limit
+    # nbest[i]: (score, hypothesis) pairs for sentence i, best first; hypotheses[i] is the first.
+    # Scores are log P(Y | x) / lp(Y) for beam search, log P(Y | x) for a sample.
+    nbest: list[list[tuple[float, str]]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Member:
+    """One trained model of a translator (several make an ensemble)."""
+
+    config: ml_collections.ConfigDict
+    tokenizer: Tokenizer
+    graphdef: nnx.GraphDef
+    params: nnx.State | None
+    checkpoint: CheckpointChoice | None = None
+    name: str = "model"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """Draw one output per sentence instead of searching (``seq2seq.decoding.sampling``)."""
+
+    method: SamplingMethod
+    temperature: float = 1.0
+    seed: int = 0
+
+
+def target_pieces(tokenizer: Tokenizer) -> list[str]:
+    return [tokenizer.target.id_to_piece(i) for i in range(tokenizer.target_vocab_size)]
+
+
+def check_one_target_vocabulary(members: Sequence[Member]) -> None:
+    """Raises ValueError, one line, unless every member writes the same target pieces."""
+    if len(members) == 1:
+        return
+    first = members[0]
+    pieces = target_pieces(first.tokenizer)
+    for other in members[1:]:
+        theirs = target_pieces(other.tokenizer)
+        if theirs == pieces and (other.tokenizer.target_words is None) == (
+            first.tokenizer.target_words is None
+        ):
+            continue
+        if len(theirs) != len(pieces):
+            how = f"{len(theirs)} target tokens against {len(pieces)}"
+        else:
+            differ = [i for i, (a, b) in enumerate(zip(theirs, pieces, strict=True)) if a != b]
+            if differ:
+                how = f"token {differ[0]} is {theirs[differ[0]]!r}, not {pieces[differ[0]]!r}"
+            else:
+                how = "one splits words with Moses, the other does not"
+        raise ValueError(
+            f"{other.name} and {first.name} have different target vocabularies ({how}); an "
+            "ensemble averages next-token scores, so its models must share one target tokenizer"
+        )
+
+
+def _same_source_tokenizer(a: Tokenizer, b: Tokenizer) -> bool:
+    """Whether ``a`` and ``b`` turn any source sentence into the same ids."""
+    if a.source is b.source:
+        return True
+    same_words = (a.source_words is None and b.source_words is None) or (
+        a.source_words is not None
+        and b.source_words is not None
+        and a.source_words.language == b.source_words.language
+    )
+    return same_words and (a.source.serialized_model_proto() == b.source.serialized_model_proto())
+
+
+def _padded(sources: Sequence[np.ndarray], rows: int, bucket_width: int) -> np.ndarray:
+    """[rows, L] 0-padded ids, L the longest rounded up to ``bucket_width``."""
+    longest = max(len(ids) for ids in sources)
+    length = -(-longest // bucket_width) * bucket_width
+    out = np.full((rows, length), PAD_ID, np.int32)
+    for row, ids in enumerate(sources):
+        out[row, : len(ids)] = ids
+    return out
 
 
 def truncate_source(ids: np.ndarray, limit: int) -> np.ndarray:
@@ -51,79 +134,199 @@ def with_decoding(
     return config_lib.validate(config)
 
 
+def check_decoding(
+    config: ml_collections.ConfigDict, nbest: int | None, sampling: Sampling | None
+) -> None:
+    """Raises ValueError, one line, for an n-best list the search cannot give."""
+    if nbest is not None and sampling is not None:
+        raise ValueError("--nbest lists a beam's best outputs; it does not go with --sampling")
+    beam_size = config.decode.beam_size
+    if nbest is not None and not 1 <= nbest <= beam_size:
+        raise ValueError(
+            f"--nbest {nbest} must be between 1 and the beam size {beam_size}; "
+            "raise --beam_size for more"
+        )
+
+
 class Translator:
-    """Translates sentences in batches; one compiled search per padded source length."""
+    """Translates sentences in batches; one compiled search per padded source length.
+
+    Decodes with the first member's ``config.decode`` (beam size, alpha, length limits) and
+    ``config.eval.batch_size``. Several members decode as one ensemble; ``nbest`` keeps the K
+    best outputs of the beam; ``sampling`` draws one output per sentence instead.
+    """
 
     def __init__(
         self,
         config: ml_collections.ConfigDict,
         tokenizer: Tokenizer,
-        params: nnx.State,
+        params: nnx.State | None,
         graphdef: nnx.GraphDef,
         *,
         checkpoint: CheckpointChoice | None = None,
+        others: Sequence[Member] = (),
+        nbest: int | None = None,
+        sampling: Sampling | None = None,
     ):
-        """Decodes with ``config.decode`` (beam size, alpha, length limits) and ``config.eval``."""
+        self.members = [Member(config, tokenizer, graphdef, params, checkpoint), *others]
+        check_one_target_vocabulary(self.members)
         self.config = config
         self.tokenizer = tokenizer
-        self.params = params
-        self.graphdef = graphdef
         self.checkpoint = checkpoint
+        self.nbest = nbest
+        self.sampling = sampling
         decode = config.decode
         beam_size, alpha, extra = decode.beam_size, decode.alpha, decode.max_extra_length
+        check_decoding(config, nbest, sampling)
+        # Members whose source tokenizer differs from the first's read sources of their own.
+        self._own_source = [
+            not _same_source_tokenizer(tokenizer, member.tokenizer) for member in self.members
+        ]
+        graphdefs = [member.graphdef for member in self.members]
 
-        def search(params, source):
-            model = nnx.merge(graphdef, params)
-            max_length = source.shape[1] + extra
-            limits = output_limits(source, extra)  # [B] input length + extra, per sentence
-            tokens, _ = beam_search(  # a beam of one is greedy search
-                model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits
-            )
-            return tokens
+        def model_of(all_params):
+            models = [nnx.merge(g, p) for g, p in zip(graphdefs, all_params, strict=True)]
+            return models[0] if len(models) == 1 else Ensemble(models)
+
+        def search(all_params, source, keys):
+            model = model_of(all_params)
+            first = source[0] if isinstance(source, tuple) else source
+            max_length = first.shape[1] + extra
+            limits = output_limits(first, extra)  # [B] input length + extra, per sentence
+            if sampling is not None:
+                tokens, scores = sample(
+                    model, source, max_length, keys=keys, method=sampling.method,
+                    temperature=sampling.temperature, limits=limits,
+                )  # fmt: skip
+                return tokens[:, None], scores[:, None]
+            return beam_search(  # a beam of one is greedy search
+                model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
+                nbest=nbest or 1,
+            )  # fmt: skip
 
         self._search = jax.jit(search)
 
+    @property
+    def params(self) -> nnx.State | None:
+        """The first member's parameters (validation swaps in the training state's)."""
+        return self.members[0].params
+
+    @params.setter
+    def params(self, params: nnx.State | None) -> None:
+        self.members[0].params = params
+
     @classmethod
     def restore(
-        cls, workdir: Path | RunDirectory, checkpoint: str = "latest", **decode_overrides: object
+        cls,
+        workdir: Path | RunDirectory,
+        checkpoint: str = "latest",
+        *,
+        ensemble_with: Sequence[Path] = (),
+        nbest: int | None = None,
+        sampling: Sampling | None = None,
+        **decode_overrides: object,
     ) -> Translator:
         """Loads a run's config, tokenizer and parameters (``checkpoint``: a rule of
-        ``seq2seq.checkpoint_rule``).
+        ``seq2seq.checkpoint_rule``); with ``ensemble_with``, the same rule of each of those runs.
 
         ``decode_overrides`` replace fields of ``config.decode`` (e.g. ``beam_size=1``).
         """
         run = RunDirectory.at(workdir)
-        return cls.from_run(run, with_decoding(run.load_config(), **decode_overrides), checkpoint)
+        config = with_decoding(run.load_config(), **decode_overrides)
+        return cls.from_run(
+            run, config, checkpoint, ensemble_with=ensemble_with, nbest=nbest, sampling=sampling
+        )
 
     @classmethod
     def from_run(
-        cls, run: RunDirectory, config: ml_collections.ConfigDict, checkpoint: str = "latest"
+        cls,
+        run: RunDirectory,
+        config: ml_collections.ConfigDict,
+        checkpoint: str = "latest",
+        *,
+        ensemble_with: Sequence[Path] = (),
+        nbest: int | None = None,
+        sampling: Sampling | None = None,
     ) -> Translator:
-        """The model of ``run`` under ``config``, the run's own config already loaded."""
+        """The model of ``run`` under ``config``, the run's own config already loaded (and of
+        each run of ``ensemble_with``, as one ensemble)."""
+        check_decoding(config, nbest, sampling)
+        others = [(Path(other), RunDirectory(other).load_config()) for other in ensemble_with]
+        # The vocabularies are compared before any parameters are read.
+        check_one_target_vocabulary(
+            [
+                Member(c, load_run_tokenizer(RunDirectory.at(w).require()), None, None, name=str(w))
+                for w, c in [(run.path, config), *others]
+            ]
+        )
         tokenizer, graphdef, params, choice = restore_model(run, config, checkpoint)
-        return cls(config, tokenizer, params, graphdef, checkpoint=choice)
+        others = [
+            Member(other_config, *restore_model(other, other_config, checkpoint), name=str(other))
+            for other, other_config in others
+        ]
+        translator = cls(
+            config, tokenizer, params, graphdef, checkpoint=choice, others=others, nbest=nbest,
+            sampling=sampling,
+        )  # fmt: skip
+        translator.members[0].name = str(run.path)
+        return translator
 
-    def translate(self, sentences: Sequence[str]) -> Translations:
+    def describe_checkpoint(self) -> str:
+        """Which parameters decode: the checkpoint rule of each member."""
+        described = [m.checkpoint.describe() if m.checkpoint else "given" for m in self.members]
+        if len(self.members) == 1:
+            return described[0]
+        return "ensemble of " + "; ".join(
+            f"{m.name}: {d}" for m, d in zip(self.members, described, strict=True)
+        )
+
+    def translate(self, sentences: Sequence[str], first_index: int = 0) -> Translations:
         """Translations in input order; inputs over ``decode.max_input_length`` are cut.
 
+        ``first_index`` numbers the first sentence (sentence i samples with key ``fold_in(seed,
+        first_index + i)``), so translating a stream in pieces draws what one call would.
         With several processes each translates its share of the sentences and every process
         returns all translations (``seq2seq.evaluation.processes``).
         """
         limit = self.config.decode.max_input_length
-        sources = self.tokenizer.encode_source(sentences)
-        truncated = [i for i, ids in enumerate(sources) if len(ids) > limit]
-        mine = processes.share(len(sources))
-        sources = [truncate_source(sources[i], limit) for i in mine]
-        outputs: list[str | None] = [None] * len(sources)
-        batches = inference_batches(
-            sources, self.config.eval.batch_size, self.config.data.bucket_width, limit
-        )
-        params = processes.local_copy(self.params)
-        for indices, source in batches:
-            tokens = jax.device_get(self._search(params, source))
+        first = self.tokenizer.encode_source(sentences)
+        truncated = [i for i, ids in enumerate(first) if len(ids) > limit]
+        mine = processes.share(len(sentences))  # this process's sentences
+        first = [truncate_source(first[i], limit) for i in mine]
+        # A member that tokenizes the source as the first does reads the first's ids.
+        per_member = [
+            [truncate_source(ids, limit) for ids in member.tokenizer.encode_source(
+                [sentences[i] for i in mine]
+            )] if own else None
+            for member, own in zip(self.members, self._own_source, strict=True)
+        ]  # fmt: skip
+        outputs: list[list[tuple[float, str]] | None] = [None] * len(first)
+        batch_size, width = self.config.eval.batch_size, self.config.data.bucket_width
+        all_params = [processes.local_copy(member.params) for member in self.members]
+        seed_key = jax.random.key(self.sampling.seed if self.sampling else 0)
+        for indices, source in inference_batches(first, batch_size, width, limit):
+            if any(self._own_source):  # a source per member
+                source = tuple(
+                    source if m is None else _padded([m[i] for i in indices], batch_size, width)
+                    for m in per_member
+                )
+            numbers = np.full((batch_size,), -1, np.int64)
+            numbers[: len(indices)] = [mine[i] + first_index for i in indices]
+            keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(seed_key, numbers)
+            tokens, scores = jax.device_get(self._search(all_params, source, keys))
             for row, index in enumerate(indices):
-                outputs[index] = one_line(self.tokenizer.decode_target(tokens[row]))
+                outputs[index] = [
+                    (float(score), one_line(self.tokenizer.decode_target(hypothesis)))
+                    for hypothesis, score in zip(tokens[row], scores[row], strict=True)
+                    if score > -np.inf
+                ]
         missing = [mine[i] for i, output in enumerate(outputs) if output is None]
         if missing:  # inference_batches must cover every sentence; never write a short file
             raise RuntimeError(f"{len(missing)} sentences were not translated, first {missing[0]}")
-        return Translations(processes.gather_texts(outputs, len(sentences)), truncated)
+        # Each sentence's list travels between processes as one JSON text.
+        nbest = [
+            [tuple(entry) for entry in json.loads(text)]
+            for text in processes.gather_texts([json.dumps(o) for o in outputs], len(sentences))
+        ]
+        hypotheses = [entries[0][1] if entries else "" for entries in nbest]
+        return Translations(hypotheses, truncated, nbest)

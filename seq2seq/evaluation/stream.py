@@ -1,0 +1,73 @@
+"""Translating a stream (``eval.py --input -``): lines in, translations out, a batch at a time.
+
+Lines are gathered into batches of up to ``eval.batch_size``: as many as have arrived when the
+decoder is free, so a pipe of a whole file decodes in full batches while a person typing gets each
+line back as soon as it is entered (as ``fairseq-interactive`` does). Translations are written in
+input order and flushed after every batch.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from collections.abc import Iterator
+from typing import BinaryIO, TextIO
+
+from seq2seq.evaluation.evaluate import nbest_lines
+from seq2seq.evaluation.translator import Translator, one_line
+
+
+def _ready(fd: int) -> bool:
+    """Whether reading ``fd`` would return at once (more input, or its end)."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):  # not selectable (e.g. a regular file on some systems)
+        return True
+
+
+def line_batches(stream: BinaryIO, batch_size: int) -> Iterator[list[str]]:
+    """Lines of ``stream`` (UTF-8, ``\\n``-separated, a final line without one included) in
+    batches of at most ``batch_size``: a batch is handed over as soon as it is full or no more
+    input is waiting."""
+    fd = stream.fileno()
+    lines: list[str] = []
+    partial = b""
+    while True:
+        if len(lines) >= batch_size or (lines and not _ready(fd)):
+            batch, lines = lines[:batch_size], lines[batch_size:]
+            yield batch
+            continue
+        data = os.read(fd, 1 << 16)
+        if not data:  # end of input
+            if partial:
+                lines.append(partial.decode("utf-8").removesuffix("\r"))
+            while lines:
+                batch, lines = lines[:batch_size], lines[batch_size:]
+                yield batch
+            return
+        *complete, partial = (partial + data).split(b"\n")
+        lines += [line.decode("utf-8").removesuffix("\r") for line in complete]
+
+
+def translate_stream(translator: Translator, source: BinaryIO, output: TextIO) -> dict:
+    """Translates ``source`` line by line into ``output`` (``nbest_lines`` with ``nbest``).
+
+    Returns:
+      facts of the run: sentences, batches, decoding seconds.
+    """
+    sentences = batches = 0
+    seconds = 0.0
+    for batch in line_batches(source, translator.config.eval.batch_size):
+        start = time.monotonic()
+        translations = translator.translate(batch, first_index=sentences)
+        seconds += time.monotonic() - start
+        if translator.nbest:
+            lines = nbest_lines(translations, first_index=sentences)
+        else:
+            lines = [one_line(hypothesis) for hypothesis in translations.hypotheses]
+        output.write("".join(line + "\n" for line in lines))
+        output.flush()
+        sentences += len(batch)
+        batches += 1
+    return {"n": sentences, "batches": batches, "decode_seconds": seconds}

@@ -1,0 +1,106 @@
+"""Translating with an exported CTranslate2 model, as ``Translator`` does with JAX.
+
+The same tokenizer, beam size, length-penalty exponent, output length limit (the longest input of
+a batch plus ``decode.max_extra_length``) and batches of sentences sorted by length, so that the
+two engines are compared on the same files. CTranslate2 scores finished hypotheses by its own
+length normalisation; greedy outputs (beam 1) do not depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import ctranslate2
+import ml_collections
+
+from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.decoding.search_parts import NEVER_OUTPUT
+from seq2seq.evaluation.translator import (
+    Translations,
+    check_decoding,
+    one_line,
+    truncate_source,
+)
+from seq2seq.export.converter import SETTINGS_FILE, TOKENIZER_DIR
+
+
+class ExportedTranslator:
+    """An exported model directory (``seq2seq.export``) translating lists of sentences."""
+
+    engine_name = "ctranslate2"
+    members = ()  # one model: ensembles are this package's own
+    sampling = None
+
+    def __init__(
+        self, directory: Path, *, beam_size: int | None = None, alpha: float | None = None,
+        nbest: int | None = None, threads: int | None = None,
+    ):  # fmt: skip
+        directory = Path(directory)
+        settings_file = directory / SETTINGS_FILE
+        if not settings_file.is_file():
+            raise FileNotFoundError(
+                f"no {SETTINGS_FILE} in {directory}; export a run with python -m seq2seq.export"
+            )
+        settings = json.loads(settings_file.read_text())
+        self.config = ml_collections.ConfigDict(settings["config"])  # the run's
+        if beam_size is not None:
+            self.config.decode.beam_size = beam_size
+        if alpha is not None:
+            self.config.decode.alpha = alpha
+        check_decoding(self.config, nbest, None)
+        self.quantization = settings["quantization"]
+        self.label = f"-ctranslate2-{self.quantization}"  # where a split's scores are filed
+        self.tokenizer = load_tokenizer(directory / TOKENIZER_DIR)
+        self.nbest = nbest
+        self.source = f"{directory} ({self.quantization})"  # what was exported, for reports
+        self.engine = ctranslate2.Translator(
+            str(directory), device="cpu", compute_type="default", inter_threads=1,
+            intra_threads=threads or os.cpu_count() or 1,
+        )  # fmt: skip
+        # Never part of a translation (padding, BOS), as in this package's search.
+        self.suppressed = [[self.tokenizer.target.id_to_piece(i)] for i in NEVER_OUTPUT]
+
+    def describe_checkpoint(self) -> str:
+        return f"CTranslate2 model of {self.source}"
+
+    def _text(self, pieces: Sequence[str]) -> str:
+        target = self.tokenizer.target
+        return one_line(self.tokenizer.decode_target([target.piece_to_id(p) for p in pieces]))
+
+    def translate(self, sentences: Sequence[str], first_index: int = 0) -> Translations:
+        """Translations in input order (``first_index`` is accepted for ``Translator``'s sake)."""
+        del first_index
+        decode = self.config.decode
+        limit = decode.max_input_length
+        ids = self.tokenizer.encode_source(sentences)
+        truncated = [i for i, sentence in enumerate(ids) if len(sentence) > limit]
+        source = self.tokenizer.source
+        pieces = [
+            [source.id_to_piece(int(i)) for i in truncate_source(sentence, limit)]
+            for sentence in ids
+        ]
+        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
+        outputs: list[list[tuple[float, str]]] = [[] for _ in sentences]
+        batch_size = self.config.eval.batch_size
+        for start in range(0, len(order), batch_size):
+            members = order[start : start + batch_size]
+            batch = [pieces[i] for i in members]
+            # Each output at most its input's length + max_extra_length tokens, EOS included,
+            # as in this package's search: CTranslate2 takes one limit per batch, so longer
+            # outputs are cut here (a greedy output's prefix does not depend on the limit).
+            limits = [len(b) + decode.max_extra_length for b in batch]
+            results = self.engine.translate_batch(
+                batch, beam_size=decode.beam_size, length_penalty=decode.alpha,
+                num_hypotheses=self.nbest or 1, return_scores=True,
+                max_decoding_length=max(limits), max_input_length=0,
+                suppress_sequences=self.suppressed,
+            )  # fmt: skip
+            for index, result, most in zip(members, results, limits, strict=True):
+                outputs[index] = [
+                    (float(score), self._text(hypothesis[:most]))
+                    for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
+                ]
+        return Translations([o[0][1] if o else "" for o in outputs], truncated, outputs)

@@ -1,0 +1,58 @@
+"""Exporting a trained run (what ``python -m seq2seq.export`` and ``--engine ctranslate2`` do)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from flax import nnx
+
+from seq2seq.export.converter import QUANTIZATIONS, check_exportable, export
+from seq2seq.models import model_section
+from seq2seq.run_directory import RunDirectory
+
+
+def export_run(
+    workdir: Path, output: Path, quantization: str = "float32", checkpoint: str = "latest"
+) -> dict:
+    """Exports ``workdir``'s parameters (by the ``checkpoint`` rule) to ``output``.
+
+    Everything that can be refused (the model, the quantization, the output) is checked before
+    the parameters are read.
+    """
+    from seq2seq.evaluation.restore import restore_model
+
+    run = RunDirectory(workdir)
+    config = run.load_config()
+    check_exportable(config.model.name, model_section(config))
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"unknown --quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
+        )
+    if output.exists() and any(output.iterdir()):
+        raise ValueError(f"--output {output} already holds files; name a new directory")
+    tokenizer, graphdef, params, choice = restore_model(workdir, config, checkpoint)
+    model = nnx.merge(graphdef, params)
+    export(model, run.tokenizer_dir, tokenizer, config, output, quantization)
+    return {
+        "workdir": str(workdir),
+        "output": str(output),
+        "quantization": quantization,
+        "checkpoint": choice.describe(),
+    }
+
+
+def exported_translator(
+    workdir: Path, quantization: str = "float32", checkpoint: str = "latest", **options
+):
+    """``workdir`` exported to a temporary directory and loaded by CTranslate2 (which reads the
+    whole model when it loads it, so the directory is removed at once): ``eval.py --engine
+    ctranslate2`` without ``--exported``. ``options`` go to ``ExportedTranslator``."""
+    from seq2seq.export.engine import ExportedTranslator
+
+    with tempfile.TemporaryDirectory(prefix="seq2seq-ctranslate2-") as directory:
+        output = Path(directory) / "model"
+        exported = export_run(workdir, output, quantization, checkpoint)
+        translator = ExportedTranslator(output, **options)
+    translator.source = f"{workdir} ({exported['checkpoint']}) exported at {quantization}"
+    return translator

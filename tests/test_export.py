@@ -1,0 +1,140 @@
+"""CTranslate2 export: the exported model computes this package's probabilities; bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import ctranslate2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from seq2seq.config import default_config
+from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.export.converter import export
+from seq2seq.models import Transformer, TransformerConfig
+from seq2seq.run_directory import RunDirectory
+from seq2seq.vocabulary import BOS_ID, EOS_ID
+from tests.conftest import REPO
+
+WORDS = [
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "ran",
+    "on",
+    "the",
+    "mat",
+    "big",
+    "small",
+    "red",
+    "tree",
+    "house",
+    "near",
+    "far",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    pairs = [(" ".join(rng.choice(WORDS, 6)), " ".join(rng.choice(WORDS, 5))) for _ in range(200)]
+    directory = tmp_path_factory.mktemp("tokenizer")
+    return directory, train_tokenizer(
+        pairs, model_type="word", vocab_size=len(WORDS) + 4, shared=True, directory=directory,
+        source_lang="en", target_lang="de",
+    )  # fmt: skip
+
+
+VARIANTS = {
+    "post-LN, sinusoidal, shared and tied": {},
+    "pre-LN, learned positions, separate": {
+        "norm": "pre",
+        "positions": "learned",
+        "max_positions": 128,
+        "share_embeddings": False,
+        "tie_output": False,
+    },  # fmt: skip
+    "unscaled embeddings": {"scale_embeddings": False, "norm": "pre"},
+}
+
+
+def _model(vocab: int, **fields) -> Transformer:
+    config = TransformerConfig(
+        vocab, vocab, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8, encoder_layers=2,
+        decoder_layers=2, **fields,
+    )  # fmt: skip
+    graphdef, params = nnx.split(Transformer(config, rngs=nnx.Rngs(0)))
+    rng = np.random.default_rng(1)  # every parameter random (layer norms and biases included)
+    params = jax.tree.map(lambda p: rng.normal(0, 0.5, p.shape).astype(np.float32), params)
+    return nnx.merge(graphdef, params)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_exported_model_gives_this_package_s_log_probabilities(variant, tokenizer, tmp_path):
+    directory, tok = tokenizer
+    model = _model(tok.target_vocab_size, **VARIANTS[variant])
+    config = default_config()
+    export(model, directory, tok, config, tmp_path / "model")
+    rng = np.random.default_rng(2)
+    sources = [" ".join(rng.choice(WORDS, n)) for n in (3, 7, 5, 9)]
+    targets = [" ".join(rng.choice(WORDS, n)) for n in (4, 2, 8, 6)]
+    source_ids, target_ids = tok.encode_source(sources), tok.encode_target(targets)  # EOS ended
+    pieces = tok.source.id_to_piece
+    scored = ctranslate2.Translator(str(tmp_path / "model")).score_batch(
+        [[pieces(int(i)) for i in ids] for ids in source_ids],
+        [[tok.target.id_to_piece(int(i)) for i in ids[:-1]] for ids in target_ids],  # + EOS
+    )
+    for source, target, result in zip(source_ids, target_ids, scored, strict=True):
+        inputs = np.concatenate([[BOS_ID], target[:-1]])[None]
+        logits, _ = model(jnp.asarray(source[None]), jnp.asarray(inputs))
+        log_probs = np.asarray(jax.nn.log_softmax(logits[0], axis=-1))
+        expected = log_probs[np.arange(len(target)), target]
+        assert target[-1] == EOS_ID and len(result.log_probs) == len(target)
+        np.testing.assert_allclose(result.log_probs, expected, rtol=1e-4, atol=1e-4)
+
+
+def _export_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.export", *map(str, args)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def _run_directory(path, model_name):
+    path.mkdir()
+    config = default_config()
+    config.model.name = model_name
+    RunDirectory(path).save_config(config)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("model_name", "args", "message"),
+    [
+        ("rnnsearch", [], "CTranslate2 has no rnnsearch model"),
+        ("transformer", ["--quantization", "int4"], "unknown --quantization 'int4'"),
+    ],
+)
+def test_what_cannot_be_exported_is_one_line(model_name, args, message, tmp_path):
+    run = _run_directory(tmp_path / "run", model_name)
+    result = _export_cli("--workdir", run, "--output", tmp_path / "out", *args)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_exported_directory_records_the_decoding_settings(tokenizer, tmp_path):
+    directory, tok = tokenizer
+    config = default_config()
+    config.decode.beam_size = 3
+    export(_model(tok.target_vocab_size), directory, tok, config, tmp_path / "m", "int8")
+    settings = json.loads((tmp_path / "m" / "seq2seq.json").read_text())
+    assert settings["quantization"] == "int8" and settings["config"]["decode"]["beam_size"] == 3
+    assert (tmp_path / "m" / "tokenizer").is_dir() and (tmp_path / "m" / "model.bin").is_file()
