@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import os
+import sys
 from collections.abc import Iterator, Mapping
 
 import jax
@@ -24,6 +27,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from seq2seq.config import default_config
 from seq2seq.logical_axes import names_of, partition_spec
+
+logger = logging.getLogger(__name__)
 
 MESH_AXES = ("data", "fsdp", "tensor")
 DATA_AXES = ("data", "fsdp")  # the batch is split over both (the default rule for "batch")
@@ -78,6 +83,28 @@ def initialize_processes(
         # checkpoint) instead of waiting for it in a collective; JAX's default is 100 s.
         heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
     )
+
+
+@contextlib.contextmanager
+def stop_every_process_on_error() -> Iterator[None]:
+    """With several processes, an exception in one ends that process at once.
+
+    Its peers are then waiting for it in a collective, and a normal exit would wait for them in
+    JAX's shutdown barrier: neither side would ever move. Ended at once (``os._exit``, after the
+    traceback is logged), the process stops answering the coordination service, which then
+    stops the others: at once if it was process 0 (the service's host), otherwise after
+    ``HEARTBEAT_TIMEOUT_SECONDS``. No checkpoint is written (one being written is left
+    unfinished in its temporary folder, which orbax never reads).
+    """
+    try:
+        yield
+    except Exception:
+        if jax.process_count() == 1:
+            raise
+        logger.exception("process %d failed; stopping every process", jax.process_index())
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def build_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:

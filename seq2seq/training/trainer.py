@@ -122,6 +122,16 @@ def train(
         sharding.initialize_processes(
             mesh_config.coordinator_address, mesh_config.num_processes, mesh_config.process_id
         )
+    with sharding.stop_every_process_on_error():
+        return _train(config, run, make_validate, pause_at_minutes)
+
+
+def _train(
+    config: ml_collections.ConfigDict,
+    run: RunDirectory,
+    make_validate: MakeValidateFn | None,
+    pause_at_minutes: float | None,
+) -> RunSummary:
     primary = jax.process_index() == 0  # the one process that writes the run's files
     run.create().save_config(config, write=primary)
     if primary:
