@@ -78,11 +78,12 @@ class RunDirectory:
         return self.path / "averaged_from.json"
 
     def eval_result_file(self, split: str, checkpoint: str = "latest") -> Path:
-        """The scores of ``split`` under the checkpoint rule ``checkpoint`` (``eval.py``'s)."""
-        return self.eval_dir / f"{split}{CheckpointRule.parse(checkpoint).file_suffix}.json"
+        """The scores of ``split`` under the checkpoint rule ``checkpoint`` (``eval.py``'s),
+        which may carry a decoding label after a dash (``latest-ensemble-B``)."""
+        return self.eval_dir / f"{split}{_file_suffix(checkpoint)}.json"
 
     def hypotheses_file(self, split: str, checkpoint: str = "latest") -> Path:
-        return self.eval_dir / f"{split}{CheckpointRule.parse(checkpoint).file_suffix}.hyp.txt"
+        return self.eval_dir / f"{split}{_file_suffix(checkpoint)}.hyp.txt"
 
     def create(self) -> RunDirectory:
         """Makes the directory (and parents) if needed; refuses a path that is a file."""
@@ -149,3 +150,10 @@ class RunDirectory:
         evaluated that way."""
         path = self.eval_result_file(split, checkpoint)
         return json.loads(path.read_text()) if path.exists() else None
+
+
+def _file_suffix(label: str) -> str:
+    """The file-name suffix of a checkpoint rule, followed by what ``evaluation.evaluate``'s
+    decoding label adds after a dash (an ensemble's other runs, sampling settings)."""
+    rule, dash, decoding = label.partition("-")
+    return CheckpointRule.parse(rule).file_suffix + (dash + decoding if decoding else "")

@@ -21,7 +21,7 @@ from seq2seq.data import synthetic
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.evaluation.averaging import write_averaged_run
 from seq2seq.evaluation.bleu import bleu_by_source_length
-from seq2seq.evaluation.evaluate import read_lines, translate_file
+from seq2seq.evaluation.evaluate import evaluate, read_lines, translate_file
 from seq2seq.evaluation.restore import choose_checkpoints, restore_model
 from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
 from seq2seq.evaluation.translator import truncate_source
@@ -364,3 +364,22 @@ def test_missing_paths_end_eval_with_one_line(args, message, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"]
     assert message in result.stderr
+
+
+@pytest.mark.slow
+def test_an_ensemble_s_scores_are_filed_beside_the_run_s_own(workdir):
+    """Scoring a split with an ensemble writes its own files (the run's own scores untouched);
+    a model ensembled with itself translates as the model alone."""
+    alone = evaluate(workdir, "test", checkpoint=str(STEPS[1]), max_sentences=40)
+    own = (workdir / "eval" / f"test@step{STEPS[1]}.hyp.txt").read_text("utf-8")
+    both = evaluate(
+        workdir, "test", checkpoint=str(STEPS[1]), max_sentences=40, ensemble_with=[workdir]
+    )
+    filed = sorted(path.name for path in (workdir / "eval").glob(f"test@step{STEPS[1]}*.hyp.txt"))
+    assert filed == [
+        f"test@step{STEPS[1]}-ensemble-{workdir.name}.hyp.txt",
+        f"test@step{STEPS[1]}.hyp.txt",
+    ]
+    assert (workdir / "eval" / f"test@step{STEPS[1]}.hyp.txt").read_text("utf-8") == own
+    assert (workdir / "eval" / filed[0]).read_text("utf-8") == own
+    assert both["bleu"] == pytest.approx(alone["bleu"]) and alone["bleu"] > 0
