@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 from flax.core import spmd
 from jax.sharding import PartitionSpec
@@ -102,3 +103,16 @@ def constrain(x: Array, *names: str | None) -> Array:
         return x
     spec = partition_spec(names, x.shape, dict(mesh.shape), dict(rules))
     return jax.lax.with_sharding_constraint(x, spec)
+
+
+def lookup(embedding: nnx.Embed, tokens: Array) -> Array:
+    """``embedding(tokens)``, with the table first laid out whole along its width.
+
+    Under FSDP the table is stored split along ``embed``; gathered for use (as every FSDP weight
+    is), its rows come out whole and the activations take the batch's layout. Looked up from the
+    split table, they came out split along their width and had to be copied to every device
+    before moving to the batch's layout (XLA: "involuntary full rematerialization"), and back
+    again in the gradient.
+    """
+    table = constrain(embedding.embedding[...], "vocab", None)  # [V, D]
+    return jnp.take(table, tokens, axis=0)

@@ -36,7 +36,7 @@ from flax import nnx
 
 from seq2seq.attention import AlignmentAttention
 from seq2seq.linear import Linear
-from seq2seq.logical_axes import constrain, metadata
+from seq2seq.logical_axes import constrain, lookup, metadata
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -337,7 +337,9 @@ class RNNSearch(EncoderDecoder):
             raise ValueError("RNNsearch does not support packed examples; set data.pack=False")
         valid = source != PAD_ID  # [B, S]
         x = apply_dropout(
-            self.source_embedding(source).astype(self.dtype), self.config.dropout_rate, dropout
+            lookup(self.source_embedding, source).astype(self.dtype),
+            self.config.dropout_rate,
+            dropout,
         )
         x = constrain(x, "batch", "length", "activation_embed")  # [B, S, m]
         forward = self.forward_encoder.run(self.forward_encoder.input_projection(x), valid)
@@ -385,7 +387,7 @@ class RNNSearch(EncoderDecoder):
             raise ValueError("RNNsearch does not support packed examples; set data.pack=False")
         state = encoded["initial_state"] if cache is None else cache["state"]
         embedded = apply_dropout(
-            self.target_embedding(target_inputs).astype(self.dtype),
+            lookup(self.target_embedding, target_inputs).astype(self.dtype),
             self.config.dropout_rate,
             dropout,
         )  # E y_{i-1}: [B, T, m]

@@ -23,7 +23,7 @@ from seq2seq.attention import (
     segment_mask,
 )
 from seq2seq.linear import Linear
-from seq2seq.logical_axes import constrain, metadata
+from seq2seq.logical_axes import constrain, lookup, metadata
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -347,7 +347,7 @@ class Transformer(EncoderDecoder):
         self, embedding: nnx.Embed, tokens: Array, positions: Array, dropout: Dropout | None
     ) -> Array:
         """Token embedding (times sqrt(d_model), Section 3.4) plus positions, then dropout."""
-        x = embedding(tokens)
+        x = lookup(embedding, tokens)
         if self.config.scale_embeddings:
             x = x * math.sqrt(self.config.d_model)
         if self.config.positions == "learned":
