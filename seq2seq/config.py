@@ -1,5 +1,7 @@
 """The configuration schema: every field, its meaning and unit, in one place.
 
+The ``model.<family>`` sections are generated from the model families' dataclasses
+(``seq2seq.models.schema``), which own those fields, their defaults, allowed values and rules.
 Experiment files in ``configs/`` start from ``default_config()`` and change what they need. The
 schema is locked, so a misspelt key (in a file or on the command line) is an error rather than a
 silently ignored new field. Only entry points and ``build_*`` functions read a config; library
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import ml_collections
 
+# The model families of ``seq2seq.models.MODELS`` (not imported here: see ``_model_sections``).
 MODEL_NAMES = ("transformer", "rnnsearch")
 DATA_SOURCES = ("synthetic", "text", "tfds")
 SYNTHETIC_LENGTHS = ("grammar", "uniform")
@@ -30,6 +33,18 @@ class ConfigError(ValueError):
     """A configuration that cannot run; its message is one line naming the key and the fix."""
 
 
+def _model_sections() -> dict[str, dict[str, object]]:
+    """Each model family's section defaults, from its dataclass (``seq2seq.models.schema``).
+
+    Imported when a config is first made, not with this module: every command imports this
+    module before JAX loads (``cli.start``), and the models bring JAX with them.
+    """
+    from seq2seq.models import MODELS
+    from seq2seq.models.schema import section_defaults
+
+    return {name: section_defaults(family.config_class) for name, family in MODELS.items()}
+
+
 def default_config() -> ml_collections.ConfigDict:
     """Every field the project reads, with its default. Locked: no new keys can be added."""
     config = ml_collections.ConfigDict()
@@ -38,37 +53,11 @@ def default_config() -> ml_collections.ConfigDict:
     config.model = model = ml_collections.ConfigDict()
     model.name = "transformer"  # "transformer" (Vaswani et al. 2017) or "rnnsearch" (Bahdanau)
 
-    model.transformer = t = ml_collections.ConfigDict()  # defaults: the base model, Table 3
-    t.d_model = 512  # width of embeddings and residual stream
-    t.d_ff = 2048  # inner width of the feed-forward blocks
-    t.num_heads = 8  # attention heads h
-    t.d_k = 64  # query/key width per head
-    t.d_v = 64  # value width per head
-    t.encoder_layers = 6  # N, encoder
-    t.decoder_layers = 6  # N, decoder
-    t.dropout_rate = 0.1  # P_drop: sub-layer outputs and embeddings + positions
-    t.attention_dropout_rate = 0.0  # dropout on attention weights (the paper: none)
-    t.relu_dropout_rate = 0.0  # dropout inside feed-forward blocks (the paper: none)
-    t.norm = (
-        "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LN(x))
-    )
-    t.positions = "sinusoidal"  # "sinusoidal" (the paper) or "learned" (Table 3, row E)
-    t.max_positions = 1024  # longest sequence with learned positions (tokens)
-    t.share_embeddings = True  # one embedding matrix for source and target (needs shared vocab)
-    t.tie_output = True  # pre-softmax projection = target embedding^T (three-way tying)
-    t.scale_embeddings = True  # multiply embeddings by sqrt(d_model)
-    t.scan_layers = False  # one jax.lax.scan per stack: compile time independent of depth
-
-    model.rnnsearch = r = ml_collections.ConfigDict()  # defaults: RNNsearch, Appendix A/B
-    r.embedding_size = 620  # word embedding width m
-    r.encoder_hidden_size = 1000  # GRU units per encoder direction n
-    r.decoder_hidden_size = 1000  # decoder GRU units n
-    r.alignment_size = 1000  # hidden width n' of the additive alignment model
-    r.maxout_size = 500  # maxout units l in the deep output
-    r.attention = "additive"  # "additive" (Bahdanau), "dot"/"general" (Luong), "none" (RNNencdec)
-    r.init = "paper"  # "paper": Appendix B.1 (N(0, 0.01^2), ...); "modern": fan-in scaled
-    r.dropout_rate = 0.0  # on embeddings and the maxout output (the paper: none)
-    r.share_embeddings = False  # one embedding table for both languages (needs shared vocab)
+    # One section per model family, generated from its dataclass, which holds each field's
+    # meaning, default and allowed values: models/transformer.py (TransformerConfig, defaults:
+    # the base model of Table 3) and models/rnnsearch.py (RNNSearchConfig, Appendix A/B).
+    for name, defaults in _model_sections().items():
+        model[name] = ml_collections.ConfigDict(defaults)
 
     config.data = data = ml_collections.ConfigDict()
     data.source = "synthetic"  # "synthetic" (embedded toy pair), "text" (files) or "tfds" (WMT)
@@ -296,13 +285,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "train.optimizer", OPTIMIZERS)
     _choice(config, "train.schedule", SCHEDULES)
     _choice(config, "train.dtype", DTYPES)
-    _choice(config, "model.transformer.norm", ("post", "pre"))
-    _choice(config, "model.transformer.positions", ("sinusoidal", "learned"))
-    _choice(config, "model.rnnsearch.attention", ("additive", "dot", "general", "none"))
-    _choice(config, "model.rnnsearch.init", ("paper", "modern"))
     for key, value in flatten(config):
-        counts = ("_size", "_layers", "_steps", "steps", "d_model", "d_ff", "d_k", "d_v")
-        if key.endswith(counts) and not isinstance(value, bool):  # not the switch scan_layers
+        if key.startswith("model."):  # the model sections: checked by their schema, below
+            continue
+        if key.endswith(("_size", "steps")):
             if key in ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps"):
                 _require(value >= 0, f"config.{key}={value} must be >= 0")
             else:
@@ -357,22 +343,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if data.source == "text":
         _require(bool(data.dir), "config.data.dir is empty; data.source='text' needs a folder")
     _require(data.src_lang != data.tgt_lang, "config.data.src_lang equals data.tgt_lang")
-    shares = (
-        config.model.transformer.share_embeddings
-        if config.model.name == "transformer"
-        else config.model.rnnsearch.share_embeddings
-    )
     _require(
-        data.shared_vocab or not shares,
+        data.shared_vocab or not config.model[config.model.name].share_embeddings,
         f"config.model.{config.model.name}.share_embeddings needs data.shared_vocab=True",
     )
-    rnn = config.model.rnnsearch
-    if config.model.name == "rnnsearch" and rnn.attention == "dot":
-        _require(
-            rnn.decoder_hidden_size == 2 * rnn.encoder_hidden_size,
-            "config.model.rnnsearch.attention='dot' needs decoder_hidden_size == "
-            "2 * encoder_hidden_size; use 'general' or 'additive'",
-        )
+    _check_model_sections(config)
     _validate_processes(config.mesh)
     _validate_rules(config.mesh)
     _require(
@@ -400,6 +375,17 @@ def _validate_rules(mesh: ml_collections.ConfigDict) -> None:
             len(set(axes)) == len(axes),
             f"config.mesh.rules.{name}={value!r} names a mesh axis twice",
         )
+
+
+def _check_model_sections(config: ml_collections.ConfigDict) -> None:
+    """Each ``model.<family>`` section against its dataclass (``seq2seq.models.schema``)."""
+    from seq2seq.models import check_model_sections
+    from seq2seq.models.schema import FieldError
+
+    try:
+        check_model_sections(config)
+    except FieldError as error:
+        raise ConfigError(f"config.{error}") from None
 
 
 def _validate_processes(mesh: ml_collections.ConfigDict) -> None:

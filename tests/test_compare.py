@@ -9,9 +9,10 @@ import statistics
 import pytest
 
 from seq2seq import config as config_lib
-from seq2seq.compare import RunSpec, Settings, compare, expand_suite
+from seq2seq.compare import RunSpec, Settings, compare, expand_suite, runner
 from seq2seq.compare.report import provenance_warnings
 from seq2seq.compare.suites import table3_runs
+from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
 from tests.conftest import REPO, assert_compare_refuses
 
@@ -186,7 +187,15 @@ def test_runs_made_under_different_versions_or_changed_midway_are_flagged():
 
 
 @pytest.mark.slow
-def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
+def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path, monkeypatch):
+    # Validation BLEU that peaks before the end, so that scoring the latest step fails the test.
+    scores = {4: 10.0, 8: 30.0, 12: 20.0}
+
+    def validate_with_scores(*args):
+        validate = make_validate_fn(*args)
+        return lambda state: {**validate(state), "bleu": scores[int(state.step)]}
+
+    monkeypatch.setattr(runner, "make_validate_fn", validate_with_scores)
     config_file = tmp_path / "tiny_rnnsearch.py"
     config_file.write_text(
         TINY_CONFIG.format(model="rnnsearch")
@@ -202,6 +211,7 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path):
     validated = {r["step"]: r["bleu"] for r in run.read_metrics() if r["kind"] == "validation"}
     assert sorted(validated) == [4, 8, 12]
     best = max(validated, key=lambda step: (validated[step], step))
+    assert validated == scores and best == 8
     assert outcomes[0].result["checkpoint"] == f"step {best}"
     text = report.read_text()
     assert "checkpoint: each run's best by validation BLEU" in text

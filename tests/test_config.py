@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from flax import nnx
 
 from seq2seq.config import ConfigError, default_config, unknown_key_message, validate
 from tests.conftest import REPO
@@ -101,3 +102,60 @@ def test_processes_started_by_hand_are_named_together(address, processes, proces
     else:
         with pytest.raises(ConfigError, match=error):
             validate(config)
+
+
+def _parse(*arguments: str):
+    """The config that ``--config FILE ARGUMENTS`` gives an entry point."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    argv = ["train.py", "--config", str(REPO / "configs/quickstart_transformer.py"), *arguments]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
+    values(argv)
+    return values.config
+
+
+def test_a_model_field_is_set_from_the_command_line_and_reaches_the_model():
+    from seq2seq.models import build_model, count_params
+
+    config = _parse("--config.model.transformer.d_k=4", "--config.model.transformer.d_v=4")
+    assert config.model.transformer.d_k == 4
+
+    def parameters(config) -> int:
+        model = nnx.eval_shape(lambda: build_model(validate(config), 50, 50, seed=0))
+        return count_params(nnx.state(model, nnx.Param))
+
+    narrow, wide = parameters(config), parameters(_parse())
+    assert narrow < wide  # the per-head projections shrank with d_k and d_v
+    with pytest.raises(Exception, match="d_k"):
+        _parse("--config.model.transformer.d_k=wide")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("init", "xavier", "init='xavier' is not one of paper, modern"),
+        ("maxout_size", 0, "maxout_size=0 must be positive"),
+        ("attention", "dot", r"attention='dot' needs decoder_hidden_size == 2 \*"),
+    ],
+)
+def test_a_model_rule_is_the_same_for_a_config_and_for_the_model_built_directly(
+    field, value, message
+):
+    from seq2seq.models import RNNSearchConfig
+
+    config = default_config()
+    config.model.name = "rnnsearch"
+    config.model.rnnsearch[field] = value
+    with pytest.raises(ConfigError, match=rf"^config\.model\.rnnsearch\.{message}"):
+        validate(config)
+    with pytest.raises(ValueError, match=rf"^{message}"):
+        RNNSearchConfig(30, 30, **{field: value})
+
+
+def test_the_config_has_one_section_per_model_family():
+    from seq2seq.config import MODEL_NAMES
+    from seq2seq.models import MODELS
+
+    assert set(MODEL_NAMES) == set(MODELS) == set(default_config().model) - {"name"}

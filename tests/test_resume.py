@@ -27,9 +27,9 @@ def _losses(workdir) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"}
 
 
-def _run(workdir, *overrides, check=True):
+def _run(workdir, *overrides, check=True, model="transformer"):
     result = subprocess.run(
-        train_command(workdir, "transformer", *COMMON, *overrides),
+        train_command(workdir, model, *COMMON, *overrides),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -41,9 +41,9 @@ def _run(workdir, *overrides, check=True):
     return result
 
 
-def _start(workdir):
+def _start(workdir, model="transformer"):
     return subprocess.Popen(
-        train_command(workdir, "transformer", *COMMON),
+        train_command(workdir, model, *COMMON),
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -77,6 +77,19 @@ def test_resume_after_sigkill_is_bit_exact(uninterrupted, tmp_path):
     assert max(_losses(tmp_path)) < STEPS, "the run finished before it could be killed"
     _run(tmp_path)
     assert _losses(tmp_path) == _losses(uninterrupted)  # every logged step, bit for bit
+
+
+def test_rnnsearch_resume_after_sigkill_is_bit_exact(tmp_path):
+    """The same for RNNsearch, whose state and batches (bucketed, not packed) differ."""
+    uninterrupted = tmp_path / "uninterrupted"
+    _run(uninterrupted, model="rnnsearch")
+    process = _start(tmp_path / "killed", "rnnsearch")
+    _wait_for_step(process, tmp_path / "killed", 13)
+    process.kill()
+    process.wait()
+    assert max(_losses(tmp_path / "killed")) < STEPS, "the run finished before it could be killed"
+    _run(tmp_path / "killed", model="rnnsearch")
+    assert _losses(tmp_path / "killed") == _losses(uninterrupted)
 
 
 def test_sigterm_saves_a_checkpoint_before_exiting(uninterrupted, tmp_path):

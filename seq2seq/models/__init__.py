@@ -10,6 +10,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from seq2seq.models import schema
 from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Dropout, Seq2SeqModel
 from seq2seq.models.flops import (
     TRAIN_FORWARD_MULTIPLE,
@@ -81,6 +82,7 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "build_model",
+    "check_model_sections",
     "count_params",
     "model_config",
     "model_family",
@@ -93,17 +95,31 @@ __all__ = [
 def model_config(
     config: ml_collections.ConfigDict, source_vocab_size: int, target_vocab_size: int
 ) -> TransformerConfig | RNNSearchConfig:
-    """The model's dataclass config from ``config.model`` (the fields of the chosen model only)."""
-    config_class = model_family(config).config_class
-    section = model_section(config)
-    fields = {field.name for field in dataclasses.fields(config_class)}
-    values = {key: value for key, value in section.items() if key in fields}
-    return config_class(
+    """The chosen family's typed config: its ``config.model.<name>`` section, the vocabulary
+    sizes and ``train.dtype`` (checked by the dataclass: ``schema.FieldError`` names a field)."""
+    return model_family(config).config_class(
         source_vocab_size=source_vocab_size,
         target_vocab_size=target_vocab_size,
         dtype=config.train.dtype,
-        **values,
+        **model_section(config).to_dict(),
     )
+
+
+def check_model_sections(config: ml_collections.ConfigDict) -> None:
+    """Every family's ``config.model.<name>`` against its schema: each field alone, and for the
+    chosen family its own rules too, with the vocabulary the config sets (``data.vocab_size``).
+
+    Raises:
+      FieldError: prefixed with the section, e.g. ``model.rnnsearch.init='xavier' is not ...``.
+    """
+    for name, family in MODELS.items():
+        try:
+            if name == config.model.name:
+                model_config(config, config.data.vocab_size, config.data.vocab_size)
+            else:
+                schema.check_fields(family.config_class, config.model[name].to_dict())
+        except schema.FieldError as error:
+            raise error.within(f"model.{name}") from None
 
 
 def build_model(

@@ -29,6 +29,7 @@ direction, n_dec decoder units, A alignment width, l maxout units, V target voca
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -48,27 +49,40 @@ from seq2seq.models.base import (
     apply_dropout,
     check_shared_vocabulary,
 )
-
-ATTENTIONS = ("additive", "dot", "general", "none")
-INITIALISATIONS = ("paper", "modern")
+from seq2seq.models.schema import FieldError, check
 
 
 @dataclasses.dataclass(frozen=True)
 class RNNSearchConfig:
-    """Sizes; the defaults are RNNsearch as trained by Bahdanau et al. (Appendix B)."""
+    """RNNsearch's schema: every size and switch; the defaults are Bahdanau et al.'s (Appendix B).
 
-    source_vocab_size: int
+    ``config.model.rnnsearch`` is generated from these fields (``seq2seq.models.schema``).
+    """
+
+    source_vocab_size: int  # from the run's tokenizer
     target_vocab_size: int
-    embedding_size: int = 620  # m
-    encoder_hidden_size: int = 1000  # n, per direction
-    decoder_hidden_size: int = 1000  # n
-    alignment_size: int = 1000  # n', the width of the additive scorer's hidden layer
-    maxout_size: int = 500  # l
-    attention: str = "additive"  # or Luong et al.'s "dot" / "general"; "none" is RNNencdec
-    init: str = "paper"  # "paper" (Appendix B.1) or "modern" (fan-in scaled); see initializers
-    dropout_rate: float = 0.0  # the paper uses none; applied to embeddings and to t_i
-    share_embeddings: bool = False  # one embedding table for both languages (shared vocabulary)
-    dtype: str = "float32"
+    embedding_size: int = 620  # word embedding width m
+    encoder_hidden_size: int = 1000  # GRU units per encoder direction n
+    decoder_hidden_size: int = 1000  # decoder GRU units n
+    alignment_size: int = 1000  # hidden width n' of the additive alignment model
+    maxout_size: int = 500  # maxout units l in the deep output
+    # "additive" (Bahdanau), "dot" / "general" (Luong et al.), "none" (RNNencdec: one fixed c)
+    attention: Literal["additive", "dot", "general", "none"] = "additive"
+    # "paper": Appendix B.1 (N(0, 0.01^2), ...); "modern": fan-in scaled (see initializers)
+    init: Literal["paper", "modern"] = "paper"
+    dropout_rate: float = 0.0  # on embeddings and the maxout output t_i (the paper: none)
+    share_embeddings: bool = False  # one embedding table for both languages (needs shared vocab)
+    dtype: str = "float32"  # compute dtype (train.dtype); parameters stay float32
+
+    def __post_init__(self):
+        check(self)
+        check_shared_vocabulary(self)
+        if self.attention == "dot" and self.decoder_hidden_size != 2 * self.encoder_hidden_size:
+            raise FieldError(  # Luong's dot score compares s_{i-1} with h_j directly
+                "attention",
+                self.attention,
+                "needs decoder_hidden_size == 2 * encoder_hidden_size; use 'general' or 'additive'",
+            )
 
 
 # -- initialisation -------------------------------------------------------------------------
@@ -256,11 +270,6 @@ class RNNSearch(EncoderDecoder):
     """RNNsearch (or, with ``attention="none"``, RNNencdec) behind the ``Seq2SeqModel`` contract."""
 
     def __init__(self, config: RNNSearchConfig, *, rngs: nnx.Rngs):
-        check_shared_vocabulary(config)
-        if config.attention not in ATTENTIONS:
-            raise ValueError(f"attention={config.attention!r} is not one of {ATTENTIONS}")
-        if config.init not in INITIALISATIONS:
-            raise ValueError(f"init={config.init!r} is not one of {INITIALISATIONS}")
         self.config = config
         dtype = jnp.dtype(config.dtype)
         self.dtype = dtype
