@@ -447,7 +447,7 @@ def split_decode_benchmark(
     split_name = sources.resolve_split(config.data, split)
     pairs = load_pairs(config, split_name)
     sentences = [source for source, _ in pairs]
-    references = [[target for _, target in pairs]]
+    references = [target for _, target in pairs]
     translator = Translator.restore(workdir, beam_size=beam_size)
     first_pass, seconds, hypotheses = _two_passes(translator, sentences)
     result = {
