@@ -25,6 +25,7 @@ from seq2seq.evaluation.evaluate import evaluate, read_lines, translate_file
 from seq2seq.evaluation.restore import choose_checkpoints, restore_model
 from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
 from seq2seq.evaluation.translator import truncate_source
+from seq2seq.run_directory import RunDirectory
 from seq2seq.training.checkpoints import Checkpoints, IncompatibleCheckpointError
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID
@@ -282,7 +283,7 @@ def test_the_exported_model_translates_as_this_package_does(workdir):
     scores = json.loads(result.stdout.strip().splitlines()[-1])
     assert scores["engine"] == "ctranslate2" and scores["n"] == len(synthetic.load_split("test"))
     assert "exported at int8" in scores["checkpoint"]
-    assert (workdir / "eval" / "test@latest-ctranslate2-int8.json").is_file()
+    assert RunDirectory(workdir).eval_result_file("test", "latest-ctranslate2-int8").is_file()
 
 
 @pytest.mark.slow
