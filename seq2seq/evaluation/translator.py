@@ -207,6 +207,12 @@ class Translator:
         self._search = jax.jit(search)
 
     @property
+    def model(self) -> nnx.Module:
+        """The first member as a model, e.g. for a teacher-forced pass that plots attention."""
+        member = self.members[0]
+        return nnx.merge(member.graphdef, member.params)
+
+    @property
     def params(self) -> nnx.State | None:
         """The first member's parameters (validation swaps in the training state's)."""
         return self.members[0].params

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from flax import nnx
 
 from seq2seq.evaluation.translator import Translator
 from seq2seq.models.base import shift_right
@@ -38,7 +37,7 @@ def cross_attention(
     if target is None:
         target = translator.translate([sentence]).hypotheses[0]
     target_ids = tokenizer.encode_target([target])[0]
-    model = nnx.merge(translator.graphdef, translator.params)
+    model = translator.model
     _, aux = model(source[None], shift_right(target_ids[None]), return_attention=True)
     if "cross_attention" not in aux:
         return None
