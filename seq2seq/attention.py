@@ -416,25 +416,20 @@ class AlignmentAttention(nnx.Module):
         if scoring == "additive":
             hidden_size = hidden_size or query_size
             normal = kernel_init or nnx.initializers.normal(0.001)
-            names = ("hidden", "alignment")
-            self.w_a = Linear(
-                query_size,
-                hidden_size,
-                names=names,
-                use_bias=False,
-                kernel_init=normal,
-                dtype=dtype,
-                rngs=rngs,
-            )
-            self.u_a = Linear(
-                key_size,
-                hidden_size,
-                names=names,
-                use_bias=False,
-                kernel_init=normal,
-                dtype=dtype,
-                rngs=rngs,
-            )
+
+            def projection(in_size: int) -> Linear:  # W_a (from s_{i-1}) and U_a (from h_j)
+                return Linear(
+                    in_size,
+                    hidden_size,
+                    names=("hidden", "alignment"),
+                    use_bias=False,
+                    kernel_init=normal,
+                    dtype=dtype,
+                    rngs=rngs,
+                )
+
+            self.w_a = projection(query_size)
+            self.u_a = projection(key_size)
             self.v_a = param(vector_init(rngs.params(), (hidden_size,), jnp.float32), "alignment")
         elif scoring == "general":
             general_init = kernel_init or nnx.initializers.lecun_normal()
