@@ -61,7 +61,7 @@ def train(config, state, schedule, data, mesh=None, start=0, checkpoints=None):
         place = lambda batch: batch  # noqa: E731
     else:
         rules = sharding.AxisRules.from_config(config.mesh.rules)
-        batch_sharding = sharding.batch_sharding(mesh)
+        batch_sharding = sharding.batch_sharding(mesh, rules)
         step = make_train_step(
             label_smoothing=0.1,
             schedule=schedule,

@@ -16,7 +16,13 @@ from jax.sharding import PartitionSpec as P
 from seq2seq.config import ConfigError, default_config, load_saved, validate
 from seq2seq.logical_axes import names_of, partition_spec
 from seq2seq.models import build_model
-from seq2seq.training.sharding import AxisRules
+from seq2seq.training.sharding import (
+    MESH_AXES,
+    AxisRules,
+    batch_sharding,
+    data_parallel_size,
+    default_rules,
+)
 from tests.conftest import REPO, subprocess_env, tiny_config
 
 VARIANTS = {
@@ -76,6 +82,17 @@ def test_partition_spec_follows_the_table_and_drops_what_cannot_apply():
     )
     with pytest.raises(ValueError, match="no rule; add config.mesh.rules.heads"):
         partition_spec(("heads",), (8,), mesh, RULES)
+
+
+def test_the_batch_is_split_as_the_tables_batch_rule_says():
+    mesh = jax.sharding.AbstractMesh((2, 4, 2), MESH_AXES)
+    assert batch_sharding(mesh, default_rules()).spec == P(("data", "fsdp"))
+    assert data_parallel_size(mesh, default_rules()) == 8
+    config = default_config()
+    config.mesh.rules.batch = "data"  # FSDP devices then share their sentences
+    rules = AxisRules.from_config(config.mesh.rules)
+    assert batch_sharding(mesh, rules).spec == P("data")
+    assert data_parallel_size(mesh, rules) == 2
 
 
 def test_a_rule_naming_an_unknown_mesh_axis_is_refused():

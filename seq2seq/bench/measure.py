@@ -180,7 +180,7 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
     state, schedule = create_state(config, vocab, vocab)
     state_shardings = sharding.state_sharding(mesh, state, rules)
     state = jax.device_put(state, state_shardings)
-    batch_sharding = sharding.batch_sharding(mesh)
+    batch_sharding = sharding.batch_sharding(mesh, rules)
     device_batch = sharding.global_batch(batch, batch_sharding)
     step = make_train_step(
         label_smoothing=config.train.label_smoothing,

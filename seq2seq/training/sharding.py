@@ -31,7 +31,6 @@ from seq2seq.logical_axes import names_of, partition_spec
 logger = logging.getLogger(__name__)
 
 MESH_AXES = ("data", "fsdp", "tensor")
-DATA_AXES = ("data", "fsdp")  # the batch is split over both (the default rule for "batch")
 HEARTBEAT_TIMEOUT_SECONDS = 30
 
 
@@ -125,9 +124,17 @@ def build_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> 
     return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=auto, devices=devices)
 
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Leading (batch) axis split over the data-parallel axes."""
-    return NamedSharding(mesh, PartitionSpec(DATA_AXES))
+def batch_axes(rules: AxisRules) -> tuple[str, ...]:
+    """The mesh axes the table's ``batch`` rule splits sentences over."""
+    if "batch" not in rules.mesh_axes:
+        raise ValueError("logical axis 'batch' has no rule; add config.mesh.rules.batch")
+    return rules.mesh_axes["batch"]
+
+
+def batch_sharding(mesh: Mesh, rules: AxisRules) -> NamedSharding:
+    """A batch's leading (sentence) axis split over the mesh axes of the ``batch`` rule."""
+    axes = batch_axes(rules)
+    return NamedSharding(mesh, PartitionSpec(axes or None))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -170,9 +177,9 @@ def count_split(shardings) -> int:
     return sum(not s.is_fully_replicated for s in jax.tree.leaves(shardings))
 
 
-def data_parallel_size(mesh: Mesh) -> int:
+def data_parallel_size(mesh: Mesh, rules: AxisRules) -> int:
     """How many ways the batch is split; global batch sizes must be multiples of it."""
-    return mesh.shape["data"] * mesh.shape["fsdp"]
+    return int(np.prod([mesh.shape[axis] for axis in batch_axes(rules)], dtype=np.int64))
 
 
 def global_batch(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:

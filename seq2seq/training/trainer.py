@@ -138,7 +138,7 @@ def _train(
         provenance.record_start(run.path)  # versions, devices and commit of this (re)start
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     rules = sharding.AxisRules.from_config(config.mesh.rules)
-    multiple = sharding.data_parallel_size(mesh) * config.train.grad_accum_steps
+    multiple = sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
     data = build_training_data(config, run.tokenizer_dir, batch_multiple=multiple)
     state, schedule = create_state(
         config, data.tokenizer.source_vocab_size, data.tokenizer.target_vocab_size
@@ -147,12 +147,13 @@ def _train(
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     batches = iter(data.batches)
     state, progress = _restore_or_place(checkpoints, state, state_shardings, batches)
+    batch_sharding = sharding.batch_sharding(mesh, rules)
     step_fn = make_train_step(
         label_smoothing=config.train.label_smoothing,
         schedule=schedule,
         grad_accum_steps=config.train.grad_accum_steps,
         state_sharding=state_shardings,
-        batch_sharding=sharding.batch_sharding(mesh),
+        batch_sharding=batch_sharding,
         metrics_sharding=sharding.replicated(mesh),
         axis_rules=rules,
     )
@@ -172,7 +173,9 @@ def _train(
         vocab = data.tokenizer.target_vocab_size
         return float(np.sum(train_flops(config, vocab, source_lengths, target_lengths)))
 
-    loop = _Loop(config, step_fn, checkpoints, writer, batches, validate, mesh, batch_flops)
+    loop = _Loop(
+        config, step_fn, checkpoints, writer, batches, validate, batch_sharding, batch_flops
+    )
     loop.progress.update(progress)
     pause_seconds = math.inf if pause_at_minutes is None else pause_at_minutes * 60
     try:
@@ -212,14 +215,16 @@ def _restore_or_place(checkpoints, state, state_shardings, batches) -> tuple[Tra
 class _Loop:
     """Steps, logs, validates and checkpoints; one method per concern."""
 
-    def __init__(self, config, step_fn, checkpoints, writer, batches, validate, mesh, batch_flops):
+    def __init__(
+        self, config, step_fn, checkpoints, writer, batches, validate, batch_sharding, batch_flops
+    ):
         self.config = config
         self.step_fn = step_fn
         self.checkpoints = checkpoints
         self.writer = writer
         self.batches = batches
         self.validate = validate
-        self.batch_sharding = sharding.batch_sharding(mesh)
+        self.batch_sharding = batch_sharding  # where each step's batch is placed
         self.batch_flops = batch_flops  # (source lengths, target lengths) -> training FLOPs
         self.loss = math.nan
         self.seconds = 0.0  # this session's training time (validation left out)
