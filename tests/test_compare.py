@@ -11,7 +11,7 @@ import pytest
 from seq2seq import config as config_lib
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, runner
 from seq2seq.compare.report import provenance_warnings
-from seq2seq.compare.suites import table3_runs
+from seq2seq.compare.suites import select_runs, table3_runs
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
 from tests.conftest import REPO, assert_compare_refuses
@@ -148,6 +148,18 @@ def test_table3_rows_follow_the_paper_scaled_to_the_base():
         config_lib.validate(config)
 
 
+def test_rows_pick_runs_by_name_or_pattern_and_table3_keeps_its_base():
+    base_path = REPO / "configs" / "quickstart_transformer.py"
+    runs = table3_runs(base_path, config_lib.load_config_file(base_path))
+    picked = [spec.name.split("-", 1)[1] for spec in select_runs(runs, ["D_*", "E_learned"], True)]
+    assert picked == ["base", "D_drop0.2", "D_ls0.0", "D_ls0.2", "E_learned"]
+    assert [s.name for s in select_runs(expand_suite("multi30k"), ["*rnnsearch"], False)] == [
+        "multi30k_rnnsearch"
+    ]
+    with pytest.raises(ValueError, match="--rows 'F_\\*' matches no run; the runs are: base, A_h1"):
+        select_runs(runs, ["F_*"], True)
+
+
 def test_named_suites_expand_to_existing_configs():
     assert [s.name for s in expand_suite("quickstart")] == [
         "quickstart_transformer",
@@ -163,6 +175,7 @@ def test_named_suites_expand_to_existing_configs():
     [
         (["--suite", "quickstart", "--configs", "configs/quickstart_rnnsearch.py"], "not both"),
         (["--suite", "table3"], "--suite table3 needs --base"),
+        (["--configs", "configs/quickstart_transformer.py", "--rows", "base"], "--rows picks"),
         (["--configs", "configs/quickstart_transformer.py", "--config.train.stepz=3"], "stepz"),
     ],
 )

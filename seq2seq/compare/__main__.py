@@ -16,14 +16,21 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.checkpoint_rule import rules_help
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
+from seq2seq.compare.suites import select_runs
 from seq2seq.config import default_config
 
 
-def _specs(configs: list[str], suite: str | None, base: str | None) -> tuple[list[RunSpec], str]:
+def _specs(
+    configs: list[str], suite: str | None, base: str | None, rows: list[str]
+) -> tuple[list[RunSpec], str]:
     if bool(configs) == bool(suite):
         raise ValueError("pass either --configs A.py B.py ... or --suite NAME (not both)")
+    if rows and not suite:
+        raise ValueError("--rows picks runs of a suite; with --configs, list only the ones to run")
     if suite:
-        specs = expand_suite(suite, Path(base) if base else None)
+        specs = select_runs(
+            expand_suite(suite, Path(base) if base else None), rows, suite == "table3"
+        )
         return specs, f"Comparison: the {suite} suite"
     specs = [RunSpec(Path(path).stem, Path(path)) for path in configs]
     return specs, "Comparison: " + ", ".join(spec.name for spec in specs)
@@ -45,6 +52,12 @@ def run() -> None:
     )
     suite = flags.DEFINE_enum("suite", None, suite_names(), "A named set of configs.")
     base = flags.DEFINE_string("base", None, "The base config of --suite table3.")
+    rows = flags.DEFINE_list(
+        "rows",
+        [],
+        "Only the suite's runs matching these names or patterns, e.g. D_*,E_learned (table3's "
+        "base always runs: every row is compared against it).",
+    )
     workdir = flags.DEFINE_string("workdir", None, "Parent directory of every run and the report.")
     budget = flags.DEFINE_float("budget_minutes", None, "Training minutes per run (all equal).")
     budget_steps = flags.DEFINE_integer(
@@ -94,7 +107,7 @@ def run() -> None:
 
     def main(argv: list[str]) -> None:
         extra = [arg for arg in argv[1:] if not arg.startswith("-")]
-        specs, title = _specs([*configs.value, *extra], suite.value, base.value)
+        specs, title = _specs([*configs.value, *extra], suite.value, base.value, rows.value)
         given = config_flags.get_override_values(flags.FLAGS["config"])
         settings = Settings(
             overrides=tuple(sorted(given.items())),

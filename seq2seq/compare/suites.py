@@ -8,6 +8,8 @@ config. ``table3`` derives its rows from any base config, following the rows of 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+from collections.abc import Sequence
 from pathlib import Path
 
 import ml_collections
@@ -62,6 +64,32 @@ def expand_suite(name: str, base: Path | None = None) -> list[RunSpec]:
     if missing:
         raise ValueError(f"suite {name!r} needs {missing[0]}, which is missing from configs/")
     return specs
+
+
+def select_runs(specs: list[RunSpec], patterns: Sequence[str], keep_first: bool) -> list[RunSpec]:
+    """The runs whose name, or its part after the base's name (``D_drop0.0``), matches one of
+    ``patterns`` (shell-style, ``D_*``); with ``keep_first`` the first run (table3's base, which
+    every other row is compared against) stays whatever the patterns say.
+
+    Raises:
+      ValueError: a pattern matches no run (the line lists the runs there are).
+    """
+    if not patterns:
+        return specs
+
+    def names(spec: RunSpec) -> tuple[str, str]:
+        return spec.name, spec.name.split("-", 1)[-1]
+
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for spec in specs for name in names(spec)):
+            choices = ", ".join(names(spec)[1] for spec in specs)
+            raise ValueError(f"--rows {pattern!r} matches no run; the runs are: {choices}")
+    return [
+        spec
+        for index, spec in enumerate(specs)
+        if (keep_first and index == 0)
+        or any(fnmatch.fnmatchcase(name, p) for p in patterns for name in names(spec))
+    ]
 
 
 def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpec]:
