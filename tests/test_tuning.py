@@ -1,11 +1,12 @@
 """Tuning inside a comparison: the same trials for every model, chosen on validation only,
 trials reused on a rerun, bad --tune flags refused with one line."""
 
+import dataclasses
 import json
 
 import pytest
 
-from seq2seq.compare import RunSpec, Settings, compare, make_tuning, tuning
+from seq2seq.compare import RunSpec, Settings, compare, make_tuning, runner, tuning
 from seq2seq.config import ConfigError
 from seq2seq.data import sources
 from seq2seq.report import figures
@@ -313,3 +314,32 @@ def test_model_field_keys_tune_each_configs_own_model(tmp_path):
             tuning.check_overrides(plan, Settings(overrides=((key, 0.2),)))
     with pytest.raises(ConfigError, match="unknown config key 'model.dropout_rat'"):
         make_tuning(["model.dropout_rat=0.1,0.2"], 5)
+
+
+@pytest.mark.slow
+def test_a_winning_trial_trained_to_the_final_budget_is_the_final_run_of_its_seed(halved):
+    plan, workdir, results = halved
+    final = Settings(budget_minutes=plan.rung_minutes(1), seeds=2, slice_minutes=0)
+    outcomes = [
+        runner.prepare(result.tuned_spec(), final, seed, workdir)
+        for result in results
+        for seed in range(final.seeds)
+    ]
+    assert (
+        tuning.reuse_winners(results, outcomes, dataclasses.replace(final, budget_minutes=1), plan)
+        == []
+    )
+    assert not any(outcome.run.path.exists() for outcome in outcomes)
+
+    copied = tuning.reuse_winners(results, outcomes, final, plan)
+    assert copied == [f"{name}-seed0" for name in MODELS]
+    runner.check_reuse(outcomes)  # the same identity as the trial: reusable, not refused
+    for result in results:
+        winner = next(t for t in result.trials if t.point == result.chosen)
+        run = RunDirectory(workdir / f"{result.spec.name}-seed0")
+        assert run.metrics_file.read_text() == winner.run.metrics_file.read_text()
+        assert not (workdir / f"{result.spec.name}-seed1").exists()  # another seed: trained
+    metrics = outcomes[0].run.metrics_file.read_text()
+    assert not runner.train_in_slices(outcomes[:1], 0)  # already at its budget: no training
+    assert outcomes[0].run.metrics_file.read_text() == metrics
+    assert tuning.reuse_winners(results, outcomes, final, plan) == copied  # a rerun: the same

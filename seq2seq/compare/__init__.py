@@ -34,7 +34,7 @@ from seq2seq.compare.runner import (
     train_in_slices,
 )
 from seq2seq.compare.suites import RunSpec, expand_suite, suite_names
-from seq2seq.compare.tuning import Tuning, check_overrides, make_tuning, tune
+from seq2seq.compare.tuning import Tuning, check_overrides, make_tuning, reuse_winners, tune
 
 __all__ = [
     "RunOutcome",
@@ -97,6 +97,7 @@ def compare(
         for spec in specs
         for seed_index in range(settings.seeds)
     ]
+    copied = reuse_winners(tuned, outcomes, settings, tuning) if tuned else []
     check_reuse(outcomes)
     logger.info(
         "== training %d runs%s",
@@ -107,8 +108,8 @@ def compare(
     )
     if train_in_slices(outcomes, settings.slice_minutes):
         logger.warning("preempted: writing the report so far; rerun to continue")
-        return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned)
+        return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned, copied)
     for index, outcome in enumerate(outcomes, start=1):
         logger.info("== scoring run %d of %d: %s", index, len(outcomes), outcome.name)
         evaluate_outcome(outcome, settings)
-    return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned)
+    return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned, copied)

@@ -210,10 +210,12 @@ def write_report(
     title: str,
     tuning: tuning_lib.Tuning | None = None,
     tuned: Sequence[tuning_lib.ModelTuning] | None = None,
+    winners: Sequence[str] = (),
 ) -> Path:
     """Writes ``report.md``, ``report.json`` and the figures under ``root``; returns the .md.
 
-    With ``tuning`` and its results ``tuned``, both get a tuning section and its figure.
+    With ``tuning`` and its results ``tuned``, both get a tuning section and its figure;
+    ``winners`` are the final runs copied from their winning trial (``tuning.reuse_winners``).
     """
     figure_dir = root / "figures"
     figure_dir.mkdir(parents=True, exist_ok=True)
@@ -256,6 +258,7 @@ def write_report(
         },
         **review,
         "tuning": tuning_lib.report_json(tuning, tuned) if tuning is not None and tuned else None,
+        "copied_from_winning_trial": list(winners),
         "runs": rows,
         "configs": [
             {
@@ -278,6 +281,15 @@ def write_report(
     if tuning is not None and tuned:
         figure = str(figure_paths["tuning"][0].relative_to(root))
         tuning_lines = tuning_lib.report_lines(tuning, tuned, figure)
+        if winners:
+            tuning_lines += [
+                "",
+                f"The final runs {', '.join(f'`{name}`' for name in winners)} are their "
+                "config's winning trial, whose last rung trained to the final budget: copied, "
+                "not trained again. Chosen for its validation BLEU, such a run may score a "
+                "little higher on the test set than a fresh seed would; every config's seed "
+                "shares this.",
+            ]
     review_lines = _review_lines(review, rows, settings)
     path.write_text(
         _markdown(title, table_rows, rows, settings, figure_paths, root, tuning_lines, review_lines)

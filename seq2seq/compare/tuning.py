@@ -30,6 +30,7 @@ import dataclasses
 import itertools
 import logging
 import random
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,6 +48,7 @@ SAMPLE_SEED = 0  # draws the --tune_samples points (the same for every model and
 TUNING_DIR = "tuning"  # trials live in WORKDIR/tuning/<config name>/<point>
 # Set by the trial budget itself; a --tune of it would make the budgets unequal.
 UNTUNABLE = frozenset({"train.time_budget_minutes"})
+WINNER_MARK = "winning_trial.txt"  # in a final run copied from its winning trial: the trial
 
 Point = tuple[tuple[str, object], ...]  # (dotted key, value) per swept key, in grid order
 
@@ -325,6 +327,50 @@ def best_trial(trials: Sequence[Trial]) -> Trial | None:
 def _ranked(trials: Sequence[Trial]) -> list[Trial]:
     scored = [t for t in trials if t.status == "ok" and t.validation_bleu is not None]
     return sorted(scored, key=lambda t: (-t.validation_bleu, t.validation_perplexity or 0.0))
+
+
+def reuse_winners(
+    results: Sequence[ModelTuning], outcomes: Sequence, settings: Settings, tuning: Tuning
+) -> list[str]:
+    """Final runs that are their config's winning trial, copied instead of trained again.
+
+    When the last rung's minutes equal the final budget, the winning trial is exactly the final
+    run of its seed (the same config, seed and minutes; resuming is exact, so the rungs' pauses
+    change nothing): its folder is copied to that run's, and the comparison reuses it as it
+    reuses any finished run. Only runs whose folder does not exist yet are filled this way.
+    Picked for its validation BLEU, the copy may score a little luckier on the test set than a
+    fresh seed would; every config gets the same treatment, and the report says which runs.
+
+    Returns:
+      The names of the runs copied, now and by earlier invocations of the same comparison.
+    """
+    if settings.budget_steps is not None or settings.budget_minutes != tuning.rung_minutes(
+        tuning.rungs - 1
+    ):
+        return []
+    copied = []
+    for result in results:
+        winner = next((t for t in result.trials if t.point == result.chosen), None)
+        if winner is None or winner.status != "ok" or winner.config is None:
+            continue
+        for outcome in outcomes:
+            if outcome.spec.name != result.spec.name or outcome.config is None:
+                continue
+            if outcome.config.seed != winner.config.seed:
+                continue
+            if config_lib.identity_differences(winner.config, outcome.config):
+                continue
+            if not outcome.run.path.exists():
+                logger.info(
+                    "== %s: the winning trial %s, copied (trained to the final budget)",
+                    outcome.name,
+                    winner.run.path.name,
+                )
+                shutil.copytree(winner.run.path, outcome.run.path)
+                (outcome.run.path / WINNER_MARK).write_text(str(winner.run.path) + "\n")
+            if (outcome.run.path / WINNER_MARK).exists():
+                copied.append(outcome.name)
+    return copied
 
 
 def _validation_splits(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict:
