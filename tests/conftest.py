@@ -12,9 +12,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
-# Compile each jitted function once per machine, not once per test session.
-jax.config.update("jax_compilation_cache_dir", str(REPO / ".jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+# Compile each program once per machine, not once per process: the test processes, every
+# entry-point subprocess and the notebooks' kernels share one cache. It keeps every program,
+# however fast it compiled: the subprocesses compile the same tiny programs again and again, and
+# a threshold in seconds would make what is kept depend on how busy the machine is.
+COMPILATION_CACHE = {
+    "JAX_COMPILATION_CACHE_DIR": str(REPO / ".jax_cache"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+}
+jax.config.update("jax_compilation_cache_dir", COMPILATION_CACHE["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -71,9 +78,7 @@ SHRINK = {
 
 def subprocess_env(devices: int = 1) -> dict[str, str]:
     """Environment for entry-point subprocesses: shared compilation cache, simulated devices."""
-    env = dict(os.environ)
-    env["JAX_COMPILATION_CACHE_DIR"] = str(REPO / ".jax_cache")
-    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+    env = {**os.environ, **COMPILATION_CACHE}
     env["JAX_PLATFORMS"] = "cpu"
     if devices > 1:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"

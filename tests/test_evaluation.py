@@ -29,7 +29,7 @@ from seq2seq.run_directory import RunDirectory
 from seq2seq.training.checkpoints import Checkpoints, IncompatibleCheckpointError
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID
-from tests.conftest import REPO, tiny_config
+from tests.conftest import REPO, subprocess_env, tiny_config
 
 # -- the papers' tokenized BLEU -------------------------------------------------------------
 
@@ -154,7 +154,12 @@ STEPS = (50, 100, 150)
 
 def _run(*args, check=True):
     result = subprocess.run(
-        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600
+        [sys.executable, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=subprocess_env(),  # the shared compilation cache: each eval.py compiles the same steps
     )
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
@@ -252,7 +257,7 @@ def test_standard_input_is_translated_in_order_with_nbest_lists(workdir, tmp_pat
     result = subprocess.run(
         [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-", "--nbest", "2"],
         input="".join(line + "\n" for line in sources), cwd=REPO, capture_output=True,
-        text=True, timeout=600,
+        text=True, timeout=600, env=subprocess_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("\t") for line in result.stdout.splitlines()]

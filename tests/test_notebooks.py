@@ -16,7 +16,7 @@ import pytest
 from nbclient import NotebookClient
 
 from seq2seq.compare.notebook_runs import NotebookSettings, comparison_settings
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import COMPILATION_CACHE, REPO, subprocess_env
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
@@ -46,8 +46,8 @@ def _execute(path, runs, monkeypatch):
     opens it); raises CellExecutionError, with the cell and traceback, on any error."""
     monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_SHORT", "1")
     monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_RUNS", str(runs))
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
-    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    for name, value in COMPILATION_CACHE.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = nbformat.read(path, as_version=4)
