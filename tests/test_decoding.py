@@ -102,12 +102,16 @@ def model(request):
     return MODELS[request.param]()
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_length", "beam_size", "use_cache"))
-def _beam(graphdef, params, source, limits, alpha, *, max_length, beam_size, use_cache=True):
+@functools.partial(
+    jax.jit, static_argnames=("graphdef", "max_length", "beam_size", "use_cache", "min_rows")
+)
+def _beam(
+    graphdef, params, source, limits, alpha, *, max_length, beam_size, use_cache=True, min_rows=8
+):
     model = nnx.merge(graphdef, params)
     return beam_search(
         model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
-        use_cache=use_cache,
+        use_cache=use_cache, min_rows=min_rows,
     )  # fmt: skip
 
 
@@ -283,6 +287,48 @@ def test_a_sentence_translates_the_same_alone_or_in_a_batch(model):
         alone_source = SOURCES[b : b + 1, : int((SOURCES[b] != PAD_ID).sum())]
         alone, _ = _search(model, alone_source, limits[:1], max_length=6, beam_size=3)
         np.testing.assert_array_equal(alone[0], together[b])
+
+
+def _uneven_sources() -> np.ndarray:
+    """Eight sentences of 1 to 11 tokens (EOS included), 0-padded to 11, unsorted."""
+    rng = np.random.default_rng(3)
+    lengths = [11, 1, 3, 9, 2, 6, 1, 4]
+    source = np.zeros((len(lengths), max(lengths)), np.int32)
+    for row, length in enumerate(lengths):
+        source[row, : length - 1] = rng.integers(UNK_ID, VOCAB, length - 1)
+        source[row, length - 1] = EOS_ID
+    return source
+
+
+def test_finished_sentences_leaving_the_loop_change_no_output(model):
+    source = _uneven_sources()
+    limits = np.asarray(output_limits(jnp.asarray(source), 3))  # 4 to 14 tokens
+    kept = _search(model, source, limits, max_length=14, beam_size=3, min_rows=len(source))
+    shrunk = _search(model, source, limits, max_length=14, beam_size=3, min_rows=1)  # 8 4 2 1
+    np.testing.assert_array_equal(shrunk[0], kept[0])
+    np.testing.assert_allclose(shrunk[1], kept[1], rtol=1e-5)
+    lengths = (np.asarray(kept[0]) != PAD_ID).sum(axis=1)
+    assert lengths.min() < lengths.max(), "outputs of one length would leave the loop together"
+
+
+def test_a_sentence_translates_the_same_alone_or_among_longer_and_shorter_ones(model):
+    source = _uneven_sources()
+    limits = np.asarray(output_limits(jnp.asarray(source), 3))
+    together = _search(model, source, limits, max_length=14, beam_size=3, min_rows=1)
+    for b in (0, 1, 5):  # the longest, a shortest, a middle one
+        length = int((source[b] != PAD_ID).sum())
+        alone = _search(model, source[b : b + 1, :length], limits[b : b + 1], max_length=14,
+                        beam_size=3)  # fmt: skip
+        np.testing.assert_array_equal(alone[0][0], together[0][b])
+        np.testing.assert_allclose(alone[1][0], together[1][b], rtol=1e-5)
+
+
+def test_a_sentence_without_room_gets_no_output(model):
+    limits = np.array([6, 0, 6, 0, 6, 6], np.int32)
+    tokens, scores = _search(model, SOURCES, limits, max_length=6, beam_size=2)
+    assert np.all(np.asarray(tokens)[limits == 0] == PAD_ID)
+    assert np.all(np.isneginf(np.asarray(scores)[limits == 0]))
+    assert np.all(np.isfinite(np.asarray(scores)[limits > 0]))
 
 
 @pytest.mark.parametrize(

@@ -292,6 +292,21 @@ def test_the_exported_model_translates_as_this_package_does(workdir):
 
 
 @pytest.mark.slow
+def test_bench_decode_of_a_split_translates_all_of_it_to_eval_s_bleu(workdir, tmp_path):
+    """``bench decode --split test`` counts every sentence of the split and scores the same
+    translations that eval.py scores."""
+    run = tmp_path / "run"
+    shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("eval"))
+    printed = _run("-m", "seq2seq.bench", "decode", "--workdir", str(run), "--split", "test",
+                   "--json").stdout  # fmt: skip
+    bench = json.loads(printed.strip().splitlines()[-1])
+    evaluated = evaluate(run, "test")
+    assert bench["sentences"] == evaluated["n"] == len(synthetic.load_split("test"))
+    assert bench["bleu"] == pytest.approx(evaluated["bleu"])
+    assert bench["bleu"] > 0, "a model that gets nothing right makes this test vacuous"
+
+
+@pytest.mark.slow
 def test_eval_split_roles_name_the_configs_splits(workdir, tmp_path):
     """``--split validation`` translates the config's eval split, under that split's own name."""
     data = tmp_path / "data"

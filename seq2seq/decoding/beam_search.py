@@ -72,6 +72,7 @@ def beam_search(
     limits: Array | None = None,
     use_cache: bool = True,
     nbest: int | None = None,
+    min_rows: int = 8,
 ) -> tuple[Array, Array]:
     """Decodes a batch of sentences together; trace it inside ``jax.jit``.
 
@@ -83,13 +84,16 @@ def beam_search(
       beam_size: N, hypotheses kept per sentence; 1 is greedy search.
       alpha: length-penalty exponent (``length_penalty``), >= 0.
       limits: [B] most output tokens per sentence (at most ``max_length``); default
-        ``max_length`` for every sentence. An output that reaches its limit ends there.
+        ``max_length`` for every sentence. An output that reaches its limit ends there; a
+        sentence whose limit is 0 gets no output (score -inf).
       use_cache: False re-decodes the whole prefix at each step instead of using the cache
         (slow; it exists to test that the cache changes nothing).
       nbest: K, to return the K best finished outputs of each sentence (at most ``beam_size``)
         instead of the best one. The search is the same whatever K: the first of the K is the
         output without ``nbest``; a sentence only stops early once none of its live hypotheses
         can enter its K best.
+      min_rows: the smallest batch that finished sentences leave for (``shrinking_sizes``);
+        at least ``batch`` keeps every sentence in the one loop.
 
     Returns:
       (tokens [B, max_length]: the best output per sentence, EOS then padding;
@@ -114,27 +118,86 @@ def beam_search(
         cache = expand_to_beams(cache, beam_size)  # rows [B * N, ...]
     else:  # the teacher-forced pass reads a copy of the sentence per hypothesis
         encoded, cache = expand_to_beams(encoded, beam_size), None
-    first_slot = jnp.arange(beam_size) == 0  # every sentence starts from one empty hypothesis
+    # Every sentence starts from one empty hypothesis; one with no room (a batch's padding
+    # rows) starts finished, with no output.
+    first_slot = (jnp.arange(beam_size) == 0)[None, :] & (limits >= 1)[:, None]  # [B, N]
     state = BeamState(
         step=jnp.zeros((), jnp.int32),
         live_tokens=jnp.full((batch, beam_size, max_length), PAD_ID, jnp.int32),
-        live_log_probs=jnp.broadcast_to(jnp.where(first_slot, 0.0, -jnp.inf), (batch, beam_size)),
+        live_log_probs=jnp.where(first_slot, 0.0, -jnp.inf),
         best_tokens=jnp.full((batch, kept, max_length), PAD_ID, jnp.int32),
         best_scores=jnp.full((batch, kept), -jnp.inf, jnp.float32),
         cache=cache,
     )
 
-    def searching(state: BeamState) -> Array:
-        return (state.step < max_length) & jnp.any(state.live_log_probs > -jnp.inf)
-
-    def step_once(state: BeamState) -> BeamState:
+    def step_once(state: BeamState, encoded: Encoded, limits: Array) -> BeamState:
         log_probs, cache = _next_log_probs(model, encoded, state)  # [B, N, V]
         return _advance(state, log_probs, cache, limits, alpha)
 
-    state = jax.lax.while_loop(searching, step_once, state)
+    # Finished sentences leave the loop: whenever no more than half of the rows still search,
+    # those rows move to a batch half the size and the search goes on there, so the last long
+    # sentences do not carry the whole batch's finished ones with them (a stage per size,
+    # each compiled once).
+    sizes = shrinking_sizes(batch, min_rows)
+    rows = jnp.arange(batch)  # [B'] the sentence each row of the state holds
+    best_tokens, best_scores = state.best_tokens, state.best_scores  # [B, ...], every sentence
+    for stage, size in enumerate(sizes):
+        if stage > 0:
+            keep = _rows_still_searching(state, size)  # [size]
+            state, encoded, limits = _take_sentences((state, encoded, limits), keep, beam_size)
+            rows = rows[keep]
+        next_size = sizes[stage + 1] if stage + 1 < len(sizes) else 0
+        state = jax.lax.while_loop(
+            lambda state, next_size=next_size: _searching(state, max_length, next_size),
+            lambda state, encoded=encoded, limits=limits: step_once(state, encoded, limits),
+            state,
+        )
+        best_tokens = best_tokens.at[rows].set(state.best_tokens)
+        best_scores = best_scores.at[rows].set(state.best_scores)
     if nbest is None:
-        return state.best_tokens[:, 0], state.best_scores[:, 0]
-    return state.best_tokens, state.best_scores
+        return best_tokens[:, 0], best_scores[:, 0]
+    return best_tokens, best_scores
+
+
+def shrinking_sizes(batch: int, min_rows: int) -> list[int]:
+    """The batch sizes the search runs at: ``batch``, then halved while at least ``min_rows``."""
+    sizes = [batch]
+    while sizes[-1] // 2 >= max(min_rows, 1):
+        sizes.append(sizes[-1] // 2)
+    return sizes
+
+
+def _still_searching(state: BeamState) -> Array:
+    """[B] whether a sentence has a live hypothesis."""
+    return jnp.any(state.live_log_probs > -jnp.inf, axis=1)
+
+
+def _searching(state: BeamState, max_length: int, leave_at: int) -> Array:
+    """Go on while output room is left and more than ``leave_at`` sentences search."""
+    return (state.step < max_length) & (jnp.sum(_still_searching(state)) > leave_at)
+
+
+def _rows_still_searching(state: BeamState, size: int) -> Array:
+    """[size] rows: the sentences still searching (at most ``size``), then finished ones."""
+    return jnp.argsort(~_still_searching(state), stable=True)[:size]
+
+
+def _take_sentences(tree, rows: Array, beam_size: int):
+    """Sentences ``rows`` of everything the loop reads: [B, ...] leaves by sentence, the
+    cache's [B * N, ...] leaves by hypothesis."""
+    state, encoded, limits = tree
+    hypotheses = (rows[:, None] * beam_size + jnp.arange(beam_size)).reshape(-1)  # [size * N]
+    by_hypothesis = state.cache is None  # without a cache, the encoder's rows are hypotheses
+    encoded = jax.tree.map(lambda x: x[hypotheses if by_hypothesis else rows], encoded)
+    cache = jax.tree.map(lambda x: x[hypotheses], state.cache)
+    state = state._replace(
+        live_tokens=state.live_tokens[rows],
+        live_log_probs=state.live_log_probs[rows],
+        best_tokens=state.best_tokens[rows],
+        best_scores=state.best_scores[rows],
+        cache=cache,
+    )
+    return state, encoded, limits[rows]
 
 
 def _next_log_probs(model: Seq2SeqModel, encoded: Encoded, state: BeamState):

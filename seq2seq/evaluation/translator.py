@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
@@ -193,6 +194,7 @@ class Translator:
             first = source[0] if isinstance(source, tuple) else source
             max_length = first.shape[1] + extra
             limits = output_limits(first, extra)  # [B] input length + extra, per sentence
+            limits = jnp.where(first[:, 0] == PAD_ID, 0, limits)  # a batch's padding: no output
             if sampling is not None:
                 tokens, scores = sample(
                     model, source, max_length, keys=keys, method=sampling.method,
