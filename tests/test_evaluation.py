@@ -295,11 +295,11 @@ def test_the_exported_model_translates_as_this_package_does(workdir):
 def test_bench_decode_of_a_split_translates_all_of_it_to_eval_s_bleu(workdir, tmp_path):
     """``bench decode --split test`` counts every sentence of the split and scores the same
     translations that eval.py scores."""
+    from seq2seq.bench.measure import split_decode_benchmark
+
     run = tmp_path / "run"
     shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("eval"))
-    printed = _run("-m", "seq2seq.bench", "decode", "--workdir", str(run), "--split", "test",
-                   "--json").stdout  # fmt: skip
-    bench = json.loads(printed.strip().splitlines()[-1])
+    bench = split_decode_benchmark(run, "test")  # what `bench decode --split test` prints
     evaluated = evaluate(run, "test")
     assert bench["sentences"] == evaluated["n"] == len(synthetic.load_split("test"))
     assert bench["bleu"] == pytest.approx(evaluated["bleu"])
