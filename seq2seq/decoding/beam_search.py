@@ -21,7 +21,9 @@ highest-scoring output under the rule above (``tests/test_decoding.py`` checks b
 The model is used only through its contract: ``encode``, ``start_decoding`` and ``decode``. What
 the encoder gives stays one row per sentence, read by all its hypotheses; the cache, a row per
 hypothesis, is repeated for the beams and reordered after each step by one ``tree.map``, whether
-it holds key/value tensors (Transformer) or a recurrent state (RNNsearch).
+it holds key/value tensors (Transformer) or a recurrent state (RNNsearch). Sentences that have
+finished leave the loop: when half of a batch's rows are done, the rest go on in a batch half
+the size (``shrinking_sizes``), so a batch's longest output no longer keeps its short ones busy.
 """
 
 from __future__ import annotations
