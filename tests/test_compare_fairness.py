@@ -12,7 +12,7 @@ from seq2seq.compare import RunSpec, Settings, compare, verdict
 from seq2seq.compare.runner import RunOutcome
 from seq2seq.config import ConfigError
 from seq2seq.run_directory import RunDirectory
-from tests.conftest import REPO, assert_compare_refuses
+from tests.conftest import REPO, assert_compare_refuses, tiny_config
 
 PERIOD_MINUTES = 0.04  # 2.4 s: several tiny steps, so each interval ends within one step
 BUDGET_MINUTES = 0.13
@@ -166,3 +166,22 @@ def test_equal_horizons_pair_the_validations_due_at_the_same_minute(tmp_path):
     flops = rows["training FLOPs"]
     assert flops["horizon"] == 6e12
     assert flops["runs"] == {"fast": {"bleu": 30.0, "at": 6e12}, "slow": {"bleu": 22.0, "at": 4e12}}
+
+
+def test_tuned_keys_are_listed_and_marked_even_where_every_run_agrees(tmp_path):
+    def outcome(name: str, model: str, dropout: float) -> RunOutcome:
+        config = tiny_config(model)
+        config.model[model].dropout_rate = dropout
+        config.train.label_smoothing = 0.1  # tuned, and the same for both: still listed
+        spec = RunSpec(name, tmp_path / f"{name}.py")
+        return RunOutcome(name, spec, 0, RunDirectory(tmp_path / name), config=config)
+
+    table = verdict.differing_hyperparameters(
+        [outcome("t", "transformer", 0.1), outcome("r", "rnnsearch", 0.3)],
+        ["model.dropout_rate", "train.label_smoothing"],
+    )
+    assert table["t"]["model.transformer.dropout_rate*"] == 0.1
+    assert table["r"]["model.rnnsearch.dropout_rate*"] == 0.3
+    assert "model.rnnsearch.dropout_rate*" not in table["t"]  # the other family's section
+    assert table["t"]["train.label_smoothing*"] == table["r"]["train.label_smoothing*"] == 0.1
+    assert table["t"]["model.name"] == "transformer"  # untuned, differing: listed unmarked

@@ -205,19 +205,23 @@ def splits_sentence(splits: dict) -> str:
 
 def differing_hyperparameters(outcomes: Sequence[RunOutcome], tuned_keys: Sequence[str]) -> dict:
     """``{run name: {key: value}}`` for every config key whose value differs between the runs
-    (seeds, paths and decoding left out); tuned keys carry a trailing ``*``."""
+    (seeds, paths and decoding left out), and every tuned key, marked with a trailing ``*``
+    (``model.FIELD`` as each model family's ``model.<family>.FIELD``)."""
+    from seq2seq.compare.tuning import for_model
+
     flat = {o.name: dict(config_lib.flatten(o.config)) for o in outcomes if o.config is not None}
     if len(flat) < 2:
         return {}
+    tuned = {for_model(key, name) for key in tuned_keys for name in config_lib.MODEL_NAMES}
     keys = sorted({key for values in flat.values() for key in values})
     differing = []
     for key in keys:
         if key.startswith(NOT_HYPERPARAMETERS):
             continue
         values = [values.get(key) for values in flat.values()]
-        if any(value != values[0] for value in values):
+        if key in tuned or any(value != values[0] for value in values):
             differing.append(key)
-    marked = {key: f"{key}*" if key in tuned_keys else key for key in differing}
+    marked = {key: f"{key}*" if key in tuned else key for key in differing}
     return {
         name: {
             marked[key]: values.get(key)
