@@ -281,6 +281,26 @@ def test_successive_halving_continues_the_better_half_of_every_model(halved):
         ]
 
 
+@pytest.mark.slow
+def test_the_halving_figure_draws_each_rung_apart(halved, tmp_path, monkeypatch):
+    plan, _, results = halved
+    drawn = {}
+    monkeypatch.setattr(
+        tuning.figures, "plot_tuning", lambda lines, path, keys: drawn.update(lines)
+    )
+    tuning.plot(plan, results, tmp_path / "tuning.png")
+    for result in results:
+        first = drawn[f"{result.spec.name}, {plan.rung_minutes(0):g} min"]
+        second = drawn[f"{result.spec.name}, {plan.rung_minutes(1):g} min"]
+        assert len(first) == len(HALVING_RATES) and len(second) == 2  # the survivors only
+        continued = [t for t in result.trials if len(t.rungs) == 2]
+        assert sorted(bleu for _, bleu in second) == sorted(t.validation_bleu for t in continued)
+        stopped = [t for t in result.trials if len(t.rungs) == 1]
+        at_first = {point["train.learning_rate"]: bleu for point, bleu in first}
+        for trial in stopped:  # drawn at the minutes it trained, beside the others' first rung
+            assert at_first[trial.point[0][1]] == trial.validation_bleu
+
+
 def test_bad_rung_counts_are_refused_in_one_line():
     with pytest.raises(ConfigError, match="2 trials per model can be halved at most 1 times"):
         make_tuning(["train.learning_rate=1,2"], 5, rungs=3)

@@ -484,15 +484,25 @@ def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
 
 
 def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
-    """The figure of validation BLEU against the (first) swept value; returns ``path``."""
-    figures.plot_tuning(
-        {
-            result.spec.name: [(dict(t.point), t.validation_bleu) for t in result.trials]
-            for result in results
-        },
-        path,
-        keys=tuning.keys,
-    )
+    """The figure of validation BLEU against the (first) swept value; returns ``path``.
+
+    With successive halving, one line per model and rung ("model, 4 min"): each line compares
+    the trials that reached that rung, at that rung's minutes, never a trial stopped early
+    beside one trained longer."""
+    lines = {}
+    for result in results:
+        for rung in range(tuning.rungs):
+            scored = [
+                (dict(trial.point), trial.rungs[rung])
+                for trial in result.trials
+                if len(trial.rungs) > rung
+            ]
+            label = result.spec.name
+            if tuning.rungs > 1:
+                label += f", {tuning.rung_minutes(rung):g} min"
+            if scored:
+                lines[label] = scored
+    figures.plot_tuning(lines, path, keys=tuning.keys)
     return path
 
 
