@@ -138,3 +138,37 @@ def test_an_exported_directory_records_the_decoding_settings(tokenizer, tmp_path
     settings = json.loads((tmp_path / "m" / "seq2seq.json").read_text())
     assert settings["quantization"] == "int8" and settings["config"]["decode"]["beam_size"] == 3
     assert (tmp_path / "m" / "tokenizer").is_dir() and (tmp_path / "m" / "model.bin").is_file()
+
+
+def test_exported_beams_are_ranked_by_this_package_s_length_penalty(tokenizer, tmp_path):
+    from seq2seq.decoding.beam_search import length_penalty
+    from seq2seq.decoding.search_parts import NEVER_OUTPUT
+    from seq2seq.export.engine import ExportedTranslator
+
+    directory, tok = tokenizer
+    model = _model(tok.target_vocab_size)
+    config = default_config()
+    config.decode.max_extra_length = 6
+    export(model, directory, tok, config, tmp_path / "model")
+    translator = ExportedTranslator(tmp_path / "model", beam_size=4, nbest=4, threads=1)
+    rng = np.random.default_rng(3)
+    sources = [" ".join(rng.choice(WORDS, n)) for n in (3, 7, 5, 9, 4)]
+    checked = 0
+    for source, nbest in zip(sources, translator.translate(sources).nbest, strict=True):
+        scores = [score for score, _ in nbest]
+        assert scores == sorted(scores, reverse=True)
+        source_ids = tok.encode_source([source])[0]
+        for score, text in nbest:
+            target = tok.encode_target([text])[0]  # EOS ended
+            if tok.decode_target(target) != text or len(target) > len(source_ids) + 6:
+                continue  # an <unk> that does not round-trip, or an output cut at its limit
+            inputs = np.concatenate([[BOS_ID], target[:-1]])[None]
+            logits, _ = model(jnp.asarray(source_ids[None]), jnp.asarray(inputs))
+            # CTranslate2 removes the suppressed ids (padding, BOS) before its softmax.
+            logits = logits[0].at[:, list(NEVER_OUTPUT)].set(-jnp.inf)
+            log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+            log_p = log_probs[np.arange(len(target)), target].sum()
+            expected = log_p / float(length_penalty(len(target), 0.6))
+            np.testing.assert_allclose(score, expected, rtol=1e-3, atol=1e-3)
+            checked += 1
+    assert checked >= 5, "too few outputs could be rescored for the test to mean anything"

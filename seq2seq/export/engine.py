@@ -2,8 +2,10 @@
 
 The same tokenizer, beam size, length-penalty exponent, output length limit (the longest input of
 a batch plus ``decode.max_extra_length``) and batches of sentences sorted by length, so that the
-two engines are compared on the same files. CTranslate2 scores finished hypotheses by its own
-length normalisation; greedy outputs (beam 1) do not depend on it.
+two engines are compared on the same files. CTranslate2 normalises scores by ``length^alpha``
+where this package divides by Wu et al.'s ``((5 + |Y|) / 6)^alpha``: so CTranslate2 is asked for
+its whole beam of finished hypotheses with raw log-probabilities, and they are ranked here by
+this package's ``length_penalty``. Greedy outputs (beam 1) depend on neither.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import ctranslate2
 import ml_collections
 
 from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.decoding.beam_search import length_penalty
 from seq2seq.decoding.search_parts import NEVER_OUTPUT
 from seq2seq.evaluation.translator import (
     Translations,
@@ -93,14 +96,30 @@ class ExportedTranslator:
             # outputs are cut here (a greedy output's prefix does not depend on the limit).
             limits = [len(b) + decode.max_extra_length for b in batch]
             results = self.engine.translate_batch(
-                batch, beam_size=decode.beam_size, length_penalty=decode.alpha,
-                num_hypotheses=self.nbest or 1, return_scores=True,
-                max_decoding_length=max(limits), max_input_length=0,
+                batch, beam_size=decode.beam_size, length_penalty=0.0,
+                num_hypotheses=decode.beam_size, return_scores=True,
+                max_decoding_length=max(limits), min_decoding_length=0, max_input_length=0,
                 suppress_sequences=self.suppressed,
             )  # fmt: skip
             for index, result, most in zip(members, results, limits, strict=True):
+                ranked = sorted(
+                    (
+                        (_score(log_prob, len(hypothesis), most, decode.alpha), hypothesis[:most])
+                        for hypothesis, log_prob in zip(
+                            result.hypotheses, result.scores, strict=True
+                        )
+                    ),
+                    key=lambda scored: -scored[0],
+                )
                 outputs[index] = [
-                    (float(score), self._text(hypothesis[:most]))
-                    for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
+                    (score, self._text(hypothesis))
+                    for score, hypothesis in ranked[: self.nbest or 1]
                 ]
         return Translations([o[0][1] if o else "" for o in outputs], truncated, outputs)
+
+
+def _score(log_prob: float, tokens: int, most: int, alpha: float) -> float:
+    """This package's score of a CTranslate2 hypothesis: ``log P / lp(|Y|)``, where |Y| counts
+    the EOS that CTranslate2 leaves out, unless the output was cut at its limit ``most``."""
+    length = most if tokens >= most else tokens + 1
+    return float(log_prob) / float(length_penalty(length, alpha))
