@@ -158,6 +158,10 @@ def default_config() -> ml_collections.ConfigDict:
     dec.max_input_length = 256  # longer inputs are truncated to this many tokens (and flagged)
     dec.beam_size = 4  # hypotheses kept per sentence (Vaswani et al.: 4); 1 is greedy search
     dec.alpha = 0.6  # length-penalty exponent, ((5 + |Y|) / 6)^alpha (Wu et al. 2016); 0: none
+    # Beam search: once half of a batch's sentences are done, the rest go on in a batch half the
+    # size, down to this many rows (a compiled loop per size). eval.batch_size or more keeps one
+    # loop: fewer compilations, for evaluations of a few sentences (the tests').
+    dec.min_rows = 8
 
     config.lock()
     return config
@@ -302,6 +306,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             _require(value >= 0, f"config.{key}={value} must be >= 0 (0: off)")
         if key.endswith("dropout_rate") or key == "train.label_smoothing":
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
+    _require(
+        config.decode.min_rows >= 1,
+        f"config.decode.min_rows={config.decode.min_rows} must be >= 1 (rows of the last stage)",
+    )
     _require(
         config.decode.alpha >= 0,
         f"config.decode.alpha={config.decode.alpha} must be >= 0 (0 turns the length penalty off)",

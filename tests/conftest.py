@@ -25,6 +25,18 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+# The tests decode a few sentences, in one batch: a beam search that goes on in smaller batches
+# as sentences finish (``decode.min_rows``), or with a cache that starts short and grows
+# (``decode.cache_extra_length``), would compile a loop per batch size and one for the grown
+# cache, for nothing. Any batch up to this many rows is searched in one loop with its whole
+# cache; tests/test_decoding.py checks both against one loop.
+ONE_LOOP_ROWS = 1024
+ONE_SEARCH_LOOP = (
+    f"--config.decode.min_rows={ONE_LOOP_ROWS}",
+    f"--config.decode.cache_extra_length={ONE_LOOP_ROWS}",
+)
+
+
 def tiny_config(model_name: str = "transformer"):
     """A model of a few thousand parameters on the synthetic task, for fast tests."""
     from seq2seq.config import default_config
@@ -47,6 +59,8 @@ def tiny_config(model_name: str = "transformer"):
     config.train.warmup_steps = 10
     config.checkpoint.every_steps = 10
     config.eval.num_examples = 8  # validation sentences (the default 500 take seconds to decode)
+    config.decode.min_rows = ONE_LOOP_ROWS
+    config.decode.cache_extra_length = ONE_LOOP_ROWS
     return config
 
 
@@ -105,14 +119,14 @@ def assert_compare_refuses(workdir: Path, arguments: list[str], message: str) ->
 
 def train_command(workdir, model: str = "transformer", *overrides: str) -> list[str]:
     """``python train.py`` on the quickstart config, shrunk to a tiny model validated on 8
-    sentences instead of 500."""
+    sentences instead of 500, searched in one loop."""
     import sys
 
     return [
         sys.executable, "train.py", "--config", f"configs/quickstart_{model}.py",
         "--workdir", str(workdir), "--config.data.tokens_per_batch=512",
-        "--config.train.time_budget_minutes=0", "--config.eval.num_examples=8", *SHRINK[model],
-        *overrides,
+        "--config.train.time_budget_minutes=0", "--config.eval.num_examples=8", *ONE_SEARCH_LOOP,
+        *SHRINK[model], *overrides,
     ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from seq2seq.data import synthetic
-from tests.conftest import REPO, SHRINK, subprocess_env
+from tests.conftest import ONE_SEARCH_LOOP, REPO, SHRINK, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +44,7 @@ def runs(tmp_path_factory):
             "--config.checkpoint.every_steps=8",
             "--config.data.tokens_per_batch=512",
             "--config.eval.num_examples=32",
+            *ONE_SEARCH_LOOP,
             *SHRINK[name],
         )
         # Greedy: an untrained model's outputs run to the length limit, and beam search has its

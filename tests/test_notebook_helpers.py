@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 
 from seq2seq.attention import MultiHeadAttention
+from seq2seq.compare import expand_suite, notebook_runs
 from seq2seq.compare.notebook_runs import (
+    NotebookSettings,
+    comparison_settings,
+    ensure_comparison,
     has_checkpoint,
     load_comparison,
     notebook_config,
@@ -113,3 +117,19 @@ def test_a_report_finds_its_runs_from_any_folder_also_one_written_with_relative_
     report = load_comparison(comparison)
     assert [run["records"] for run in report["runs"]] == [[{"loss": 1.5}], [{"loss": 2.5}]]
     assert report["runs"][0]["workdir"] == str(comparison / "quickstart_rnnsearch")
+
+
+def test_the_comparison_runs_once_into_a_folder_without_a_report(tmp_path, monkeypatch):
+    """The quickstart suite with the mode's settings, as ``make quickstart``'s command runs it
+    (tests/test_notebooks.py runs that command and both notebooks on its report)."""
+    calls = []
+
+    def record(specs, workdir, settings):
+        calls.append((specs, workdir, settings))
+        (workdir / "report.json").write_text("{}")
+
+    monkeypatch.setattr(notebook_runs, "compare", record)
+    settings = NotebookSettings(short=True, runs=tmp_path / "runs")
+    (tmp_path / "runs").mkdir()
+    assert ensure_comparison(settings) == ensure_comparison(settings) == settings.runs
+    assert calls == [(expand_suite("quickstart"), settings.runs, comparison_settings(settings))]

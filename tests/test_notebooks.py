@@ -1,13 +1,14 @@
 """Notebooks import from seq2seq, define no logic of their own, and run top to bottom.
 
 The runs use the notebooks' short mode (``SEQ2SEQ_NOTEBOOK_SHORT=1``): tiny models trained for a
-few steps into a temporary directory, by the notebook itself or by ``make quickstart``'s command
-run from another folder. Every claim a notebook makes is an ``assert`` in its cells,
+few steps by ``make quickstart``'s command, run from another folder, and by the notebook itself
+for a model its runs folder lacks. Every claim a notebook makes is an ``assert`` in its cells,
 so a wrong claim fails here.
 """
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 
@@ -15,7 +16,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from seq2seq.compare.notebook_runs import NotebookSettings, comparison_settings
+from seq2seq.compare.notebook_runs import (
+    NotebookSettings,
+    comparison_settings,
+    has_checkpoint,
+    run_name,
+)
 from tests.conftest import COMPILATION_CACHE, REPO, subprocess_env
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -43,7 +49,8 @@ def test_notebook_cells_parse_and_define_nothing(path):
 
 def _execute(path, runs, monkeypatch):
     """Runs the notebook at ``path`` in short mode on ``runs``, from its own folder (as Jupyter
-    opens it); raises CellExecutionError, with the cell and traceback, on any error."""
+    opens it), and returns its cells with their outputs; raises CellExecutionError, with the
+    cell and traceback, on any error."""
     monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_SHORT", "1")
     monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_RUNS", str(runs))
     for name, value in COMPILATION_CACHE.items():
@@ -61,12 +68,7 @@ def _execute(path, runs, monkeypatch):
     client.execute()
     kernel_prefix = notebook.cells[-1].outputs[0]["text"].strip()
     assert kernel_prefix == sys.prefix, "the notebook ran in another Python than this one's"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_in_short_mode(path, tmp_path, monkeypatch):
-    _execute(path, tmp_path / "runs", monkeypatch)
+    return notebook.cells
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +86,12 @@ def made_like_make_quickstart(tmp_path_factory):
     return root / "runs" / "quickstart"
 
 
+def test_every_notebook_is_run_below():
+    """One short-mode run per notebook, each on the one quickstart comparison below, so that the
+    suite trains the quickstart models once rather than once per notebook."""
+    assert {path.name for path in NOTEBOOKS} == {"attention_qkv.ipynb", "compare_models.ipynb"}
+
+
 @pytest.mark.slow
 def test_the_comparison_notebook_reads_a_run_made_by_make_quickstart(
     made_like_make_quickstart, monkeypatch
@@ -91,3 +99,22 @@ def test_the_comparison_notebook_reads_a_run_made_by_make_quickstart(
     report = json.loads((made_like_make_quickstart / "report.json").read_text())
     assert [run["status"] for run in report["runs"]] == ["ok", "ok"]
     _execute(REPO / "notebooks" / "compare_models.ipynb", made_like_make_quickstart, monkeypatch)
+
+
+@pytest.mark.slow
+def test_the_attention_notebook_reuses_a_run_and_trains_the_missing_one(
+    made_like_make_quickstart, tmp_path, monkeypatch
+):
+    """Its runs folder holds only the quickstart RNNsearch: the notebook restores it and trains
+    the Transformer first."""
+    runs = tmp_path / "runs"
+    shutil.copytree(made_like_make_quickstart / run_name("rnnsearch"), runs / run_name("rnnsearch"))
+    cells = _execute(REPO / "notebooks" / "attention_qkv.ipynb", runs, monkeypatch)
+    printed = "".join(
+        output.get("text", "")
+        for cell in cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
+    assert "training transformer" in printed and "training rnnsearch" not in printed, printed
+    assert has_checkpoint(runs / run_name("transformer"))
