@@ -150,11 +150,6 @@ def default_config() -> ml_collections.ConfigDict:
 
     config.decode = dec = ml_collections.ConfigDict()
     dec.max_extra_length = 50  # output may be this many tokens longer than the input (Vaswani)
-    # A Transformer's self-attention cache starts with room for the input's length plus this
-    # many tokens and grows to max_extra_length only for a batch whose search goes on past it:
-    # each step reads and reorders every position of the cache, and most outputs end long
-    # before their limit. The outputs are the same whatever its value; max_extra_length: off.
-    dec.cache_extra_length = 16
     dec.max_input_length = 256  # longer inputs are truncated to this many tokens (and flagged)
     dec.beam_size = 4  # hypotheses kept per sentence (Vaswani et al.: 4); 1 is greedy search
     dec.alpha = 0.6  # length-penalty exponent, ((5 + |Y|) / 6)^alpha (Wu et al. 2016); 0: none
@@ -313,11 +308,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _require(
         config.decode.alpha >= 0,
         f"config.decode.alpha={config.decode.alpha} must be >= 0 (0 turns the length penalty off)",
-    )
-    _require(
-        config.decode.cache_extra_length >= 0,
-        f"config.decode.cache_extra_length={config.decode.cache_extra_length} must be >= 0 "
-        "(config.decode.max_extra_length or more: the whole cache from the first step)",
     )
     data = config.data
     _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")

@@ -26,15 +26,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 # The tests decode a few sentences, in one batch: a beam search that goes on in smaller batches
-# as sentences finish (``decode.min_rows``), or with a cache that starts short and grows
-# (``decode.cache_extra_length``), would compile a loop per batch size and one for the grown
-# cache, for nothing. Any batch up to this many rows is searched in one loop with its whole
-# cache; tests/test_decoding.py checks both against one loop.
+# as sentences finish (``decode.min_rows``) would compile a loop per batch size for nothing.
+# Any batch up to this many rows is searched in one loop; tests/test_decoding.py checks the
+# shrinking search against one loop.
 ONE_LOOP_ROWS = 1024
-ONE_SEARCH_LOOP = (
-    f"--config.decode.min_rows={ONE_LOOP_ROWS}",
-    f"--config.decode.cache_extra_length={ONE_LOOP_ROWS}",
-)
+ONE_SEARCH_LOOP = f"--config.decode.min_rows={ONE_LOOP_ROWS}"
 
 
 def tiny_config(model_name: str = "transformer"):
@@ -60,7 +56,6 @@ def tiny_config(model_name: str = "transformer"):
     config.checkpoint.every_steps = 10
     config.eval.num_examples = 8  # validation sentences (the default 500 take seconds to decode)
     config.decode.min_rows = ONE_LOOP_ROWS
-    config.decode.cache_extra_length = ONE_LOOP_ROWS
     return config
 
 
@@ -125,7 +120,7 @@ def train_command(workdir, model: str = "transformer", *overrides: str) -> list[
     return [
         sys.executable, "train.py", "--config", f"configs/quickstart_{model}.py",
         "--workdir", str(workdir), "--config.data.tokens_per_batch=512",
-        "--config.train.time_budget_minutes=0", "--config.eval.num_examples=8", *ONE_SEARCH_LOOP,
+        "--config.train.time_budget_minutes=0", "--config.eval.num_examples=8", ONE_SEARCH_LOOP,
         *SHRINK[model], *overrides,
     ]  # fmt: skip
 

@@ -65,7 +65,6 @@ def test_schema_is_locked_against_new_keys():
         ("data.source", "wmt", "data.source"),
         ("model.transformer.dropout_rate", 1.5, "dropout_rate"),
         ("train.steps", 0, "train.steps"),
-        ("decode.cache_extra_length", -1, "decode.cache_extra_length"),
         ("decode.min_rows", 0, "decode.min_rows"),
     ],
 )

@@ -103,24 +103,15 @@ def model(request):
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=(
-        "graphdef",
-        "max_length",
-        "beam_size",
-        "use_cache",
-        "min_rows",
-        "cache_length",
-    ),
+    jax.jit, static_argnames=("graphdef", "max_length", "beam_size", "use_cache", "min_rows")
 )
 def _beam(
-    graphdef, params, source, limits, alpha, *, max_length, beam_size, use_cache=True, min_rows=8,
-    cache_length=None,
-):  # fmt: skip
+    graphdef, params, source, limits, alpha, *, max_length, beam_size, use_cache=True, min_rows=8
+):
     model = nnx.merge(graphdef, params)
     return beam_search(
         model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
-        use_cache=use_cache, min_rows=min_rows, cache_length=cache_length,
+        use_cache=use_cache, min_rows=min_rows,
     )  # fmt: skip
 
 
@@ -318,19 +309,6 @@ def test_finished_sentences_leaving_the_loop_change_no_output(model):
     np.testing.assert_allclose(shrunk[1], kept[1], rtol=1e-5)
     lengths = (np.asarray(kept[0]) != PAD_ID).sum(axis=1)
     assert lengths.min() < lengths.max(), "outputs of one length would leave the loop together"
-
-
-@pytest.mark.parametrize("min_rows", [8, 1])  # one stage; stages of 8, 4, 2, 1 sentences
-def test_a_cache_that_starts_short_changes_no_output(model, min_rows):
-    source = _uneven_sources()
-    limits = np.asarray(output_limits(jnp.asarray(source), 3))  # 4 to 14 tokens
-    full = _search(model, source, limits, max_length=14, beam_size=3, min_rows=min_rows)
-    short = _search(model, source, limits, max_length=14, beam_size=3, min_rows=min_rows,
-                    cache_length=5)  # fmt: skip
-    np.testing.assert_array_equal(short[0], full[0])
-    np.testing.assert_allclose(short[1], full[1], rtol=1e-5)
-    lengths = (np.asarray(full[0]) != PAD_ID).sum(axis=1)
-    assert lengths.min() < 5 < lengths.max(), "every search would end on the same side of 5"
 
 
 def test_a_sentence_translates_the_same_alone_or_among_longer_and_shorter_ones(model):

@@ -44,7 +44,7 @@ def runs(tmp_path_factory):
             "--config.checkpoint.every_steps=8",
             "--config.data.tokens_per_batch=512",
             "--config.eval.num_examples=32",
-            *ONE_SEARCH_LOOP,
+            ONE_SEARCH_LOOP,
             *SHRINK[name],
         )
         # Greedy: an untrained model's outputs run to the length limit, and beam search has its

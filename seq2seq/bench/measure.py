@@ -374,11 +374,9 @@ def decode_benchmark(
         graphdef, params = state.graphdef, state.params
         source = synthetic_batch(sentences, source_length, vocab, config.seed)["source"]
         max_length, wrap = output_length, _NeverEnds
-        cache_length = None  # every output fills its room: the whole cache from the start
     else:
         graphdef, params, source = _trained_sources(config, workdir, sentences)
         max_length = source.shape[1] + config.decode.max_extra_length
-        cache_length = source.shape[1] + config.decode.cache_extra_length
         wrap = None
 
     def search(params, source):
@@ -387,9 +385,8 @@ def decode_benchmark(
         limits = output_limits(source, config.decode.max_extra_length)
         limits = jnp.full_like(limits, max_length) if wrap else limits
         tokens, _ = beam_search(
-            model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
-            cache_length=cache_length,
-        )  # fmt: skip
+            model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits
+        )
         return tokens
 
     start = time.perf_counter()

@@ -129,7 +129,6 @@ def comparison_settings(settings: NotebookSettings) -> Settings:
         "data.bucket_width": 48,  # the quickstart's max_length: one batch shape, one compile
         "eval.num_examples": 8,
         "decode.min_rows": 64,  # eval.batch_size: a few sentences searched in one loop, one compile
-        "decode.cache_extra_length": 50,  # max_extra_length: the whole cache, no second loop
     }
     return Settings(overrides=tuple(sorted(overrides.items())), max_test_sentences=16)
 

@@ -24,10 +24,6 @@ hypothesis, is repeated for the beams and reordered after each step by one ``tre
 it holds key/value tensors (Transformer) or a recurrent state (RNNsearch). Sentences that have
 finished leave the loop: when half of a batch's rows are done, the rest go on in a batch half
 the size (``shrinking_sizes``), so a batch's longest output no longer keeps its short ones busy.
-The cache may also start shorter than the output room (``cache_length``): a step reads and
-reorders every position of a Transformer's cache, written or not, and most outputs end far
-before their limit; the sentences of a batch still searching when it is full go on with the
-cache grown to ``max_length``.
 """
 
 from __future__ import annotations
@@ -79,7 +75,6 @@ def beam_search(
     use_cache: bool = True,
     nbest: int | None = None,
     min_rows: int = 8,
-    cache_length: int | None = None,
 ) -> tuple[Array, Array]:
     """Decodes a batch of sentences together; trace it inside ``jax.jit``.
 
@@ -101,10 +96,6 @@ def beam_search(
         can enter its K best.
       min_rows: the smallest batch that finished sentences leave for (``shrinking_sizes``);
         at least ``batch`` keeps every sentence in the one loop.
-      cache_length: positions of the cache while the search is in its first ``cache_length``
-        steps (default ``max_length``). Past them, the sentences still searching go on together
-        with the cache grown to ``max_length``: the outputs are the same, the steps before it
-        cheaper where the cache has a position axis (a Transformer's keys and values).
 
     Returns:
       (tokens [B, max_length]: the best output per sentence, EOS then padding;
@@ -124,12 +115,8 @@ def beam_search(
         limits = jnp.full((batch,), max_length, jnp.int32)
     limits = jnp.minimum(limits, max_length)  # [B]
     encoded = model.encode(source)
-    first_length, growth = max_length, None  # growth: the cache's shapes, short and full
     if use_cache:
-        if cache_length is not None and cache_length < max_length:
-            growth = _cache_shapes(model, encoded, max(cache_length, 1), max_length)
-        first_length = max_length if growth is None else max(cache_length, 1)
-        encoded, cache = model.start_decoding(encoded, first_length)  # rows [B, ...] both
+        encoded, cache = model.start_decoding(encoded, max_length)  # rows [B, ...] both
         cache = expand_to_beams(cache, beam_size)  # rows [B * N, ...]
     else:  # the teacher-forced pass reads a copy of the sentence per hypothesis
         encoded, cache = expand_to_beams(encoded, beam_size), None
@@ -152,10 +139,10 @@ def beam_search(
     # Finished sentences leave the loop: whenever no more than half of the rows still search,
     # those rows move to a batch half the size and the search goes on there, so the last long
     # sentences do not carry the whole batch's finished ones with them (a stage per size,
-    # each compiled once). ``every`` keeps each sentence's latest state.
+    # each compiled once).
     sizes = shrinking_sizes(batch, min_rows)
     rows = jnp.arange(batch)  # [B'] the sentence each row of the state holds
-    every, every_encoded, every_limit = state, encoded, limits
+    best_tokens, best_scores = state.best_tokens, state.best_scores  # [B, ...], every sentence
     for stage, size in enumerate(sizes):
         if stage > 0:
             keep = _rows_still_searching(state, size)  # [size]
@@ -163,31 +150,12 @@ def beam_search(
             rows = rows[keep]
         next_size = sizes[stage + 1] if stage + 1 < len(sizes) else 0
         state = jax.lax.while_loop(
-            lambda state, next_size=next_size: _searching(state, first_length, next_size),
+            lambda state, next_size=next_size: _searching(state, max_length, next_size),
             lambda state, encoded=encoded, limits=limits: step_once(state, encoded, limits),
             state,
         )
-        every = _put_sentences(every, state, rows, beam_size, live=growth is not None)
-    if growth is not None:
-        # The cache is full: whoever still searches goes on in the whole batch, with room for
-        # ``max_length`` positions (a stage that never runs when every sentence has finished).
-        def go_on(every: BeamState) -> BeamState:
-            every = every._replace(cache=_grown(every.cache, growth))
-            return jax.lax.while_loop(
-                lambda state: _searching(state, max_length, 0),
-                lambda state: step_once(state, every_encoded, every_limit),
-                every,
-            )
-
-        searching = jnp.any(_still_searching(every))
-        best_tokens, best_scores = jax.lax.cond(
-            searching,
-            lambda every: _best(go_on(every)),
-            _best,
-            every,
-        )
-    else:
-        best_tokens, best_scores = _best(every)
+        best_tokens = best_tokens.at[rows].set(state.best_tokens)
+        best_scores = best_scores.at[rows].set(state.best_scores)
     if nbest is None:
         return best_tokens[:, 0], best_scores[:, 0]
     return best_tokens, best_scores
@@ -199,32 +167,6 @@ def shrinking_sizes(batch: int, min_rows: int) -> list[int]:
     while sizes[-1] // 2 >= max(min_rows, 1):
         sizes.append(sizes[-1] // 2)
     return sizes
-
-
-def _best(state: BeamState) -> tuple[Array, Array]:
-    return state.best_tokens, state.best_scores
-
-
-def _cache_shapes(model: Seq2SeqModel, encoded: Encoded, length: int, max_length: int):
-    """The model's cache shapes for ``length`` and for ``max_length`` positions, or None if they
-    are the same (a recurrent state, which gains nothing from starting short)."""
-    short, long = (
-        jax.eval_shape(lambda encoded, n=n: model.start_decoding(encoded, n)[1], encoded)
-        for n in (length, max_length)
-    )
-    same = jax.tree.map(lambda a, b: a.shape == b.shape, short, long)
-    return None if all(jax.tree.leaves(same)) else (short, long)
-
-
-def _grown(cache: Any, shapes: tuple[Any, Any]) -> Any:
-    """The cache with room for every position: each array padded by what the model's own cache
-    adds between the two lengths, with zeros, which the decoder's mask hides until it writes
-    them."""
-
-    def grow(x: Array, short, long) -> Array:
-        return jnp.pad(x, [(0, m - n) for n, m in zip(short.shape, long.shape, strict=True)])
-
-    return jax.tree.map(grow, cache, *shapes)
 
 
 def _still_searching(state: BeamState) -> Array:
@@ -258,26 +200,6 @@ def _take_sentences(tree, rows: Array, beam_size: int):
         cache=cache,
     )
     return state, encoded, limits[rows]
-
-
-def _put_sentences(
-    every: BeamState, state: BeamState, rows: Array, beam_size: int, live: bool
-) -> BeamState:
-    """``every`` with the best outputs of sentences ``rows`` replaced by those of ``state`` (the
-    inverse of ``_take_sentences``); with ``live``, their live hypotheses, cache and step too."""
-    every = every._replace(
-        best_tokens=every.best_tokens.at[rows].set(state.best_tokens),
-        best_scores=every.best_scores.at[rows].set(state.best_scores),
-    )
-    if not live:
-        return every
-    hypotheses = (rows[:, None] * beam_size + jnp.arange(beam_size)).reshape(-1)  # [size * N]
-    return every._replace(
-        step=state.step,
-        live_tokens=every.live_tokens.at[rows].set(state.live_tokens),
-        live_log_probs=every.live_log_probs.at[rows].set(state.live_log_probs),
-        cache=jax.tree.map(lambda a, b: a.at[hypotheses].set(b), every.cache, state.cache),
-    )
 
 
 def _next_log_probs(model: Seq2SeqModel, encoded: Encoded, state: BeamState):

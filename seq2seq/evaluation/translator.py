@@ -178,7 +178,6 @@ class Translator:
         self.sampling = sampling
         decode = config.decode
         beam_size, alpha, extra = decode.beam_size, decode.alpha, decode.max_extra_length
-        cache_extra = decode.cache_extra_length
         min_rows = decode.min_rows
         check_decoding(config, nbest, sampling)
         # Members whose source tokenizer differs from the first's read sources of their own.
@@ -205,7 +204,7 @@ class Translator:
                 return tokens[:, None], scores[:, None]
             return beam_search(  # a beam of one is greedy search
                 model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
-                nbest=nbest or 1, min_rows=min_rows, cache_length=first.shape[1] + cache_extra,
+                nbest=nbest or 1, min_rows=min_rows,
             )  # fmt: skip
 
         self._search = jax.jit(search)
