@@ -15,8 +15,6 @@ has the same two pieces, ``start`` before anything else is imported and ``run`` 
 from __future__ import annotations
 
 import logging
-import os
-import platform
 import re
 import sys
 import traceback
@@ -169,22 +167,11 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
     return wrapped
 
 
-def prefer_mkl_in_ctranslate2() -> None:
-    """CTranslate2 takes Intel MKL only on Intel CPUs unless ``CT2_USE_MKL`` says otherwise; on
-    others (AMD) its float32 products go to oneDNN's unpacked sgemm, many times slower. MKL runs
-    on any x86-64 CPU and the x86-64 wheels carry it. Read once, when CTranslate2 first starts;
-    a value already set is kept."""
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        os.environ.setdefault("CT2_USE_MKL", "1")
-
-
 def start() -> None:
-    """The preamble of every command, run before JAX loads: XLA's host memory kept between steps,
-    CTranslate2's float32 products on MKL (``prefer_mkl_in_ctranslate2``).
+    """The preamble of every command, run before JAX loads: XLA's host memory kept between steps.
 
     On Linux with glibc this restarts the process once (``seq2seq.host_memory``).
     """
-    prefer_mkl_in_ctranslate2()
     keep_host_memory()
 
 
