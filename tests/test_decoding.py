@@ -12,7 +12,13 @@ import pytest
 from flax import nnx
 
 from seq2seq.decoding.beam_search import beam_search, length_penalty
-from seq2seq.decoding.search_parts import expand_to_beams, output_limits, select_beams
+from seq2seq.decoding.search_parts import (
+    expand_to_beams,
+    output_limits,
+    select_beams,
+    take_rows,
+    top_k,
+)
 from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerConfig
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -252,7 +258,7 @@ def test_decoding_with_the_cache_equals_rerunning_the_whole_prefix(model):
 
 
 def test_a_reordered_cache_continues_the_reordered_prefixes(model):
-    beam_size, steps = 3, 3
+    beam_size, steps = 3, 18  # a Transformer's cache: one whole block and two positions of one
     rng = np.random.default_rng(2)
     prefixes = rng.integers(1, VOCAB, (2 * beam_size, steps)).astype(np.int32)  # [B * N, 3]
     prefixes[:, 0] = BOS_ID
@@ -269,7 +275,8 @@ def test_a_reordered_cache_continues_the_reordered_prefixes(model):
         cache = expand_to_beams(cache, beam_size)  # [B * N, ...]: one row per hypothesis
         for t in range(steps):
             _, _, cache = model.decode(per_sentence, prefixes[:, t : t + 1], cache=cache)
-        cache = select_beams(cache, jnp.asarray(origin))
+        reorder = getattr(model, "reorder_cache", take_rows)
+        cache = select_beams(cache, jnp.asarray(origin), reorder)
         cached, _, _ = model.decode(per_sentence, newest, cache=cache)  # [B * N, 1, V]
         full, _, _ = model.decode(  # teacher forcing, the sentence copied per hypothesis
             expand_to_beams(encoded, beam_size), np.concatenate([reordered, newest], axis=1)
@@ -278,6 +285,40 @@ def test_a_reordered_cache_continues_the_reordered_prefixes(model):
 
     cached, full = cached_and_full(params)
     np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("written", [0, 5, 16, 20, 48])
+def test_a_transformer_cache_moves_every_written_position(written):
+    model = _transformer()
+    rng = np.random.default_rng(4)
+    rows = jnp.asarray([2, 0, 0, 5, 4, 4])
+    _, cache = model.start_decoding(model.encode(jnp.asarray(SOURCES)), 40)
+    assert cache["self_keys_0"].shape[2] == 48, "room for 40 positions, in whole blocks of 16"
+    cache = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), cache)
+    cache["index"] = jnp.full((len(SOURCES),), written, jnp.int32)
+    moved = model.reorder_cache(cache, rows)
+    for name, x in cache.items():
+        expected = np.asarray(x)[np.asarray(rows)]
+        if name == "index":
+            np.testing.assert_array_equal(moved[name], expected)
+        else:  # [R, H, T, K]: the written positions, each from its new row's origin
+            np.testing.assert_array_equal(moved[name][:, :, :written], expected[:, :, :written])
+
+
+@pytest.mark.parametrize(("vocab", "k", "group"), [(2048, 4, 64), (1000, 5, 16), (300, 1, 16)])
+def test_top_k_in_groups_equals_jax_top_k_ties_included(vocab, k, group):
+    rng = np.random.default_rng(vocab)
+    x = rng.integers(-30, 8, (3, 4, vocab)).astype(np.float32)  # many equal values
+    x[..., :2] = -np.inf  # as never-output tokens are
+    x[0, 0] = 7.0  # a row of one value: every index ties
+    # A tie across groups whose maxima differ: the 5 of the first group comes first.
+    x[1, 1] = -np.inf
+    x[1, 1, [3, 5]] = 5.0
+    x[1, 1, [group, group + 1]] = [9.0, 5.0]
+    values, indices = top_k(jnp.asarray(x), k, group)
+    expected_values, expected_indices = jax.lax.top_k(jnp.asarray(x), k)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(indices, expected_indices)
 
 
 def test_a_sentence_translates_the_same_alone_or_in_a_batch(model):

@@ -20,8 +20,9 @@ highest-scoring output under the rule above (``tests/test_decoding.py`` checks b
 
 The model is used only through its contract: ``encode``, ``start_decoding`` and ``decode``. What
 the encoder gives stays one row per sentence, read by all its hypotheses; the cache, a row per
-hypothesis, is repeated for the beams and reordered after each step by one ``tree.map``, whether
-it holds key/value tensors (Transformer) or a recurrent state (RNNsearch). Sentences that have
+hypothesis, is repeated for the beams and reordered after each step, by one ``tree.map`` (a
+recurrent state: RNNsearch) or by the model's ``reorder_cache`` (a Transformer moves only the
+key/value positions written so far). Sentences that have
 finished leave the loop: when half of a batch's rows are done, the rest go on in a batch half
 the size (``shrinking_sizes``), so a batch's longest output no longer keeps its short ones busy.
 """
@@ -33,7 +34,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from seq2seq.decoding.search_parts import expand_to_beams, next_token_log_probs, select_beams
+from seq2seq.decoding.search_parts import (
+    expand_to_beams,
+    next_token_log_probs,
+    select_beams,
+    take_rows,
+    top_k,
+)
 from seq2seq.models.base import Encoded, Seq2SeqModel
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID
 
@@ -132,9 +139,12 @@ def beam_search(
         cache=cache,
     )
 
+    # A model may move its cache's rows itself (a Transformer moves only the positions written).
+    reorder = getattr(model, "reorder_cache", take_rows)
+
     def step_once(state: BeamState, encoded: Encoded, limits: Array) -> BeamState:
         log_probs, cache = _next_log_probs(model, encoded, state)  # [B, N, V]
-        return _advance(state, log_probs, cache, limits, alpha)
+        return _advance(state, log_probs, cache, limits, alpha, reorder)
 
     # Finished sentences leave the loop: whenever no more than half of the rows still search,
     # those rows move to a batch half the size and the search goes on there, so the last long
@@ -221,7 +231,7 @@ def _next_log_probs(model: Seq2SeqModel, encoded: Encoded, state: BeamState):
 
 
 def _advance(
-    state: BeamState, log_probs: Array, cache: Any, limits: Array, alpha: float
+    state: BeamState, log_probs: Array, cache: Any, limits: Array, alpha: float, reorder
 ) -> BeamState:
     """Keeps the N most probable extensions; those that end compete for the best output."""
     batch, beam_size, vocab_size = log_probs.shape
@@ -229,7 +239,7 @@ def _advance(
     # Each hypothesis's K best next tokens, ranked by log p(y_t) itself: adding the prefix's
     # log P first could round near-ties together, and a beam of one must take the argmax.
     per_hypothesis = min(beam_size, vocab_size)  # K: no more survive from one hypothesis
-    token_log_probs, token_ids = jax.lax.top_k(log_probs, per_hypothesis)  # [B, N, K] twice
+    token_log_probs, token_ids = top_k(log_probs, per_hypothesis)  # [B, N, K] twice
     candidates = state.live_log_probs[:, :, None] + token_log_probs  # [B, N, K]
     top_log_probs, top_index = jax.lax.top_k(
         candidates.reshape(batch, beam_size * per_hypothesis), beam_size
@@ -242,7 +252,7 @@ def _advance(
         tokens = state.live_tokens
     else:
         tokens = jnp.take_along_axis(state.live_tokens, origin[:, :, None], axis=1)  # [B, N, T]
-        cache = None if cache is None else select_beams(cache, origin)
+        cache = None if cache is None else select_beams(cache, origin, reorder)
     tokens = tokens.at[:, :, step].set(token)
 
     ends = (token == EOS_ID) | (step + 1 >= limits)[:, None]  # [B, N]

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
+from seq2seq.decoding.search_parts import take_rows
 from seq2seq.models.base import Seq2SeqModel
 
 Array = jax.Array
@@ -56,6 +57,13 @@ class Ensemble:
             {f"member_{m}": member_encoded for m, (member_encoded, _) in enumerate(started)},
             {f"member_{m}": member_cache for m, (_, member_cache) in enumerate(started)},
         )
+
+    def reorder_cache(self, cache: dict, rows: Array) -> dict:
+        """Each member's cache rows reordered as that member reorders them."""
+        return {
+            f"member_{m}": getattr(model, "reorder_cache", take_rows)(cache[f"member_{m}"], rows)
+            for m, model in enumerate(self.members)
+        }
 
     def decode(self, encoded: dict, target_inputs: Array, *, cache: dict | None = None, **kwargs):
         """The members' log-probabilities averaged [B, T, V], no aux, and the members' caches."""

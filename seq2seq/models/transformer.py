@@ -71,6 +71,11 @@ def embedding_init(width: int) -> nnx.Initializer:
     return nnx.initializers.normal(stddev=1.0 / math.sqrt(width))
 
 
+# Cache positions per block: the cache's length is a whole number of them, and a beam search
+# step moves only the blocks written so far (``Transformer.reorder_cache``).
+CACHE_BLOCK = 16
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
     """The Transformer's schema: every size and switch; the defaults are the base model of Table 3.
@@ -401,10 +406,13 @@ class Transformer(EncoderDecoder):
         ``encoded``), and empty self-attention keys and values per layer (the cache).
 
         All are head-major ([B, H, positions, K]), the layout a one-query step reads fastest.
+        The cache has room for ``max_length`` positions rounded up to whole blocks of
+        ``CACHE_BLOCK`` (``reorder_cache`` moves it a block at a time); the mask hides the rest.
         """
         memory = encoded["memory"]
         batch = memory.shape[0]
         config = self.config
+        max_length = -(-max_length // CACHE_BLOCK) * CACHE_BLOCK
         per_sentence = {"segments": encoded["segments"]}  # the memory itself is read no more
         cache: Cache = {"index": jnp.zeros((batch,), jnp.int32)}
         for i, layer in enumerate(self.decoder_layers):
@@ -461,6 +469,36 @@ class Transformer(EncoderDecoder):
 
         x, weights = run_layers(self.decoder_layers, x, apply, dropout, self.config.scan_layers)
         return self._finish(x, weights)
+
+    def reorder_cache(self, cache: Cache, rows: Array) -> Cache:
+        """Row ``r`` of the cache becomes row ``rows[r]`` (a beam search's step).
+
+        Only the positions some row has written move: a block of ``CACHE_BLOCK`` positions at a
+        time, in place, up to the block holding the last one written. Gathering every position
+        cost a beam step a fifth of its time on a CPU, most of it on positions not yet written
+        (a cache has room for the input's length + 50).
+
+        Args:
+          cache: from ``start_decoding`` or ``decode``, rows [R, ...].
+          rows: [R] int, in bounds.
+
+        Returns:
+          The cache, rows reordered where written.
+        """
+        index = cache["index"]  # [R] positions written per row
+        arrays = {name: x for name, x in cache.items() if name != "index"}  # [R, H, T, K]
+
+        def move_block(block, arrays):
+            def move(x):
+                piece = jax.lax.dynamic_slice_in_dim(x, block * CACHE_BLOCK, CACHE_BLOCK, axis=2)
+                piece = piece.at[rows].get(mode="promise_in_bounds")
+                return jax.lax.dynamic_update_slice_in_dim(x, piece, block * CACHE_BLOCK, axis=2)
+
+            return {name: move(x) for name, x in arrays.items()}
+
+        written_blocks = (jnp.max(index) + CACHE_BLOCK - 1) // CACHE_BLOCK
+        arrays = jax.lax.fori_loop(0, written_blocks, move_block, arrays)
+        return {"index": index.at[rows].get(mode="promise_in_bounds"), **arrays}
 
     def _decode_step(self, encoded, tokens, cache, return_attention):
         index = cache["index"]  # [B], the position of ``tokens``
