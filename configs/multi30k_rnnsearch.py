@@ -61,4 +61,5 @@ def get_config():
     config.checkpoint.keep = 6  # eval.py/compare --checkpoint average:5 can score their mean
     config.eval.every_minutes = 2.5  # validation BLEU (and at the end)
     config.eval.num_examples = 500  # of the 1,014 val captions: ~30 s of greedy decoding
+    config.eval.batch_size = 256  # sentences per search; 64 decodes 7-12% slower (benchmarks.md)
     return config
