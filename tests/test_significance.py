@@ -75,6 +75,17 @@ def test_identical_systems_show_no_significant_difference(systems):
     assert sentence.startswith("No significant difference between `A` and `A again`")
 
 
+def test_a_small_p_with_an_interval_across_zero_says_why_it_is_not_significant(systems):
+    _, a, b, _ = systems
+    pair = significance.paired_test(a, b, systems[0], SAMPLES, TRIALS)["BLEU"]
+    seeds = significance.SeedComparison("BLEU", [30.0], [29.1], 0.9, (-0.05, 2.0), 0.047, [pair])
+    sentence = significance.verdict("A", "B", seeds)
+    assert sentence.startswith("No significant difference between `A` and `B`")
+    assert "p = 0.047" in sentence and "the interval includes 0" in sentence
+    seeds = significance.SeedComparison("BLEU", [30.0], [29.1], 0.9, (-0.05, 2.0), 0.3, [pair])
+    assert "the interval includes 0" not in significance.verdict("A", "B", seeds)
+
+
 def test_a_clear_difference_is_significant_in_its_direction(systems):
     references, a, b, _ = systems
     forward = significance.paired_test(a, b, references, SAMPLES, TRIALS)

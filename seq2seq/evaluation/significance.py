@@ -220,9 +220,16 @@ def verdict(name_a: str, name_b: str, result: SeedComparison, unit: str = "BLEU"
         )
     numbers = f"{interval}, p = {result.p_value:.3g} ({how})"
     if not result.significant:
+        # p under the level beside "no significant difference" would read as a contradiction.
+        rule = (
+            f"; p is under {LEVEL} but the interval includes 0, and a difference counts as "
+            f"significant only when both agree"
+            if result.p_value < LEVEL
+            else ""
+        )
         return (
             f"No significant difference between `{name_a}` and `{name_b}` in {unit}: "
-            f"{result.difference:+.2f}, {numbers}."
+            f"{result.difference:+.2f}, {numbers}{rule}."
         )
     better, worse = (name_a, name_b) if result.difference > 0 else (name_b, name_a)
     if result.difference > 0 or result.ci95 is None:
