@@ -17,6 +17,7 @@ from pathlib import Path
 
 import ctranslate2
 import ml_collections
+import numpy as np
 
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding.beam_search import length_penalty
@@ -101,16 +102,8 @@ class ExportedTranslator:
                 max_decoding_length=max(limits), min_decoding_length=0, max_input_length=0,
                 suppress_sequences=self.suppressed,
             )  # fmt: skip
-            for index, result, most in zip(members, results, limits, strict=True):
-                ranked = sorted(
-                    (
-                        (_score(log_prob, len(hypothesis), most, decode.alpha), hypothesis[:most])
-                        for hypothesis, log_prob in zip(
-                            result.hypotheses, result.scores, strict=True
-                        )
-                    ),
-                    key=lambda scored: -scored[0],
-                )
+            for index, scored in zip(members, _scored(results, limits, decode.alpha), strict=True):
+                ranked = sorted(scored, key=lambda pair: -pair[0])
                 outputs[index] = [
                     (score, self._text(hypothesis))
                     for score, hypothesis in ranked[: self.nbest or 1]
@@ -118,8 +111,21 @@ class ExportedTranslator:
         return Translations([o[0][1] if o else "" for o in outputs], truncated, outputs)
 
 
-def _score(log_prob: float, tokens: int, most: int, alpha: float) -> float:
-    """This package's score of a CTranslate2 hypothesis: ``log P / lp(|Y|)``, where |Y| counts
-    the EOS that CTranslate2 leaves out, unless the output was cut at its limit ``most``."""
-    length = most if tokens >= most else tokens + 1
-    return float(log_prob) / float(length_penalty(length, alpha))
+def _scored(results, limits: list[int], alpha: float) -> list[list[tuple[float, list[str]]]]:
+    """Per sentence, (score, tokens) of each CTranslate2 hypothesis by this package's rule:
+    ``log P / lp(|Y|)``, where |Y| counts the EOS that CTranslate2 leaves out, unless the
+    output was cut at its limit; outputs longer than the limit are cut there. One
+    ``length_penalty`` call for the whole batch."""
+    lengths = [
+        most if len(hypothesis) >= most else len(hypothesis) + 1
+        for result, most in zip(results, limits, strict=True)
+        for hypothesis in result.hypotheses
+    ]
+    penalties = iter(np.asarray(length_penalty(np.asarray(lengths, np.int32), alpha)).tolist())
+    return [
+        [
+            (float(log_prob) / next(penalties), hypothesis[:most])
+            for hypothesis, log_prob in zip(result.hypotheses, result.scores, strict=True)
+        ]
+        for result, most in zip(results, limits, strict=True)
+    ]
