@@ -337,7 +337,9 @@ def test_model_field_keys_tune_each_configs_own_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_winning_trial_trained_to_the_final_budget_is_the_final_run_of_its_seed(halved):
+def test_a_winning_trial_trained_to_the_final_budget_is_the_final_run_of_its_seed(
+    halved, monkeypatch
+):
     plan, workdir, results = halved
     final = Settings(budget_minutes=plan.rung_minutes(1), seeds=2, slice_minutes=0)
     outcomes = [
@@ -360,6 +362,8 @@ def test_a_winning_trial_trained_to_the_final_budget_is_the_final_run_of_its_see
         assert run.metrics_file.read_text() == winner.run.metrics_file.read_text()
         assert not (workdir / f"{result.spec.name}-seed1").exists()  # another seed: trained
     metrics = outcomes[0].run.metrics_file.read_text()
-    assert not runner.train_in_slices(outcomes[:1], 0)  # already at its budget: no training
+    with monkeypatch.context() as patched:  # already at its budget: not even restored
+        patched.setattr(runner, "train", lambda *args, **kwargs: pytest.fail("trained again"))
+        assert not runner.train_in_slices(outcomes[:1], 0)
     assert outcomes[0].run.metrics_file.read_text() == metrics
     assert tuning.reuse_winners(results, outcomes, final, plan) == copied  # a rerun: the same

@@ -203,6 +203,19 @@ def _trained_minutes(run: RunDirectory) -> float:
     return records[-1].get("elapsed_seconds", 0.0) / 60 if records else 0.0
 
 
+def _finished(job) -> bool:
+    """Whether the job's run already validated at the end of its budget (its minutes or its
+    steps): then training it again would only restore and compile, 15-20 s, to do nothing."""
+    validations = [r for r in job.run.read_metrics() if r.get("kind") == "validation"]
+    if not validations:
+        return False
+    last, train = validations[-1], job.config.train
+    minutes = train.time_budget_minutes
+    return last.get("step", 0) >= train.steps or bool(
+        minutes and last.get("elapsed_seconds", 0.0) >= minutes * 60
+    )
+
+
 def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
     """Trains every job whose status is "ok" to its end, in round-robin slices.
 
@@ -225,6 +238,9 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
             pause = mark if mark is not None and not (budget and mark >= budget) else None
             if pause is not None and _trained_minutes(job.run) >= pause:
                 unfinished.append(job)  # resumed past this round's mark
+                continue
+            if _finished(job):
+                logger.info("== %s: finished before, reused", job.run.path.name)
                 continue
             logger.info(
                 "== %s: training%s",
