@@ -304,6 +304,9 @@ def test_bench_decode_of_a_split_translates_all_of_it_to_eval_s_bleu(workdir, tm
     assert bench["sentences"] == evaluated["n"] == len(synthetic.load_split("test"))
     assert bench["bleu"] == pytest.approx(evaluated["bleu"])
     assert bench["bleu"] > 0, "a model that gets nothing right makes this test vacuous"
+    small = split_decode_benchmark(run, "test", batch_size=3)  # --batch_size 3
+    assert small["batch_size"] == 3 != bench["batch_size"]
+    assert small["bleu"] == pytest.approx(bench["bleu"])  # a translation is batch-blind
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m seq2seq.bench train \
         --config configs/bench_small.py --meshes 8x1x1,2x4x1,2x2x2,1x1x8   # step time per mesh
     python -m seq2seq.bench decode --config configs/bench_small.py [--beam_size 4] [--workdir RUN]
-    python -m seq2seq.bench decode --workdir RUN --split test [--beam_size 4]   # a whole split
+    python -m seq2seq.bench decode --workdir RUN --split test [--beam_size 4] [--batch_size 256]
     python -m seq2seq.bench decode --workdir RUN --split test --engine ctranslate2  # JAX beside
                                    # CTranslate2 float32 and int8, on the same weights
     python -m seq2seq.bench data --config configs/bench_small.py
@@ -238,6 +238,9 @@ def run() -> None:
         "engine", "jax", "decode --split: jax, or ctranslate2 (JAX beside CTranslate2)."
     )
     sentences = flags.DEFINE_integer("sentences", 32, "decode: sentences per batch.")
+    batch_size = flags.DEFINE_integer(
+        "batch_size", None, "decode --split: sentences searched together (default: the run's)."
+    )
     source_length = flags.DEFINE_integer("source_length", 30, "decode, untrained: source tokens.")
     output_length = flags.DEFINE_integer("output_length", 30, "decode, untrained: output tokens.")
     repeats = flags.DEFINE_integer("repeats", 3, "decode: timed batches (median reported).")
@@ -297,9 +300,12 @@ def run() -> None:
                 raise ConfigError("bench decode --split needs --workdir RUN (a trained run)")
             if engine.value not in ("jax", "ctranslate2"):
                 raise ConfigError(f"unknown --engine {engine.value!r}; choose jax or ctranslate2")
+            if batch_size.value is not None and batch_size.value < 1:
+                raise ConfigError(f"--batch_size {batch_size.value} must be at least 1")
             result = measure.split_decode_benchmark(
-                Path(workdir.value), split.value, beam_size=beam_size.value, engine=engine.value
-            )
+                Path(workdir.value), split.value, beam_size=beam_size.value, engine=engine.value,
+                batch_size=batch_size.value,
+            )  # fmt: skip
             title = f"decode {result['model']}, {result['split']}"
             table = _table(title, result, _decode_targets(result))
         elif command == "decode":

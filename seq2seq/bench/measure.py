@@ -431,6 +431,7 @@ def split_decode_benchmark(
     beam_size: int | None = None,
     engine: str = "jax",
     quantizations: tuple[str, ...] = ("float32", "int8"),
+    batch_size: int | None = None,
 ) -> dict:
     """A trained run decodes a whole split as ``eval.py`` does (``Translator``), twice.
 
@@ -440,6 +441,8 @@ def split_decode_benchmark(
     still finds the same translations. With ``engine="ctranslate2"`` the same weights are also
     exported to CTranslate2 at each of ``quantizations`` and decode the same sentences with the
     same settings: their figures sit beside JAX's, with the ratio of JAX's pace to theirs.
+    ``batch_size`` replaces the run's ``eval.batch_size`` (sentences searched together) for
+    every engine.
     """
     from seq2seq.data.pipeline import load_pairs
     from seq2seq.evaluation.bleu import sacrebleu_score
@@ -452,6 +455,8 @@ def split_decode_benchmark(
     sentences = [source for source, _ in pairs]
     references = [target for _, target in pairs]
     translator = Translator.restore(workdir, beam_size=beam_size)
+    if batch_size is not None:
+        translator.config.eval.batch_size = batch_size
     first_pass, seconds, hypotheses = _two_passes(translator, sentences)
     result = {
         "model": config.model.name,
@@ -471,6 +476,8 @@ def split_decode_benchmark(
 
         for quantization in quantizations:
             exported = exported_translator(workdir, quantization, beam_size=beam_size)
+            if batch_size is not None:
+                exported.config.eval.batch_size = batch_size
             _, ct2_seconds, ct2_hypotheses = _two_passes(exported, sentences)
             name = f"ctranslate2_{quantization}"
             result[f"{name}_sentences_per_s"] = len(sentences) / ct2_seconds
