@@ -29,7 +29,7 @@ def next_token_log_probs(logits: Array) -> Array:
     return log_probs.at[..., NEVER_OUTPUT].set(-jnp.inf)
 
 
-def top_k(x: Array, k: int, group: int = 64) -> Array:
+def top_k(x: Array, k: int, group: int = 64) -> tuple[Array, Array]:
     """``jax.lax.top_k`` over the last axis, the same values and indices, in two passes.
 
     On CPUs XLA's top-k sorts each row of a [rows, vocabulary] array in one call; a beam step
