@@ -13,10 +13,10 @@ from flax import nnx
 
 from seq2seq.decoding.beam_search import beam_search, length_penalty
 from seq2seq.decoding.search_parts import (
+    cache_reorder,
     expand_to_beams,
     output_limits,
     select_beams,
-    take_rows,
     top_k,
 )
 from seq2seq.models import RNNSearch, RNNSearchConfig, Transformer, TransformerConfig
@@ -275,8 +275,7 @@ def test_a_reordered_cache_continues_the_reordered_prefixes(model):
         cache = expand_to_beams(cache, beam_size)  # [B * N, ...]: one row per hypothesis
         for t in range(steps):
             _, _, cache = model.decode(per_sentence, prefixes[:, t : t + 1], cache=cache)
-        reorder = getattr(model, "reorder_cache", take_rows)
-        cache = select_beams(cache, jnp.asarray(origin), reorder)
+        cache = select_beams(cache, jnp.asarray(origin), cache_reorder(model))
         cached, _, _ = model.decode(per_sentence, newest, cache=cache)  # [B * N, 1, V]
         full, _, _ = model.decode(  # teacher forcing, the sentence copied per hypothesis
             expand_to_beams(encoded, beam_size), np.concatenate([reordered, newest], axis=1)

@@ -27,7 +27,7 @@ from seq2seq.data import sources
 from seq2seq.data.encoded import encode_corpus, filter_pairs
 from seq2seq.data.pipeline import build_tokenizer, make_batches
 from seq2seq.decoding.beam_search import beam_search
-from seq2seq.decoding.search_parts import output_limits, take_rows
+from seq2seq.decoding.search_parts import cache_reorder, output_limits
 from seq2seq.models import count_params, train_flops
 from seq2seq.models.base import Seq2SeqModel
 from seq2seq.training import sharding
@@ -330,7 +330,7 @@ class _NeverEnds:
         return self.model.start_decoding(encoded, max_length)
 
     def reorder_cache(self, cache, rows):
-        return getattr(self.model, "reorder_cache", take_rows)(cache, rows)
+        return cache_reorder(self.model)(cache, rows)
 
     def decode(self, encoded, target_inputs, **kwargs):
         logits, aux, cache = self.model.decode(encoded, target_inputs, **kwargs)

@@ -35,10 +35,10 @@ import jax
 import jax.numpy as jnp
 
 from seq2seq.decoding.search_parts import (
+    cache_reorder,
     expand_to_beams,
     next_token_log_probs,
     select_beams,
-    take_rows,
     top_k,
 )
 from seq2seq.models.base import Encoded, Seq2SeqModel
@@ -139,8 +139,7 @@ def beam_search(
         cache=cache,
     )
 
-    # A model may move its cache's rows itself (a Transformer moves only the positions written).
-    reorder = getattr(model, "reorder_cache", take_rows)
+    reorder = cache_reorder(model)
 
     def step_once(state: BeamState, encoded: Encoded, limits: Array) -> BeamState:
         log_probs, cache = _next_log_probs(model, encoded, state)  # [B, N, V]

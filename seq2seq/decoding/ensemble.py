@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
-from seq2seq.decoding.search_parts import take_rows
+from seq2seq.decoding.search_parts import cache_reorder
 from seq2seq.models.base import Seq2SeqModel
 
 Array = jax.Array
@@ -61,7 +61,7 @@ class Ensemble:
     def reorder_cache(self, cache: dict, rows: Array) -> dict:
         """Each member's cache rows reordered as that member reorders them."""
         return {
-            f"member_{m}": getattr(model, "reorder_cache", take_rows)(cache[f"member_{m}"], rows)
+            f"member_{m}": cache_reorder(model)(cache[f"member_{m}"], rows)
             for m, model in enumerate(self.members)
         }
 

@@ -91,6 +91,15 @@ def take_rows(tree, rows: Array):
     return jax.tree.map(lambda x: x.at[rows].get(mode="promise_in_bounds"), tree)
 
 
+def cache_reorder(model):
+    """How a beam search moves ``model``'s cache rows: ``reorder(cache, rows)``.
+
+    The model's own ``reorder_cache`` where it has one (a Transformer moves only the positions
+    written so far), else ``take_rows`` (every array, every position).
+    """
+    return getattr(model, "reorder_cache", take_rows)
+
+
 def select_beams(tree, origin: Array, reorder=take_rows):
     """Row ``n`` of sentence ``b`` becomes row ``origin[b, n]`` of the same sentence.
 

@@ -13,12 +13,12 @@ A model is used in three ways, and both models serve all three through the same 
 ``encoded`` and ``cache`` are dicts of batch-leading arrays with different owners. ``encoded``
 belongs to the sentence: what every hypothesis reads and none changes (encoder outputs, and what
 ``start_decoding`` projects from them once, such as the Transformer's cross-attention keys and
-values). ``cache`` belongs to a hypothesis: what each one's own past has written (self-attention
-keys and values, a recurrent state). A beam search repeats and reorders the cache rows (with
-one ``tree_map`` whatever the model, or with the model's own ``reorder_cache(cache, rows)``
-where it has one), and never copies ``encoded``: in a cached step the models read
-``tokens`` and ``cache`` rows as N consecutive hypotheses per ``encoded`` row
-(``attention.group_rows``).
+values or RNNsearch's projected annotations). ``cache`` belongs to a hypothesis: what each one's
+own past has written (self-attention keys and values, a recurrent state). A beam search repeats
+and reorders the cache rows (with one ``tree_map`` whatever the model, or with the model's own
+``reorder_cache(cache, rows)`` where it has one), and never copies ``encoded``: in a cached
+step the models read ``tokens`` and ``cache`` rows as N consecutive hypotheses per ``encoded``
+row (``attention.group_rows``).
 """
 
 from __future__ import annotations

@@ -371,9 +371,25 @@ class RNNSearch(EncoderDecoder):
         }
 
     def start_decoding(self, encoded: Encoded, max_length: int) -> tuple[Encoded, Cache]:
-        """The recurrent state is the whole cache; ``max_length`` is not needed."""
+        """The recurrent state is the whole cache; ``max_length`` is not needed.
+
+        With attention, the decoder reads a context only through two linear maps, ``C c_i``
+        (into the GRU's gates) and ``C_o c_i`` (into the deep output), and ``c_i`` is a
+        weighted sum of the annotations, so ``C c_i = sum_j alpha_ij C h_j`` (and likewise for
+        ``C_o``). ``encoded`` for decoding holds those projected annotations, computed here once
+        per sentence: a step then weights them directly instead of projecting every
+        hypothesis's context (S rows once, rather than N rows at every step of a beam search).
+        """
         del max_length
-        return encoded, {"state": encoded["initial_state"]}
+        cache = {"state": encoded["initial_state"]}
+        if self.attention is None:
+            return encoded, cache
+        annotations = encoded["annotations"]  # [B, S, 2n]
+        projected = jnp.concatenate(
+            [self.context_to_gates(annotations), self.c_o(annotations)], axis=-1
+        )  # [B, S, 3n_dec + 2l]: [C h_j, C_o h_j]
+        others = {name: x for name, x in encoded.items() if name != "annotations"}
+        return {**others, "projected_annotations": projected}, cache
 
     def decode(
         self,
@@ -403,15 +419,15 @@ class RNNSearch(EncoderDecoder):
         embedded = constrain(embedded, "batch", "length", "activation_embed")
         projected = self.decoder.input_projection(embedded)  # [B, T, 3n_dec]
         if self.attention is None:
-            final_state, previous_states, contexts = self._run_with_fixed_context(
+            final_state, previous_states, output_contexts = self._run_with_fixed_context(
                 encoded, state, projected
             )
             weights = None
         else:
-            final_state, previous_states, contexts, weights = self._run_with_attention(
+            final_state, previous_states, output_contexts, weights = self._run_with_attention(
                 encoded, state, projected
             )
-        t = self._deep_output(previous_states, embedded, contexts, dropout)
+        t = self._deep_output(previous_states, embedded, output_contexts, dropout)
         aux = {}
         if return_attention and weights is not None:
             aux["cross_attention"] = weights[:, None, None]  # [B, 1, 1, T, S]
@@ -421,25 +437,35 @@ class RNNSearch(EncoderDecoder):
     def _run_with_attention(self, encoded: Encoded, state: Array, projected: Array):
         """The decoder GRU with a fresh ``c_i`` at every step (Appendix A.2.2).
 
+        From ``encode`` the step weights the annotations ``h_j`` and projects ``c_i``; from
+        ``start_decoding`` it weights their projections ``[C h_j, C_o h_j]`` (the same sums).
+
         Returns:
-          (s_T [B, n_dec], s_{i-1} [B, T, n_dec], c_i [B, T, 2n], alpha [B, T, S]).
+          (s_T [B, n_dec], s_{i-1} [B, T, n_dec], C_o c_i [B, T, 2l], alpha [B, T, S]).
         """
+        projected_once = "projected_annotations" in encoded
+        values = encoded["projected_annotations" if projected_once else "annotations"]
+        to_gates = projected.shape[-1]  # 3n_dec: the first columns of a projected context
 
         def body(previous_state, projected_input):
             context, weights = self.attention(
-                previous_state, encoded["keys"], encoded["annotations"], encoded["valid"]
-            )
-            gates_input = projected_input + self.context_to_gates(context)
-            new_state = self.decoder.step(previous_state, gates_input)
+                previous_state, encoded["keys"], values, encoded["valid"]
+            )  # c_i, or [C c_i, C_o c_i]
+            if projected_once:
+                gates_context, context = context[:, :to_gates], context[:, to_gates:]
+            else:
+                gates_context = self.context_to_gates(context)
+            new_state = self.decoder.step(previous_state, projected_input + gates_context)
             return new_state, (previous_state, context, weights)
 
         final_state, (previous_states, contexts, weights) = jax.lax.scan(
             body, state, jnp.swapaxes(projected, 0, 1)
         )  # time-major: [T, B, ...]
+        contexts = jnp.swapaxes(contexts, 0, 1)
         return (
             final_state,
             jnp.swapaxes(previous_states, 0, 1),
-            jnp.swapaxes(contexts, 0, 1),
+            contexts if projected_once else self.c_o(contexts),
             jnp.swapaxes(weights, 0, 1),
         )
 
@@ -447,7 +473,7 @@ class RNNSearch(EncoderDecoder):
         """The decoder GRU with the one context ``c`` at every step (Cho et al. 2014, A.1).
 
         Returns:
-          (s_T [B, n_dec], s_{i-1} [B, T, n_dec], c [B, 1, 2n] for every step).
+          (s_T [B, n_dec], s_{i-1} [B, T, n_dec], C_o c [B, 1, 2l] for every step).
         """
         context = encoded["context"]  # [B, 2n]
         hypotheses = state.shape[0] // context.shape[0]  # N per sentence in a beam search
@@ -458,11 +484,14 @@ class RNNSearch(EncoderDecoder):
             return self.decoder.step(previous_state, gates_input), previous_state
 
         final_state, previous_states = jax.lax.scan(body, state, jnp.swapaxes(gates_inputs, 0, 1))
-        return final_state, jnp.swapaxes(previous_states, 0, 1), context[:, None]
+        return final_state, jnp.swapaxes(previous_states, 0, 1), self.c_o(context)[:, None]
 
-    def _deep_output(self, previous_states, embedded, contexts, dropout) -> Array:
-        """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, then maxout: ``t``."""
-        t_tilde = self.u_o(previous_states) + self.v_o(embedded) + self.c_o(contexts)
+    def _deep_output(self, previous_states, embedded, output_contexts, dropout) -> Array:
+        """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, then maxout: ``t``.
+
+        ``output_contexts`` is ``C_o c_i`` [B, T, 2l], already projected.
+        """
+        t_tilde = self.u_o(previous_states) + self.v_o(embedded) + output_contexts
         t = apply_dropout(maxout(t_tilde), self.config.dropout_rate, dropout)  # [B, T, l]
         return constrain(t, "batch", "length", None)
 
