@@ -22,6 +22,13 @@ final runs, applied after the config file and the suite's overrides; a ``--confi
 tuned key is refused, so the tuned value is never silently replaced. The report lists each trial's
 highest logged learning rate, since ``train.learning_rate`` is a multiplier of d_model^-0.5 under
 the "transformer" schedule.
+
+The grid, its fixed-seed sample and the halving rule are a few lines here rather than optuna's
+``GridSampler`` and ``SuccessiveHalvingPruner``: a trial is a run directory, trained in slices by
+separate processes and resumed, whose ``metrics.jsonl`` is the one record of its score; an optuna
+study would be a second record of the same trials to keep in step, and its (asynchronous)
+halving promotes trials in the order their results arrive, where here every config's rung must
+see all of its trials before any goes on.
 """
 
 from __future__ import annotations
