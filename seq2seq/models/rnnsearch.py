@@ -376,8 +376,8 @@ class RNNSearch(EncoderDecoder):
         With attention, the decoder reads a context only through two linear maps, ``C c_i``
         (into the GRU's gates) and ``C_o c_i`` (into the deep output), and ``c_i`` is a
         weighted sum of the annotations, so ``C c_i = sum_j alpha_ij C h_j`` (and likewise for
-        ``C_o``). ``encoded`` for decoding holds those projected annotations, computed here once
-        per sentence: a step then weights them directly instead of projecting every
+        ``C_o``). ``encoded`` for decoding also holds those projected annotations, computed here
+        once per sentence: a step then weights them directly instead of projecting every
         hypothesis's context (S rows once, rather than N rows at every step of a beam search).
         """
         del max_length
@@ -388,8 +388,7 @@ class RNNSearch(EncoderDecoder):
         projected = jnp.concatenate(
             [self.context_to_gates(annotations), self.c_o(annotations)], axis=-1
         )  # [B, S, 3n_dec + 2l]: [C h_j, C_o h_j]
-        others = {name: x for name, x in encoded.items() if name != "annotations"}
-        return {**others, "projected_annotations": projected}, cache
+        return {**encoded, "projected_annotations": projected}, cache
 
     def decode(
         self,
