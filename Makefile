@@ -32,8 +32,13 @@ lock-upgrade:
 quickstart: $(STAMP)
 	$(PYTHON) -m seq2seq.compare --suite quickstart --workdir runs/quickstart
 
+# One worker per core (at most 4), each taking whole files in the order collected (files with
+# slow tests first, tests/conftest.py), so that a file's module fixtures (a trained run, a
+# comparison) are built once. Most of the suite (compiling, tracing) keeps one core busy at a
+# time; two workers keep both busy. The 15 slowest tests are listed at the end.
 test: $(STAMP)
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder \
+		--durations 15
 
 # Every benchmark (matmul peak, training step, beam search, input pipeline) on
 # configs/bench_small.py and configs/bench_small_rnnsearch.py, in one process; prints the figures

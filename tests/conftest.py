@@ -25,6 +25,16 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding slow tests run first, each file's tests in their own order.
+
+    ``make test`` hands whole files to one worker per core: starting with the long files lets
+    the short ones fill the gaps at the end, so no worker is left alone with a long file.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within stays
+
+
 # The tests decode a few sentences, in one batch: a beam search that goes on in smaller batches
 # as sentences finish (``decode.min_rows``) would compile a loop per batch size for nothing.
 # Any batch up to this many rows is searched in one loop; tests/test_decoding.py checks the
