@@ -5,6 +5,7 @@
     python eval.py --workdir runs/qs_transformer --input FILE --output FILE [--reference FILE]
     python eval.py --workdir runs/qs_transformer --input -      # stdin to stdout, a batch at a time
     python eval.py --workdir runs/a --workdir runs/b ...      # an ensemble (one target vocabulary)
+    ... --batch_size 256                                      # sentences searched together
     ... --nbest K                                             # the K best of the beam, with scores
     ... --sampling topk:10|topp:0.9 [--temperature 1.0] [--seed 0]   # sampled, reproducibly
 
@@ -79,6 +80,9 @@ _EXPORTED = flags.DEFINE_string(
     "exported", None, "ctranslate2: a directory written by python -m seq2seq.export."
 )
 _REFERENCE = flags.DEFINE_string("reference", None, "Optional references to score --input with.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", None, "Sentences searched together (default: the run's eval.batch_size)."
+)
 
 
 def _sampling() -> Sampling | None:
@@ -111,6 +115,8 @@ def _check_options() -> None:
             raise ValueError("--exported DIR was quantized when exported; drop --quantization")
     elif _QUANTIZATION.value:
         raise ValueError("--quantization applies to --engine ctranslate2")
+    if _BATCH_SIZE.value is not None and _BATCH_SIZE.value < 1:
+        raise ValueError(f"--batch_size {_BATCH_SIZE.value} must be at least 1 (sentences a batch)")
     if _NBEST.value is not None and _NBEST.value < 1:
         raise ValueError(f"--nbest {_NBEST.value} must be at least 1 (K outputs per sentence)")
     if _NBEST.value is not None and not _INPUT.value:
@@ -159,13 +165,15 @@ def main(argv: list[str]) -> None:
     translator = None
     if _ENGINE.value == "ctranslate2":
         translator = _exported_translator(workdir, decode, _NBEST.value)
-    if _INPUT.value == "-":
-        if translator is None:
-            from seq2seq.evaluation.translator import Translator
+    elif _INPUT.value == "-" or _BATCH_SIZE.value is not None:
+        from seq2seq.evaluation.translator import Translator
 
-            translator = Translator.restore(
-                workdir, ensemble_with=others, nbest=_NBEST.value, sampling=sampling, **decode
-            )
+        translator = Translator.restore(
+            workdir, ensemble_with=others, nbest=_NBEST.value, sampling=sampling, **decode
+        )
+    if _BATCH_SIZE.value is not None:
+        translator.config.eval.batch_size = _BATCH_SIZE.value
+    if _INPUT.value == "-":
         _translate_stream(translator)
         return
     if _INPUT.value:

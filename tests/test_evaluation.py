@@ -247,6 +247,18 @@ def test_a_file_is_translated_line_for_line_in_order(workdir, tmp_path):
     assert backwards["truncated_lines"] == [len(lines) - 7]
 
 
+def test_batch_size_changes_the_batches_not_the_translations(workdir, tmp_path):
+    sources = [source for source, _ in synthetic.load_split("validation")[:7]]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    translate_file(workdir, tmp_path / "in.txt", tmp_path / "out.txt")  # the run's batch, 128
+    result = _run(
+        "eval.py", "--workdir", str(workdir), "--input", str(tmp_path / "in.txt"),
+        "--output", str(tmp_path / "out3.txt"), "--batch_size", "3",
+    )  # fmt: skip
+    assert json.loads(result.stdout.splitlines()[-1])["batch_size"] == 3
+    assert read_lines(tmp_path / "out3.txt") == read_lines(tmp_path / "out.txt")
+
+
 @pytest.mark.slow
 def test_standard_input_is_translated_in_order_with_nbest_lists(workdir, tmp_path):
     """``--input -`` in several batches (batch_size 128 < 150 lines), each sentence's n-best

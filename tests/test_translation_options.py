@@ -202,6 +202,7 @@ def _eval(*args):
         (["--sampling", "topk:0"], "topk takes a whole number"),
         (["--temperature", "0.5"], "--temperature applies to sampling"),
         (["--nbest", "2"], "--nbest writes K lines per sentence"),
+        (["--batch_size", "0"], "--batch_size 0 must be at least 1"),
     ],
 )
 def test_bad_decoding_options_are_one_line(args, message, tmp_path):

@@ -43,6 +43,7 @@ def decoding_facts(translator: Translator) -> dict[str, object]:
         "checkpoint": translator.describe_checkpoint(),
         "beam_size": decode.beam_size,
         "alpha": decode.alpha,
+        "batch_size": translator.config.eval.batch_size,
     }
     facts["engine"] = getattr(translator, "engine_name", "jax")
     if len(translator.members) > 1:
