@@ -14,6 +14,7 @@ from seq2seq.compare.report import provenance_warnings
 from seq2seq.compare.suites import select_runs, table3_runs
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
+from seq2seq.training.schedules import build_schedule
 from tests.conftest import REPO, assert_compare_refuses
 
 TINY_CONFIG = """
@@ -146,6 +147,28 @@ def test_table3_rows_follow_the_paper_scaled_to_the_base():
         for key, value in spec.overrides:
             config_lib.set_value(config, key, value)
         config_lib.validate(config)
+
+
+@pytest.mark.parametrize("stem", ["multi30k_transformer", "quickstart_transformer"])
+def test_table3_d_model_rows_scale_the_peak_rate_as_eq3(stem):
+    """Eq. 3 multiplies every row's rate by d_model^-0.5: a row of half the base's width peaks at
+    sqrt(2) times the base's rate, whether the base states its peak (warmup_rsqrt) or Eq. 3's
+    multiplier (transformer)."""
+    base_path = REPO / "configs" / f"{stem}.py"
+    specs = table3_runs(base_path, config_lib.load_config_file(base_path))
+    runs = {spec.name.split("-", 1)[1]: spec for spec in specs}
+
+    def peak_rate(row: str) -> float:
+        config = config_lib.load_config_file(base_path)
+        for key, value in runs[row].overrides:
+            config_lib.set_value(config, key, value)
+        schedule = build_schedule(config.train, config.model.transformer.d_model)
+        return float(schedule(config.train.warmup_steps - 1))
+
+    base = peak_rate("base")
+    assert peak_rate("C_dmodel_half") == pytest.approx(base * 2**0.5, rel=1e-5)
+    assert peak_rate("C_dmodel_double") == pytest.approx(base / 2**0.5, rel=1e-5)
+    assert peak_rate("C_dff_double") == pytest.approx(base, rel=1e-6)  # d_model unchanged
 
 
 def test_rows_pick_runs_by_name_or_pattern_and_table3_keeps_its_base():

@@ -100,6 +100,10 @@ def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpe
     (A) heads with d_k = d_v = d_model / h; (B) a smaller d_k alone; (C) fewer and more layers,
     narrower and wider d_model and d_ff; (D) dropout and label smoothing off and raised;
     (E) learned positional embeddings instead of sinusoids.
+
+    The paper's rate is ``d_model^-0.5`` times one schedule for every row (Eq. 3), so a row that
+    changes d_model changes the rate with it; where the base states its peak rate directly
+    instead, the d_model rows scale that peak the same way (``_rate_for_width``).
     """
     if base.model.name != "transformer":
         raise ValueError(f"--base {base_path} is a {base.model.name}; table3 varies a Transformer")
@@ -120,13 +124,13 @@ def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpe
         )
     for name, width in (("C_dmodel_half", d // 2), ("C_dmodel_double", d * 2)):
         scale = width / d
-        rows.append(
-            (
-                name,
-                f"(C) d_model={width}, d_k=d_v={int(t.d_k * scale)}",
-                {"d_model": width, "d_k": int(t.d_k * scale), "d_v": int(t.d_v * scale)},
-            )
-        )
+        overrides = {"d_model": width, "d_k": int(t.d_k * scale), "d_v": int(t.d_v * scale)}
+        description = f"(C) d_model={width}, d_k=d_v={overrides['d_k']}"
+        rate = _rate_for_width(base.train, d, width)
+        if rate is not None:
+            overrides["train.learning_rate"] = rate
+            description += f", peak rate {rate:.3g}"
+        rows.append((name, description, overrides))
     for name, width in (("C_dff_half", t.d_ff // 2), ("C_dff_double", t.d_ff * 2)):
         rows.append((name, f"(C) d_ff={width}", {"d_ff": width}))
     for rate in (0.0, 0.2):
@@ -153,3 +157,13 @@ def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpe
         RunSpec(f"{base_path.stem}-{name}", base_path, qualified(overrides), description)
         for name, description, overrides in rows
     ]
+
+
+def _rate_for_width(train: ml_collections.ConfigDict, d_model: int, width: int) -> float | None:
+    """The peak learning rate for a row of width ``width``, where the base (``d_model``) states
+    its peak directly: Eq. 3's ``d_model^-0.5``, relative to the base. None where the schedule
+    already scales by d_model ("transformer") or the optimizer has no rate of its own (AdaDelta).
+    """
+    if train.schedule == "transformer" or train.optimizer != "adam":
+        return None
+    return train.learning_rate * (d_model / width) ** 0.5
