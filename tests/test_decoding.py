@@ -13,8 +13,10 @@ from flax import nnx
 
 from seq2seq.decoding.beam_search import beam_search, length_penalty
 from seq2seq.decoding.search_parts import (
+    best_next_tokens,
     cache_reorder,
     expand_to_beams,
+    next_token_log_probs,
     output_limits,
     select_beams,
     top_k,
@@ -318,6 +320,20 @@ def test_top_k_in_groups_equals_jax_top_k_ties_included(vocab, k, group):
     expected_values, expected_indices = jax.lax.top_k(jnp.asarray(x), k)
     np.testing.assert_array_equal(values, expected_values)
     np.testing.assert_array_equal(indices, expected_indices)
+
+
+@pytest.mark.parametrize(("vocab", "k"), [(8000, 5), (6, 5)])
+def test_best_next_tokens_equal_the_top_of_the_log_probabilities(vocab, k):
+    """Bit for bit, never-output ids excluded; at 6 tokens (2 never output) the fifth is -inf."""
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(0, 4, (3, 4, vocab)).astype(np.float32)
+    logits[0, 0, PAD_ID] = logits[0, 0, BOS_ID] = 50.0  # the largest logits, never output
+    logits[1, 2, 3:9] = 2.5  # ties
+    values, ids = best_next_tokens(jnp.asarray(logits), k)
+    expected_values, expected_ids = top_k(next_token_log_probs(jnp.asarray(logits)), k)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(ids, expected_ids)
+    assert not np.isin(np.asarray(ids)[np.isfinite(values)], [PAD_ID, BOS_ID]).any()
 
 
 def test_a_sentence_translates_the_same_alone_or_in_a_batch(model):

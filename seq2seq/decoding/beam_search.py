@@ -35,11 +35,10 @@ import jax
 import jax.numpy as jnp
 
 from seq2seq.decoding.search_parts import (
+    best_next_tokens,
     cache_reorder,
     expand_to_beams,
-    next_token_log_probs,
     select_beams,
-    top_k,
 )
 from seq2seq.models.base import Encoded, Seq2SeqModel
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID
@@ -142,8 +141,8 @@ def beam_search(
     reorder = cache_reorder(model)
 
     def step_once(state: BeamState, encoded: Encoded, limits: Array) -> BeamState:
-        log_probs, cache = _next_log_probs(model, encoded, state)  # [B, N, V]
-        return _advance(state, log_probs, cache, limits, alpha, reorder)
+        logits, cache = _next_logits(model, encoded, state)  # [B, N, V]
+        return _advance(state, logits, cache, limits, alpha, reorder)
 
     # Finished sentences leave the loop: whenever no more than half of the rows still search,
     # those rows move to a batch half the size and the search goes on there, so the last long
@@ -211,8 +210,8 @@ def _take_sentences(tree, rows: Array, beam_size: int):
     return state, encoded, limits[rows]
 
 
-def _next_log_probs(model: Seq2SeqModel, encoded: Encoded, state: BeamState):
-    """log p(y_t | y_<t, x) for every live hypothesis: ([B, N, V], the advanced cache)."""
+def _next_logits(model: Seq2SeqModel, encoded: Encoded, state: BeamState):
+    """The next-token logits of every live hypothesis: ([B, N, V], the advanced cache)."""
     batch, beam_size, max_length = state.live_tokens.shape
     tokens = state.live_tokens.reshape(batch * beam_size, max_length)  # [B * N, T]
     if state.cache is not None:
@@ -226,19 +225,19 @@ def _next_log_probs(model: Seq2SeqModel, encoded: Encoded, state: BeamState):
         )  # [B * N, T]
         all_logits, _, cache = model.decode(encoded, inputs)  # [B * N, T, V]
         logits = jnp.take(all_logits, state.step, axis=1)  # [B * N, V]
-    return next_token_log_probs(logits).reshape(batch, beam_size, -1), cache
+    return logits.reshape(batch, beam_size, -1), cache
 
 
 def _advance(
-    state: BeamState, log_probs: Array, cache: Any, limits: Array, alpha: float, reorder
+    state: BeamState, logits: Array, cache: Any, limits: Array, alpha: float, reorder
 ) -> BeamState:
     """Keeps the N most probable extensions; those that end compete for the best output."""
-    batch, beam_size, vocab_size = log_probs.shape
+    batch, beam_size, vocab_size = logits.shape
     step = state.step
     # Each hypothesis's K best next tokens, ranked by log p(y_t) itself: adding the prefix's
     # log P first could round near-ties together, and a beam of one must take the argmax.
     per_hypothesis = min(beam_size, vocab_size)  # K: no more survive from one hypothesis
-    token_log_probs, token_ids = top_k(log_probs, per_hypothesis)  # [B, N, K] twice
+    token_log_probs, token_ids = best_next_tokens(logits, per_hypothesis)  # [B, N, K] twice
     candidates = state.live_log_probs[:, :, None] + token_log_probs  # [B, N, K]
     top_log_probs, top_index = jax.lax.top_k(
         candidates.reshape(batch, beam_size * per_hypothesis), beam_size

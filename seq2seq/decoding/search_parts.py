@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -27,6 +29,32 @@ def next_token_log_probs(logits: Array) -> Array:
     """
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return log_probs.at[..., NEVER_OUTPUT].set(-jnp.inf)
+
+
+def best_next_tokens(logits: Array, k: int) -> tuple[Array, Array]:
+    """``top_k(next_token_log_probs(logits), k)``, the same values, without writing the
+    log-probabilities out.
+
+    A log-probability is the logit less the row's log-normaliser, so a row's k best tokens are
+    its k largest allowed logits; only those k are normalised (as ``jax.nn.log_softmax`` does
+    it: ``(x - max) - log(sum(exp(x - max)))``). A beam step's logits are large (1,280
+    hypotheses x 8,000 tokens, 41 MB); this saves writing a second array of that size and
+    reading it back.
+
+    Args:
+      logits: [..., V] next-token logits.
+      k: tokens to keep per row.
+
+    Returns:
+      (log-probabilities [..., k], token ids [..., k]), most probable first.
+    """
+    logits = logits.astype(jnp.float32)
+    largest = jnp.max(logits, axis=-1, keepdims=True)
+    log_normaliser = jnp.log(jnp.sum(jnp.exp(logits - largest), axis=-1, keepdims=True))
+    token = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    never = functools.reduce(jnp.logical_or, [token == i for i in NEVER_OUTPUT])
+    values, ids = top_k(jnp.where(never, -jnp.inf, logits), k)
+    return (values - largest) - log_normaliser, ids
 
 
 def top_k(x: Array, k: int, group: int = 64) -> tuple[Array, Array]:
