@@ -199,8 +199,13 @@ def weighted_values(weights: Array, values: Array, *, heads_first: bool = False)
     Returns:
       [B, T, H, E].
     """
-    spec = f"bhts,{_key_axes(heads_first)}e->bthe"
-    return jnp.einsum(spec, weights.astype(values.dtype), values)
+    weights = weights.astype(values.dtype)
+    if heads_first:
+        # Head-major out, then one small transpose: asked for [B, T, H, E] directly, XLA on CPU
+        # runs the product as [E, S] x [S, T] per (sentence, head), ten times slower for a beam
+        # step's cross-attention (256 sentences, 4 hypotheses as queries, 24 positions).
+        return jnp.swapaxes(jnp.einsum("bhts,bhse->bhte", weights, values), 1, 2)
+    return jnp.einsum("bhts,bshe->bthe", weights, values)
 
 
 def _attention_fused(queries: Array, keys: Array, values: Array, mask: Array | None) -> Array:
