@@ -322,12 +322,14 @@ def test_top_k_in_groups_equals_jax_top_k_ties_included(vocab, k, group):
     np.testing.assert_array_equal(indices, expected_indices)
 
 
-@pytest.mark.parametrize(("vocab", "k"), [(8000, 5), (6, 5)])
+@pytest.mark.parametrize(("vocab", "k"), [(8000, 5), (2050, 4), (6, 5)])
 def test_best_next_tokens_equal_the_top_of_the_log_probabilities(vocab, k):
     """Bit for bit, never-output ids excluded; at 6 tokens (2 never output) the fifth is -inf."""
     rng = np.random.default_rng(vocab)
     logits = rng.normal(0, 4, (3, 4, vocab)).astype(np.float32)
     logits[0, 0, PAD_ID] = logits[0, 0, BOS_ID] = 50.0  # the largest logits, never output
+    logits[0, 1, PAD_ID] = logits[0, 1, BOS_ID] = 50.0  # ... beside an allowed id that wins
+    logits[0, 1, 5] = 45.0
     logits[1, 2, 3:9] = 2.5  # ties
     values, ids = best_next_tokens(jnp.asarray(logits), k)
     expected_values, expected_ids = top_k(next_token_log_probs(jnp.asarray(logits)), k)

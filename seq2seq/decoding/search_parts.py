@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
@@ -31,30 +29,48 @@ def next_token_log_probs(logits: Array) -> Array:
     return log_probs.at[..., NEVER_OUTPUT].set(-jnp.inf)
 
 
-def best_next_tokens(logits: Array, k: int) -> tuple[Array, Array]:
-    """``top_k(next_token_log_probs(logits), k)``, the same values, without writing the
-    log-probabilities out.
+def best_next_tokens(logits: Array, k: int, group: int = 64) -> tuple[Array, Array]:
+    """``top_k(next_token_log_probs(logits), k)``, the same values, reading the logits twice.
 
     A log-probability is the logit less the row's log-normaliser, so a row's k best tokens are
     its k largest allowed logits; only those k are normalised (as ``jax.nn.log_softmax`` does
     it: ``(x - max) - log(sum(exp(x - max)))``). A beam step's logits are large (1,280
-    hypotheses x 8,000 tokens, 41 MB); this saves writing a second array of that size and
-    reading it back.
+    hypotheses x 8,000 tokens, 41 MB, more than the cache holds), so each pass over them
+    counts: one takes the maximum of every group of ``group`` consecutive logits (``top_k``'s
+    first pass; the row's maximum is the largest of them), one sums the exponentials. The
+    never-output ids are masked only where they lie: in their groups' maxima and among the
+    entries of the k groups chosen, never in a masked copy of the whole array.
 
     Args:
       logits: [..., V] next-token logits.
       k: tokens to keep per row.
+      group: logits per group (as ``top_k``'s).
 
     Returns:
       (log-probabilities [..., k], token ids [..., k]), most probable first.
     """
     logits = logits.astype(jnp.float32)
-    largest = jnp.max(logits, axis=-1, keepdims=True)
+    vocab = logits.shape[-1]
+    if _too_small_for_groups(vocab, k, group):
+        token = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+        largest = jnp.max(logits, axis=-1, keepdims=True)
+        values, ids = jax.lax.top_k(jnp.where(_never_output(token), -jnp.inf, logits), k)
+    else:
+        groups = _groups(logits, group)  # [..., G, group]
+        maxima = jnp.max(groups, axis=-1)  # [..., G], over every id
+        largest = jnp.max(maxima, axis=-1, keepdims=True)  # the row's maximum, exactly
+        for g in sorted({i // group for i in NEVER_OUTPUT}):  # their maxima over allowed ids
+            token = g * group + jnp.arange(group)
+            allowed = jnp.where(_never_output(token), -jnp.inf, groups[..., g, :])
+            maxima = maxima.at[..., g].set(jnp.max(allowed, axis=-1))
+        values, ids = _top_k_of_chosen_groups(groups, maxima, k, mask_never_output=True)
     log_normaliser = jnp.log(jnp.sum(jnp.exp(logits - largest), axis=-1, keepdims=True))
-    token = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-    never = functools.reduce(jnp.logical_or, [token == i for i in NEVER_OUTPUT])
-    values, ids = top_k(jnp.where(never, -jnp.inf, logits), k)
     return (values - largest) - log_normaliser, ids
+
+
+def _never_output(token: Array) -> Array:
+    """Whether each id of ``token`` is one a translation never contains."""
+    return jnp.isin(token, jnp.asarray(NEVER_OUTPUT, token.dtype))
 
 
 def top_k(x: Array, k: int, group: int = 64) -> tuple[Array, Array]:
@@ -76,18 +92,41 @@ def top_k(x: Array, k: int, group: int = 64) -> tuple[Array, Array]:
     Returns:
       (values [..., k], indices [..., k]), largest first.
     """
-    vocab = x.shape[-1]
-    if vocab < 16 * group or k > vocab // group:
+    if _too_small_for_groups(x.shape[-1], k, group):
         return jax.lax.top_k(x, k)
+    groups = _groups(x, group)
+    return _top_k_of_chosen_groups(groups, jnp.max(groups, axis=-1), k)
+
+
+def _too_small_for_groups(vocab: int, k: int, group: int) -> bool:
+    return vocab < 16 * group or k > vocab // group
+
+
+def _groups(x: Array, group: int) -> Array:
+    """[..., V] -> [..., G, group]: consecutive entries, the last group filled with -inf
+    (after every real entry, so that ties still go to a real one)."""
+    vocab = x.shape[-1]
     filled = -(-vocab // group) * group
-    if filled > vocab:  # after every real entry, so that ties still go to a real one
+    if filled > vocab:
         pad = [(0, 0)] * (x.ndim - 1) + [(0, filled - vocab)]
         x = jnp.pad(x, pad, constant_values=-jnp.inf)
-    groups = x.reshape(*x.shape[:-1], filled // group, group)  # [..., G, group]
-    _, chosen = jax.lax.top_k(jnp.max(groups, axis=-1), k)  # [..., k] groups
+    return x.reshape(*x.shape[:-1], filled // group, group)
+
+
+def _top_k_of_chosen_groups(
+    groups: Array, maxima: Array, k: int, mask_never_output: bool = False
+) -> tuple[Array, Array]:
+    """The k largest entries of the k groups with the largest ``maxima`` (``top_k``'s second
+    pass); with ``mask_never_output`` the never-output ids among them count as -inf."""
+    group = groups.shape[-1]
+    _, chosen = jax.lax.top_k(maxima, k)  # [..., k] groups
     chosen = jnp.sort(chosen, axis=-1)
     entries = jnp.take_along_axis(groups, chosen[..., None], axis=-2)  # [..., k, group]
-    values, where = jax.lax.top_k(entries.reshape(*x.shape[:-1], k * group), k)
+    if mask_never_output:
+        token = chosen[..., None] * group + jnp.arange(group)  # [..., k, group]
+        entries = jnp.where(_never_output(token), -jnp.inf, entries)
+    shape = entries.shape[:-2]
+    values, where = jax.lax.top_k(entries.reshape(*shape, k * group), k)
     indices = jnp.take_along_axis(chosen, where // group, axis=-1) * group + where % group
     return values, indices
 
