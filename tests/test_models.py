@@ -11,6 +11,7 @@ from seq2seq.models.base import (
     EOS_ID,
     PAD_ID,
     Dropout,
+    OutputLayer,
     shift_right,
 )
 from seq2seq.models.rnnsearch import GRU, maxout, paper_initializers
@@ -303,3 +304,17 @@ def test_bfloat16_models_multiply_in_bfloat16_everywhere_and_give_float32_logits
     assert dot_operand_dtypes(logits, source, target) == {("bfloat16", "bfloat16")}
     assert logits(source, target).dtype == jnp.float32
     assert model.output_layer().dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("vocab_first", [True, False])
+def test_output_layer_with_the_bias_in_the_product_gives_the_same_logits(vocab_first):
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    kernel = rng.normal(size=(5, 7)).astype(np.float32)  # [D, V]
+    bias = rng.normal(size=(7,)).astype(np.float32)
+    weights = kernel.T if vocab_first else kernel
+    expected = features @ kernel + bias  # numpy, float32
+    for in_product in (False, True):
+        output = OutputLayer(jnp.asarray(weights), jnp.asarray(bias), vocab_first)
+        logits = output._replace(bias_in_product=in_product)(jnp.asarray(features))
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)

@@ -50,16 +50,29 @@ class OutputLayer(NamedTuple):
     bias: Array | None = None  # [V]
     vocab_first: bool = False
     dtype: Any = jnp.float32  # compute dtype of the product
+    bias_in_product: bool = False  # see __call__
 
     def __call__(self, features: Array) -> Array:
-        """Logits [..., V] in float32 from features [..., D]."""
+        """Logits [..., V] in float32 from features [..., D].
+
+        With ``bias_in_product`` the bias is a last row of the weights, met by a feature of 1:
+        ``[features, 1] @ [W; b]``. The product then writes the finished logits; added after
+        it, the bias costs a pass that reads and writes every logit (twice on a CPU, where XLA
+        writes the sum once per layout its readers want). A beam step's logits are large (1,280
+        hypotheses x 8,000 tokens) and read back at once, so its decoders ask for this; the sum
+        differs from the other by rounding only.
+        """
         weights = self.weights.astype(self.dtype)
-        logits = jnp.matmul(
-            features.astype(self.dtype),
-            weights.T if self.vocab_first else weights,
-            preferred_element_type=jnp.float32,
-        )
-        return logits if self.bias is None else logits + self.bias.astype(jnp.float32)
+        weights = weights.T if self.vocab_first else weights  # [D, V]
+        features = features.astype(self.dtype)
+        if self.bias is not None and self.bias_in_product:
+            ones = jnp.ones((*features.shape[:-1], 1), self.dtype)
+            features = jnp.concatenate([features, ones], axis=-1)
+            weights = jnp.concatenate([weights, self.bias.astype(self.dtype)[None]], axis=0)
+        logits = jnp.matmul(features, weights, preferred_element_type=jnp.float32)
+        if self.bias is None or self.bias_in_product:
+            return logits
+        return logits + self.bias.astype(jnp.float32)
 
 
 class Seq2SeqModel(Protocol):

@@ -431,7 +431,12 @@ class RNNSearch(EncoderDecoder):
         if return_attention and weights is not None:
             aux["cross_attention"] = weights[:, None, None]  # [B, 1, 1, T, S]
         new_cache = None if cache is None else {"state": final_state}
-        return (self.output_layer()(t) if project else t), aux, new_cache
+        if not project:
+            return t, aux, new_cache
+        # A beam step (one token, from a cache) reads its logits at once: the bias goes into
+        # the product rather than a pass of its own over them.
+        output = self.output_layer()._replace(bias_in_product=cache is not None)
+        return output(t), aux, new_cache
 
     def _run_with_attention(self, encoded: Encoded, state: Array, projected: Array):
         """The decoder GRU with a fresh ``c_i`` at every step (Appendix A.2.2).
