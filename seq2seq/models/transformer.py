@@ -73,7 +73,7 @@ def embedding_init(width: int) -> nnx.Initializer:
 
 # Cache positions per block: the cache's length is a whole number of them, and a beam search
 # step moves only the blocks written so far (``Transformer.reorder_cache``).
-CACHE_BLOCK = 16
+CACHE_BLOCK = 8
 
 
 @dataclasses.dataclass(frozen=True)
