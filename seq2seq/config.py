@@ -103,6 +103,10 @@ def default_config() -> ml_collections.ConfigDict:
     train.label_smoothing = 0.1  # epsilon_ls (Vaswani et al.: 0.1)
     train.clip_grad_norm = 0.0  # clip gradients to this global norm; 0 for none (Bahdanau: 1)
     train.grad_accum_steps = 1  # micro-batches per update (same update as one big batch)
+    # Early stopping: the run has converged, and ends, after this many validation points in a
+    # row without a new best validation BLEU; the budget (steps, minutes) stays its cap. 0: off.
+    train.early_stopping_patience = 0
+    train.early_stopping_min_delta = 0.0  # BLEU a point must gain over the best to be a new best
 
     config.mesh = mesh = ml_collections.ConfigDict()
     mesh.data = -1  # devices along the "data" axis; -1: all that fsdp and tensor leave
@@ -228,6 +232,8 @@ NOT_IDENTITY = frozenset(
         "train.steps",
         "train.time_budget_minutes",
         "train.log_every_steps",
+        "train.early_stopping_patience",
+        "train.early_stopping_min_delta",
     }
 )
 
@@ -264,6 +270,24 @@ def lookup(config: ml_collections.ConfigDict, key: str) -> object:
     for part in key.split("."):
         node = node[part]
     return node.to_dict() if isinstance(node, ml_collections.ConfigDict) else node
+
+
+def _check_early_stopping(config: ml_collections.ConfigDict) -> None:
+    train, evaluation = config.train, config.eval
+    _require(
+        train.early_stopping_patience >= 0,
+        f"config.train.early_stopping_patience={train.early_stopping_patience} must be >= 0 "
+        "(validation points without a new best; 0: off)",
+    )
+    _require(
+        train.early_stopping_min_delta >= 0,
+        f"config.train.early_stopping_min_delta={train.early_stopping_min_delta} must be >= 0",
+    )
+    _require(
+        train.early_stopping_patience == 0 or evaluation.every_steps or evaluation.every_minutes,
+        "config.train.early_stopping_patience counts validation points, but eval.every_steps and "
+        "eval.every_minutes are both 0 (validation only at the end); set one of them",
+    )
 
 
 def _require(condition: bool, message: str) -> None:
@@ -309,6 +333,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         config.decode.alpha >= 0,
         f"config.decode.alpha={config.decode.alpha} must be >= 0 (0 turns the length penalty off)",
     )
+    _check_early_stopping(config)
     data = config.data
     _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")
     _require(

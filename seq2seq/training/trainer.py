@@ -31,6 +31,7 @@ from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.training.logs import MetricsWriter, interval_record, short_line
 from seq2seq.training.schedules import build_optimizer, build_schedule
 from seq2seq.training.step import TrainState, make_train_step
+from seq2seq.training.stopping import CAPPED, CONVERGED, EarlyStopping
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class RunSummary:
     elapsed_seconds: float = 0.0  # training time across all resumes (what the budget counts)
     train_flops: float = 0.0  # analytic training FLOPs across all resumes
     paused: bool = False  # stopped at ``pause_at_minutes``, before the budget: resume to go on
+    stop_reason: str = ""  # CONVERGED or CAPPED once the run has ended; "" if paused or preempted
 
 
 def create_state(config: ml_collections.ConfigDict, source_vocab: int, target_vocab: int):
@@ -176,6 +178,7 @@ def _train(
     loop = _Loop(
         config, step_fn, checkpoints, writer, batches, validate, batch_sharding, batch_flops
     )
+    loop.stopping.restore(progress.pop("early_stopping", {}))
     loop.progress.update(progress)
     pause_seconds = math.inf if pause_at_minutes is None else pause_at_minutes * 60
     try:
@@ -185,6 +188,7 @@ def _train(
             logger.warning("SIGTERM: saved step %d; rerun to resume", int(state.step))
         elif not loop.paused:
             loop.save(state, final=True)
+            loop.record_stop(state)
     finally:
         checkpoints.close()
         writer.close()
@@ -197,6 +201,7 @@ def _train(
         elapsed_seconds=loop.progress["elapsed_seconds"],
         train_flops=loop.progress["train_flops"],
         paused=loop.paused,
+        stop_reason=loop.stop_reason,
     )
 
 
@@ -230,6 +235,9 @@ class _Loop:
         self.seconds = 0.0  # this session's training time (validation left out)
         self.steps_run = 0  # steps trained in this session
         self.paused = False  # stopped at the pause time, before the budget
+        train = config.train
+        self.stopping = EarlyStopping(train.early_stopping_patience, train.early_stopping_min_delta)
+        self.stop_reason = ""  # set by ``record_stop`` once the run has ended
         # Spent across every session of the run: saved with each checkpoint, so a time budget
         # and the FLOP axis of the report continue where an interrupted run stopped. The clock
         # (elapsed_seconds) counts training only: validation decodes, compiling a batch shape
@@ -261,6 +269,11 @@ class _Loop:
         if self.progress["elapsed_seconds"] >= budget:
             logger.info("time budget of %.1f min already spent", budget / 60)
             return state
+        if self.stopping.converged:
+            logger.info(
+                "converged before (best at step %d): nothing to train", self.stopping.best_step
+            )
+            return state
         if self.progress["elapsed_seconds"] >= pause_seconds and int(state.step) < train.steps:
             self.paused = True
             return state
@@ -283,6 +296,16 @@ class _Loop:
             checkpoint = self.config.checkpoint
             if self._validation_due(step, before, now):
                 self.save(state, metrics=self._validate(state, step))
+                if self.stopping.converged:  # the final save (its point validated) follows
+                    logger.info(
+                        "converged at step %d: no better validation BLEU in %d points since "
+                        "step %d (%.2f)",
+                        step,
+                        self.stopping.since_best,
+                        self.stopping.best_step,
+                        self.stopping.best,
+                    )
+                    break
             elif _due(step, checkpoint.every_steps, before, now, checkpoint.every_minutes):
                 self.save(state)
             if preemption.reached(step):  # save now, skip the final validation: time is short
@@ -368,6 +391,8 @@ class _Loop:
         metrics = self.validate(state)
         self._off_the_clock("validation", time.monotonic() - start)
         self._validated_step = step
+        if "bleu" in metrics:
+            self.stopping.update(float(metrics["bleu"]), step)
         samples = metrics.pop("samples", [])
         self.writer.write(
             step, {"kind": "validation", **metrics, **self.progress}, prefix="validation"
@@ -388,12 +413,24 @@ class _Loop:
         if final and self.validate is not None and self._validated_step != step:
             metrics = self._validate(state, step)
         start = time.monotonic()
+        progress = {**self.progress, "early_stopping": self.stopping.state()}
         self.checkpoints.save(
-            step, state, self.batches.get_state(), metrics=metrics, progress=dict(self.progress)
+            step, state, self.batches.get_state(), metrics=metrics, progress=progress
         )
         if final:
             self.checkpoints.wait()
         self._off_the_clock("checkpoint", time.monotonic() - start)
+
+    def record_stop(self, state: TrainState) -> None:
+        """Writes why the run ended (converged, or its budget ran out) to metrics.jsonl."""
+        self.stop_reason = CONVERGED if self.stopping.converged else CAPPED
+        if self.steps_run == 0:
+            return  # nothing trained in this session: the session that did recorded the end
+        self.writer.write(
+            int(state.step),
+            {"kind": "stop", "reason": self.stop_reason, **self.stopping.state(), **self.progress},
+            prefix="stop",
+        )
 
 
 def _due(step: int, every_steps: int, before: float, now: float, every_minutes: float) -> bool:
