@@ -11,6 +11,8 @@ from seq2seq import provenance
 from seq2seq.compare import RunSpec, Settings, compare, verdict
 from seq2seq.compare.runner import RunOutcome
 from seq2seq.config import ConfigError
+from seq2seq.data.pipeline import load_pairs
+from seq2seq.evaluation import significance
 from seq2seq.run_directory import RunDirectory
 from tests.conftest import REPO, assert_compare_refuses, tiny_config
 
@@ -185,3 +187,51 @@ def test_tuned_keys_are_listed_and_marked_even_where_every_run_agrees(tmp_path):
     assert "model.rnnsearch.dropout_rate*" not in table["t"]  # the other family's section
     assert table["t"]["train.label_smoothing*"] == table["r"]["train.label_smoothing*"] == 0.1
     assert table["t"]["model.name"] == "transformer"  # untuned, differing: listed unmarked
+
+
+SCORED_SENTENCES = 200
+
+
+def _scored_run(tmp_path, name: str, config_name: str, seed: int, hypotheses) -> RunOutcome:
+    """A run of ``config_name`` (the tiny synthetic task) that translated the test sentences
+    as ``hypotheses``."""
+    run = RunDirectory(tmp_path / name)
+    path = run.hypotheses_file("test")
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(hypotheses) + "\n")
+    result = {"split": "test", "max_sentences": SCORED_SENTENCES}
+    spec = RunSpec(config_name, tmp_path / f"{config_name}.py")
+    return RunOutcome(name, spec, seed, run, result=result, config=tiny_config())
+
+
+def test_the_verdicts_of_one_report_are_holm_adjusted_as_one_family(tmp_path):
+    """Three configs, A with two seeds: three pairs, each in BLEU and chrF, are six tests."""
+    references = [t for _, t in load_pairs(tiny_config(), "test")[:SCORED_SENTENCES]]
+
+    def drop(every: int, shift: int = 0) -> list[str]:  # every `every`-th word left out
+        return [
+            " ".join(w for i, w in enumerate(s.split()) if (i + k + shift) % every) or s
+            for k, s in enumerate(references)
+        ]
+
+    outcomes = [
+        _scored_run(tmp_path, "a0", "A", 0, drop(8)),
+        _scored_run(tmp_path, "a1", "A", 1, drop(8, 1)),
+        _scored_run(tmp_path, "b0", "B", 0, drop(3)),
+        _scored_run(tmp_path, "c0", "C", 0, drop(8, 2)),
+    ]
+    entries = verdict.verdicts(outcomes, bootstrap_samples=200, randomisation_trials=200)
+    assert [(e["a"], e["b"]) for e in entries] == [("A", "B"), ("A", "C"), ("B", "C")]
+    tests = [entry[metric] for entry in entries for metric in ("BLEU", "chrF")]
+    holm = significance.holm([test["p_value"] for test in tests])
+    assert [test["p_value_holm"] for test in tests] == pytest.approx(holm)
+    assert {test["tests_in_family"] for test in tests} == {6}
+    for test in tests:
+        low, high = test["ci95"]
+        assert test["significant"] == (test["p_value_holm"] < 0.05 and (low > 0 or high < 0))
+    # 200 resamples could show no p under 2 / 201, six times that is over 0.05: the bootstrap
+    # takes enough resamples for A's clear lead over B to stay significant after adjustment.
+    assert entries[0]["BLEU"]["bootstrap_samples"] >= 6 * 2 / 0.05
+    assert entries[0]["BLEU"]["significant"] and entries[0]["chrF"]["significant"]
+    assert "Holm-adjusted over the report's 6 tests" in entries[0]["sentence"]
+    assert "The 6 tests above" in verdict.family_sentence(entries)

@@ -16,6 +16,8 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.checkpoint_rule import rules_help
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
+from seq2seq.compare.frontier import read_records, read_run, save_record
+from seq2seq.compare.frontier_report import write_frontier_report
 from seq2seq.compare.suites import select_runs
 from seq2seq.config import default_config
 
@@ -59,6 +61,18 @@ def run() -> None:
         "base always runs: every row is compared against it).",
     )
     workdir = flags.DEFINE_string("workdir", None, "Parent directory of every run and the report.")
+    records = flags.DEFINE_string(
+        "records",
+        None,
+        "Train nothing: rebuild the frontier report (frontier.md, frontier.json, its figure) in "
+        "--workdir from the run records in this folder (as --save_records writes them).",
+    )
+    save_records = flags.DEFINE_string(
+        "save_records",
+        None,
+        "After scoring, copy each run's record (config, metrics, provenance, test scores and "
+        "translations; no checkpoints) into this folder, e.g. to commit it.",
+    )
     budget = flags.DEFINE_float("budget_minutes", None, "Training minutes per run (all equal).")
     budget_steps = flags.DEFINE_integer(
         "budget_steps", None, "Or training steps per run (all equal; no time limit)."
@@ -103,9 +117,21 @@ def run() -> None:
         print(f"error: {cli.flag_error_message(sys.argv, error)}", file=sys.stderr)
         sys.exit(2)
     flags.mark_flags_as_required(["workdir"])
+    flags.register_validator(
+        "records",
+        lambda value: value is None or Path(value).is_dir(),
+        "--records must name a folder of run records (each run a subfolder with config.json)",
+    )
     flags.register_validator("seeds", lambda n: n >= 1, "--seeds must be at least 1")
 
     def main(argv: list[str]) -> None:
+        if records.value:
+            runs = read_records(Path(records.value), split.value, checkpoint.value)
+            title = f"Compute frontier: {Path(records.value).name}"
+            report = write_frontier_report(runs, Path(workdir.value), title, checkpoint.value)
+            print(report.read_text())
+            print(f"report: {report}")
+            return
         extra = [arg for arg in argv[1:] if not arg.startswith("-")]
         specs, title = _specs([*configs.value, *extra], suite.value, base.value, rows.value)
         given = config_flags.get_override_values(flags.FLAGS["config"])
@@ -123,6 +149,17 @@ def run() -> None:
         )
         tuning = make_tuning(tune.value, tune_minutes.value, tune_samples.value, tune_rungs.value)
         outcomes, report = compare(specs, Path(workdir.value), settings, title, tuning)
+        finished = [o for o in outcomes if o.status == "ok" and o.result is not None]
+        if save_records.value:
+            for outcome in finished:
+                kept = save_record(
+                    outcome.run, Path(save_records.value), outcome.result["split"], checkpoint.value
+                )
+                print(f"record: {kept}")
+        if suite.value == "frontier" and finished:
+            runs = [read_run(o.run, o.result["split"], checkpoint.value) for o in finished]
+            frontier_md = write_frontier_report(runs, Path(workdir.value), title, checkpoint.value)
+            print(f"frontier: {frontier_md}")
         print(f"\n{title} (beam {settings.beam_size}, alpha {settings.alpha}):")
         print(_summary(report))
         print(f"\nreport: {report}")

@@ -329,6 +329,7 @@ def _review_lines(review: dict, rows: Sequence[dict], settings: Settings) -> lis
     if review["verdicts"]:
         for entry in review["verdicts"]:
             lines += [f"- {entry['sentence']}", f"  In chrF: {entry['chrf_sentence']}"]
+        lines += ["", verdict_lib.family_sentence(review["verdicts"])]
     else:
         lines.append("- Fewer than two configs were scored on the same sentences: no test.")
     machines = "; ".join(review["hardware"]) or "no provenance record"

@@ -1,7 +1,8 @@
 """What a reviewer asks of a comparison, computed from the runs' own files.
 
-* ``verdicts``: for each pair of configs, is the difference real? Paired tests on the scored
-  sentences and, with several seeds, the spread over seeds (``evaluation.significance``).
+* ``verdicts``: for each pair of configs, is the difference real? A bootstrap over the seeds and
+  the scored sentences together, Holm-adjusted over the report's tests
+  (``evaluation.significance``).
 * ``horizons``: validation BLEU at equal training minutes, steps and FLOPs, from the curves.
 * ``splits_read``: which split each phase read, so the report states (not assumes) that the
   scored split was never read while training or tuning.
@@ -61,7 +62,8 @@ def verdicts(
 
     Every pair is tested when there are at most ``ALL_PAIRS_UP_TO`` configs, else each config
     against the first (a base and its variations). Configs whose scored sentences differ (another
-    split or count) are not paired.
+    split or count) are not paired. Every pair's BLEU and chrF tests form one family, whose
+    p-values are Holm-adjusted together.
     """
     groups = _groups(outcomes)
     names = list(groups)
@@ -70,11 +72,14 @@ def verdicts(
     else:
         pairs = [(names[0], other) for other in names[1:]]
     references = {name: _references(members[0]) for name, members in groups.items()}
-    entries = []
+    tested = []
     for a, b in pairs:
         if references[a] != references[b]:
             logger.warning("%s and %s scored different sentences: not tested", a, b)
-            continue
+        else:
+            tested.append((a, b))
+    compared = []
+    for a, b in tested:
         logger.info("== significance: %s against %s", a, b)
         results = significance.compare_seeds(
             [_hypotheses(o, checkpoint_rule) for o in groups[a]],
@@ -82,7 +87,17 @@ def verdicts(
             references[a],
             bootstrap_samples,
             randomisation_trials,
+            tests_in_family=2 * len(tested),  # BLEU and chrF
         )
+        compared.append((a, b, results))
+    family = iter(
+        significance.adjust_for_family(
+            [result for _, _, results in compared for result in results.values()]
+        )
+    )
+    entries = []
+    for a, b, results in compared:
+        results = {metric: next(family) for metric in results}
         entries.append(
             {
                 "a": a,
@@ -95,13 +110,31 @@ def verdicts(
     return entries
 
 
+def family_sentence(entries: Sequence[dict]) -> str:
+    """What report.md says of the verdicts' p-values, from ``verdicts``' entries."""
+    tests = sum(1 for entry in entries for metric in ("BLEU", "chrF") if metric in entry)
+    return (
+        f"All p-values are two-sided. The {tests} tests above (each pair in BLEU and in chrF) "
+        "are one family: a difference counts as significant when its Holm-adjusted p is under "
+        f"{significance.LEVEL} and its 95% interval excludes 0. Welch's t and the seed pairs' "
+        "paired tests are unadjusted context."
+    )
+
+
 def _numbers(result: significance.SeedComparison) -> dict:
     return {
         "difference": result.difference,  # a - b
         "ci95": list(result.ci95) if result.ci95 else None,
-        "p_value": result.p_value,
-        "significant": result.significant,
-        "test": "paired bootstrap" if len(result.pairs) == 1 else "Welch t-test over seeds",
+        "p_value": result.p_value,  # two-sided
+        "p_value_holm": result.p_adjusted,  # over the report's family of tests
+        "tests_in_family": result.family_size,
+        "significant": result.significant,  # by the Holm-adjusted p
+        "test": "paired bootstrap over sentences"
+        if len(result.pairs) == 1
+        else "bootstrap over seeds and sentences",
+        "bootstrap_samples": result.bootstrap_samples,
+        "welch_ci95": list(result.welch_ci95) if result.welch_ci95 else None,
+        "welch_p_value": result.welch_p_value,  # two-sided
         "scores_a": result.scores_a,
         "scores_b": result.scores_b,
         "seed_pairs": [
@@ -110,8 +143,8 @@ def _numbers(result: significance.SeedComparison) -> dict:
                 "score_b": pair.score_b,
                 "difference": pair.difference,
                 "ci95": list(pair.ci95),
-                "p_value": pair.p_value,
-                "p_value_randomisation": pair.p_value_randomisation,
+                "p_value": pair.p_value,  # two-sided, sacreBLEU's
+                "p_value_randomisation": pair.p_value_randomisation,  # two-sided
                 "significant": pair.significant,
                 "sentences": pair.sentences,
                 "bootstrap_samples": pair.bootstrap_samples,

@@ -1,0 +1,98 @@
+"""The frontier figure: every run's validation BLEU against its training cost, and each model
+family's frontier (its upper envelope) drawn over them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from seq2seq.compare.frontier import RunRecord, family_envelope
+
+DPI = 150
+# panel: (Point attribute, axis label, logarithmic)
+AXES = (
+    ("flops", "training FLOPs", True),
+    ("step", "steps", True),
+    ("minutes", "training minutes (2 CPU cores)", True),
+)
+COLOURS = {"transformer": "tab:blue", "rnnsearch": "tab:orange"}
+SIZE_STYLES = ("dotted", "dashed", "dashdot", (0, (5, 1)), (0, (1, 3)))
+
+
+def _steps(envelope: Sequence[tuple[float, float]], end: float) -> tuple[list, list]:
+    """The envelope as a step line held to ``end``."""
+    xs, ys = [c for c, _ in envelope], [s for _, s in envelope]
+    return [*xs, end], [*ys, ys[-1]]
+
+
+def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Figure:
+    """Three panels (validation BLEU against training FLOPs, steps and minutes) and a fourth:
+    each finished run's test BLEU against its total training FLOPs, beside the validation
+    frontiers. Thin lines are runs (one style per size), thick lines each family's frontier."""
+    families = list(dict.fromkeys(run.family for run in runs))
+    sizes = list(dict.fromkeys(run.config_name for run in runs))
+    figure = Figure(figsize=(16, 4.6), layout="constrained")
+    panels = figure.subplots(1, 4)
+    for ax, (axis, label, log) in zip(panels, AXES, strict=False):
+        for run in runs:
+            xs = [getattr(p, axis) for p in run.curve]
+            ys = [p.bleu for p in run.curve]
+            style = SIZE_STYLES[sizes.index(run.config_name) % len(SIZE_STYLES)]
+            ax.plot(
+                xs,
+                ys,
+                color=COLOURS.get(run.family),
+                linestyle=style,
+                lw=1,
+                alpha=0.7,
+                label=run.name,
+            )
+        for family in families:
+            members = [r for r in runs if r.family == family]
+            envelope = family_envelope(members, axis)
+            if envelope:
+                end = max(getattr(p, axis) for r in members for p in r.curve)
+                ax.plot(
+                    *_steps(envelope, end),
+                    color=COLOURS.get(family),
+                    lw=2.5,
+                    label=f"{family} frontier",
+                )
+        if log:
+            ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("validation BLEU")
+        ax.grid(alpha=0.3)
+    test = panels[3]
+    for family in families:
+        finished = [r for r in runs if r.family == family and r.test_bleu is not None]
+        test.scatter(
+            [r.flops for r in finished],
+            [r.test_bleu for r in finished],
+            color=COLOURS.get(family),
+            marker="o",
+            label=family,
+        )
+        for run in finished:
+            marker = "" if run.converged else " (cap)"
+            test.annotate(
+                run.config_name.split("-", 1)[-1] + marker,
+                (run.flops, run.test_bleu),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    test.set_xscale("log")
+    test.set_xlabel("training FLOPs at the run's end")
+    test.set_ylabel("test BLEU (scored checkpoint)")
+    test.grid(alpha=0.3)
+    test.legend(fontsize=8)
+    panels[0].legend(fontsize=7, loc="lower right")
+    if title:
+        figure.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=DPI)
+    return figure

@@ -1,0 +1,326 @@
+"""The frontier report: from run records to ``frontier.md``, ``frontier.json`` and a figure.
+
+    python -m seq2seq.compare --records docs/records/multi30k_frontier --workdir runs/frontier
+
+``frontier_data`` computes everything once (a plain dict, written as frontier.json);
+``render`` turns it into markdown. Live runs and committed records go through the same two
+functions, so a report rebuilt from records equals the one written beside the live runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from seq2seq.compare import frontier
+from seq2seq.compare.frontier import RunRecord
+from seq2seq.compare.frontier_figure import plot_frontier
+from seq2seq.config import flatten
+from seq2seq.evaluation import significance
+from seq2seq.report.tables import markdown_table
+
+logger = logging.getLogger(__name__)
+
+FIGURE = "figures/frontier.png"
+
+
+def _per_step(run: RunRecord) -> float:
+    return run.flops / run.steps if run.steps else math.nan
+
+
+def _run_row(run: RunRecord) -> dict:
+    best = run.best
+    return {
+        "run": run.name,
+        "family": run.family,
+        "size": run.config_name,
+        "seed": run.seed,
+        "end": {"converged": "converged", "cap": "hit its cap"}.get(run.stop_reason, "running"),
+        "steps": run.steps,
+        "minutes": run.minutes,
+        "flops": run.flops,
+        "flops_per_step": _per_step(run),
+        "best_validation_bleu": best.bleu if best else None,
+        "best_step": best.step if best else None,
+        "test_bleu": run.test_bleu,
+        "test_chrf": None if run.result is None else run.result.get("chrf"),
+    }
+
+
+def _size_rows(runs: Sequence[RunRecord]) -> list[dict]:
+    """Each size once: its family, FLOPs per step for 20-token pairs filling the batch, and the
+    config keys where it differs from the family's other sizes."""
+    rows = []
+    for name, members in frontier.by_config(runs).items():
+        values = dict(flatten(members[0].config))
+        siblings = [dict(flatten(r.config)) for r in runs if r.family == members[0].family]
+        keys = sorted(
+            key
+            for key, value in values.items()
+            if key.startswith(("model.", "train.learning_rate", "train.warmup_steps"))
+            and any(other.get(key) != value for other in siblings)
+        )
+        rows.append(
+            {
+                "size": name,
+                "family": members[0].family,
+                "seeds": len(members),
+                "overrides": ", ".join(f"{key.rsplit('.', 1)[-1]} {values[key]}" for key in keys)
+                or "—",
+                "flops_per_step": np.mean([_per_step(r) for r in members]),
+            }
+        )
+    return rows
+
+
+def _comparisons(runs: Sequence[RunRecord], families: Sequence[str], levels: Sequence[float]):
+    """The verdict at each compute level, each distinct pair of chosen sizes tested once, then
+    Holm's adjustment over every test of the report (BLEU and chrF of every pair)."""
+    a, b = families
+    picks = []
+    for level in [*levels, math.inf]:
+        choice_a, choice_b = frontier.choose(runs, a, level), frontier.choose(runs, b, level)
+        if choice_a and choice_b:
+            picks.append((level, choice_a, choice_b))
+    distinct = {
+        (choice_a.config_name, choice_b.config_name): (choice_a, choice_b)
+        for _, choice_a, choice_b in picks
+    }
+    tested: dict[tuple[str, str], dict] = {}
+    for key, (choice_a, choice_b) in distinct.items():
+        logger.info("== significance: %s against %s", *key)
+        tested[key] = significance.compare_seeds(
+            [r.hypotheses for r in choice_a.runs],
+            [r.hypotheses for r in choice_b.runs],
+            frontier.references_for(choice_a.runs[0]),
+            tests_in_family=2 * len(distinct),  # BLEU and chrF of each pair
+        )
+    flat = [(key, metric) for key, results in tested.items() for metric in results]
+    adjusted = significance.adjust_for_family([tested[key][metric] for key, metric in flat])
+    for (key, metric), result in zip(flat, adjusted, strict=True):
+        tested[key][metric] = result
+    verdicts = []
+    for level, choice_a, choice_b in picks:
+        results = tested[(choice_a.config_name, choice_b.config_name)]
+        bleu, chrf = results["BLEU"], results["chrF"]
+        verdicts.append(
+            {
+                "flops": None if math.isinf(level) else level,
+                "a": choice_a.config_name,
+                "b": choice_b.config_name,
+                "a_flops": choice_a.flops,
+                "b_flops": choice_b.flops,
+                "difference": bleu.difference,
+                "ci95": list(bleu.ci95) if bleu.ci95 else None,
+                "p_value": bleu.p_value,
+                "p_adjusted": bleu.p_adjusted,
+                "significant": bleu.significant,
+                "sentence": significance.verdict(choice_a.config_name, choice_b.config_name, bleu),
+                "chrf_sentence": significance.verdict(
+                    choice_a.config_name, choice_b.config_name, chrf, unit="chrF"
+                ),
+            }
+        )
+    return verdicts, len(flat)
+
+
+def _best(runs: Sequence[RunRecord], family: str) -> dict | None:
+    """The family's best size by validation among its converged runs, with its test BLEU and
+    its cost."""
+    choice = frontier.choose([r for r in runs if r.converged], family)
+    if choice is None:
+        return None
+    tests = choice.test_bleus
+    return {
+        "family": family,
+        "size": choice.config_name,
+        "seeds": len(tests),
+        "test_bleu": float(np.mean(tests)),
+        "test_bleu_seeds": tests,
+        "flops": float(np.mean([r.flops for r in choice.runs])),
+        "steps": float(np.mean([r.steps for r in choice.runs])),
+        "minutes": float(np.mean([r.minutes for r in choice.runs])),
+        "validation_bleu": choice.validation_bleu,
+    }
+
+
+def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
+    """Everything the report states, computed once from ``runs`` (scored under checkpoint rule
+    ``rule``)."""
+    # One order whatever the runs were read in (live: the suite's; records: their folders').
+    runs = sorted(runs, key=lambda run: (run.family, _per_step(run), run.name))
+    families = list(dict.fromkeys(run.family for run in runs))
+    data: dict = {
+        "title": title,
+        "families": families,
+        "scored": _scored(runs, rule),
+        "runs": [_run_row(run) for run in runs],
+        "sizes": _size_rows(runs),
+        "envelopes": {
+            f: frontier.family_envelope(r for r in runs if r.family == f) for f in families
+        },
+        "best": [b for f in families if (b := _best(runs, f))],
+        "verdicts": [],
+        "tests": 0,
+        "crossings": [],
+    }
+    if len(families) == 2:
+        levels = frontier.compute_levels(runs, families)
+        data["verdicts"], data["tests"] = _comparisons(runs, families, levels)
+        envelopes = data["envelopes"]
+        data["crossings"] = [
+            {"flops": cost, "leader": families[0] if who == "a" else families[1]}
+            for cost, who in frontier.crossings(envelopes[families[0]], envelopes[families[1]])
+        ]
+    return data
+
+
+def _scored(runs: Sequence[RunRecord], rule: str) -> dict:
+    """How the test split was decoded and which checkpoint scored (the same for every run)."""
+    results = [run.result for run in runs if run.result]
+    if not results:
+        return {}
+    return {key: results[0].get(key) for key in ("split", "beam_size", "alpha")} | {"rule": rule}
+
+
+def _leader_before(data: dict, crossing: dict) -> str:
+    other = [f for f in data["families"] if f != crossing["leader"]]
+    return other[0] if other else ""
+
+
+def _level(verdict: dict) -> str:
+    if verdict["flops"] is None:
+        return "with every run"
+    return f"at {verdict['flops']:.0e} training FLOPs"
+
+
+def _verdict_table(data: dict) -> str:
+    """Each compute level's picks (by validation) and the test difference between them."""
+    a, b = data["families"]
+    rows = [
+        {
+            "level": "any" if v["flops"] is None else f"{v['flops']:.0e}",
+            "a": f"{v['a']} ({v['a_flops']:.2g})",
+            "b": f"{v['b']} ({v['b_flops']:.2g})",
+            "difference": v["difference"],
+            "ci": "[{:.2f}, {:.2f}]".format(*v["ci95"]) if v["ci95"] else "—",
+            "p": v["p_value"],
+            "p_adjusted": v["p_adjusted"],
+            "significant": "yes" if v["significant"] else "no",
+        }
+        for v in data["verdicts"]
+    ]
+    return markdown_table(
+        rows,
+        [
+            ("level", "training FLOPs at most", ""),
+            ("a", f"{a} chosen (its FLOPs)", ""),
+            ("b", f"{b} chosen (its FLOPs)", ""),
+            ("difference", f"test BLEU, {a} - {b}", "+.2f"),
+            ("ci", "95% CI (seeds and sentences)", ""),
+            ("p", "p (two-sided)", ".3g"),
+            ("p_adjusted", "p, Holm", ".3g"),
+            ("significant", "significant (Holm)", ""),
+        ],
+    ).rstrip()
+
+
+def render(data: dict) -> str:
+    """The markdown of ``frontier_data``'s result."""
+    lines = [f"# {data['title']}", ""]
+    scored = data["scored"]
+    if scored:
+        lines += [
+            f"Test scores: `{scored['split']}`, beam {scored['beam_size']}, alpha "
+            f"{scored['alpha']}, checkpoint rule `{scored['rule']}`. Every choice below is made on "
+            "validation BLEU; the test split only scores what validation chose.",
+            "",
+        ]
+    lines += ["## Verdict", ""]
+    if data["verdicts"]:
+        lines += [_verdict_table(data), ""]
+    sentences = dict.fromkeys(
+        (verdict["a"], verdict["b"], verdict["sentence"]) for verdict in data["verdicts"]
+    )
+    for a, b, sentence in sentences:
+        levels = [_level(v) for v in data["verdicts"] if (v["a"], v["b"]) == (a, b)]
+        joined = ", ".join(levels)
+        lines.append(f"- {joined[0].upper()}{joined[1:]}: {sentence}")
+    if not data["verdicts"]:
+        lines.append("- No compute level has a finished, scored run of both families yet.")
+    lines.append("")
+    if data["crossings"]:
+        for crossing in data["crossings"]:
+            lines.append(
+                f"- The validation frontiers cross at {crossing['flops']:.2g} training FLOPs: "
+                f"from there `{crossing['leader']}` leads (before it, "
+                f"`{_leader_before(data, crossing)}`)."
+            )
+    elif len(data["families"]) == 2:
+        lines.append("- The validation frontiers do not cross over the FLOPs both cover.")
+    for best in data["best"]:
+        lines.append(
+            f"- Best converged `{best['family']}`: `{best['size']}` ({best['seeds']} seed(s)), "
+            f"test BLEU {best['test_bleu']:.2f}, after {best['flops']:.2g} training FLOPs, "
+            f"{best['steps']:,.0f} steps, {best['minutes']:.0f} training minutes "
+            f"({best['minutes'] / 60:.1f} h on 2 CPU cores)."
+        )
+    lines += [
+        "",
+        f"Holm-Bonferroni over the report's {data['tests']} tests (BLEU and chrF of each pair); "
+        "every p is two-sided; 'significant' uses the adjusted p.",
+        "",
+        f"![Validation BLEU of every run against training FLOPs, steps and minutes]({FIGURE})",
+        "",
+        "## Sizes",
+        "",
+        markdown_table(
+            data["sizes"],
+            [
+                ("size", "size", ""),
+                ("family", "family", ""),
+                ("seeds", "seeds", ""),
+                ("overrides", "differs from the family's other sizes in", ""),
+                ("flops_per_step", "training FLOPs / step", ".3g"),
+            ],
+        ),
+        "## Runs",
+        "",
+        markdown_table(
+            data["runs"],
+            [
+                ("run", "run", ""),
+                ("end", "ended", ""),
+                ("steps", "steps", ","),
+                ("minutes", "train min", ".1f"),
+                ("flops", "train FLOPs", ".3g"),
+                ("best_validation_bleu", "best val BLEU", ".2f"),
+                ("best_step", "at step", ","),
+                ("test_bleu", "test BLEU", ".2f"),
+                ("test_chrf", "test chrF", ".2f"),
+            ],
+        ),
+    ]
+    for chrf in dict.fromkeys(verdict["chrf_sentence"] for verdict in data["verdicts"]):
+        lines.append(f"- {chrf}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_frontier_report(
+    runs: Sequence[RunRecord], directory: Path, title: str, rule: str
+) -> Path:
+    """Writes ``frontier.md``, ``frontier.json`` and the figure into ``directory``; returns the
+    markdown's path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    data = frontier_data(runs, title, rule)
+    plot_frontier(runs, directory / FIGURE, title)
+    (directory / "frontier.json").write_text(json.dumps(data, indent=1, default=float) + "\n")
+    path = directory / "frontier.md"
+    path.write_text(render(data))
+    return path

@@ -1,0 +1,158 @@
+"""The compute frontier: envelopes, crossings and choices on made-up runs; the frontier suite's
+sizes; and a report rebuilt from committed records equal to the one from the live runs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from seq2seq.compare import RunSpec, Settings, compare, expand_suite
+from seq2seq.compare.frontier import (
+    Point,
+    RunRecord,
+    choose,
+    compute_levels,
+    crossings,
+    envelope_at,
+    read_records,
+    read_run,
+    save_record,
+    upper_envelope,
+)
+from seq2seq.compare.frontier_report import write_frontier_report
+from seq2seq.compare.runner import run_config
+from seq2seq.models import train_flops
+from tests.conftest import tiny_config
+
+
+def test_the_envelope_holds_the_best_score_reached_at_each_cost():
+    points = [(1, 5.0), (2, 4.0), (3, 7.0), (3, 6.0), (5, 6.5), (8, 9.0), (8, 8.0)]
+    assert upper_envelope(points) == [(1, 5.0), (3, 7.0), (8, 9.0)]
+    envelope = upper_envelope(points)
+    assert envelope_at(envelope, 0.5) is None
+    assert [envelope_at(envelope, c) for c in (1, 2.9, 3, 7.99, 100)] == [5.0, 5.0, 7.0, 7.0, 9.0]
+
+
+def test_crossings_are_where_the_other_frontier_takes_the_lead():
+    # A is ahead early (cheap and quick), B overtakes at 30 and stays ahead; a tie at 50 keeps B.
+    a = [(1, 10.0), (10, 20.0), (50, 30.0)]
+    b = [(2, 5.0), (30, 25.0), (40, 30.0), (60, 40.0)]
+    assert crossings(a, b) == [(30, "b")]
+    assert crossings(b, a) == [(30, "a")]
+    # B leads, A passes it at 10, B takes it back at 60: two crossings.
+    assert crossings([(1, 1.0), (10, 30.0)], [(1, 2.0), (60, 31.0)]) == [(10, "a"), (60, "b")]
+    assert crossings([(1, 1.0)], [(1, 2.0), (5, 3.0)]) == []  # B ahead throughout
+
+
+def _record(name, family, curve, stop="converged", test=None, seed=0):
+    points = tuple(Point(step, step / 10, flops, bleu) for step, flops, bleu in curve)
+    return RunRecord(
+        name=name,
+        config_name=name.split("-seed")[0],
+        family=family,
+        seed=seed,
+        curve=points,
+        stop_reason=stop,
+        steps=points[-1].step,
+        minutes=points[-1].minutes,
+        flops=points[-1].flops,
+        result=None if test is None else {"bleu": test, "split": "test"},
+        hypotheses=(),
+        config=tiny_config(family),
+    )
+
+
+RUNS = [
+    _record("rnnsearch-small", "rnnsearch", [(1, 1e12, 20.0), (2, 2e12, 25.0)], test=24.0),
+    # Better on validation, worse on test: validation must choose it all the same.
+    _record("rnnsearch-medium", "rnnsearch", [(1, 3e12, 22.0), (2, 6e12, 27.0)], test=23.0),
+    _record("rnnsearch-large", "rnnsearch", [(1, 2e13, 30.0)], stop="", test=None),  # running
+    _record("transformer-small", "transformer", [(1, 4e12, 18.0), (2, 8e12, 26.0)], test=25.0),
+    _record("transformer-medium", "transformer", [(1, 1e13, 25.0), (3, 3e13, 31.0)], "cap", 30.0),
+]
+
+
+def test_validation_chooses_among_finished_runs_within_the_budget():
+    assert choose(RUNS, "rnnsearch").config_name == "rnnsearch-medium"  # 27 > 25 on validation
+    assert choose(RUNS, "rnnsearch", budget=5e12).config_name == "rnnsearch-small"
+    assert choose(RUNS, "rnnsearch", budget=1e11) is None
+    assert choose(RUNS, "transformer").config_name == "transformer-medium"  # capped: finished
+    assert choose(RUNS, "transformer", budget=1e13).config_name == "transformer-small"
+
+
+def test_a_size_with_an_unfinished_seed_is_not_chosen():
+    seeds = [
+        _record("rnnsearch-big-seed0", "rnnsearch", [(1, 1e12, 30.0)], test=30.0),
+        _record("rnnsearch-big-seed1", "rnnsearch", [(1, 1e12, 31.0)], stop="", seed=1),
+        _record("rnnsearch-tiny", "rnnsearch", [(1, 1e12, 10.0)], test=9.0),
+    ]
+    assert choose(seeds, "rnnsearch").config_name == "rnnsearch-tiny"
+
+
+def test_compute_levels_start_where_every_family_has_a_finished_run():
+    # RNNsearch finishes first at 2e12, the Transformer at 8e12; the largest run is 3e13.
+    assert compute_levels(RUNS, ["rnnsearch", "transformer"]) == [1e13, 2e13, 5e13]
+
+
+def test_the_frontier_suite_spans_eightfold_flops_per_step_in_every_family():
+    specs = expand_suite("frontier")
+    lengths = np.full(64, 20)
+    per_step: dict[str, list[float]] = {}
+    for spec in specs:
+        config = run_config(spec, Settings(), 0)
+        flops = float(np.sum(train_flops(config, 8000, lengths, lengths)))
+        per_step.setdefault(config.model.name, []).append(flops)
+        assert config.train.early_stopping_patience > 0 and config.eval.every_steps > 0
+    assert sorted(per_step) == ["rnnsearch", "transformer"]
+    for family, flops in per_step.items():
+        assert len(flops) >= 3, family
+        assert max(flops) / min(flops) >= 8, (family, flops)
+
+
+TINY = """
+from tests.conftest import tiny_config
+
+
+def get_config():
+    config = tiny_config("{family}")
+    config.train.steps = {steps}
+    config.train.log_every_steps = 4
+    config.checkpoint.every_steps = 4
+    config.eval.every_steps = 4
+    config.eval.num_examples = 8
+    config.train.early_stopping_patience = 2
+    return config
+"""
+
+
+@pytest.mark.slow
+def test_a_report_rebuilt_from_records_equals_the_live_one(tmp_path):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    specs = []
+    for family, size, steps in (
+        ("transformer", "small", 8),
+        ("transformer", "large", 16),
+        ("rnnsearch", "small", 12),
+    ):
+        path = configs / f"{family}_{size}.py"
+        path.write_text(TINY.format(family=family, steps=steps))
+        specs.append(RunSpec(f"{family}-{size}", path))
+    settings = Settings(beam_size=1, max_test_sentences=12, slice_minutes=0)
+    outcomes, _ = compare(specs, tmp_path / "work", settings, "tiny frontier")
+    assert all(o.status == "ok" for o in outcomes)
+    live = [read_run(o.run, o.result["split"], "latest") for o in outcomes]
+    assert all(run.stop_reason in ("converged", "cap") for run in live)
+    write_frontier_report(live, tmp_path / "live", "tiny frontier", "latest")
+    for outcome in outcomes:
+        save_record(outcome.run, tmp_path / "records", outcome.result["split"], "latest")
+    kept = sorted(p.name for p in (tmp_path / "records" / "rnnsearch-small").rglob("*"))
+    assert "checkpoints" not in kept and "tokenizer" not in kept and "metrics.jsonl" in kept
+    rebuilt = read_records(tmp_path / "records", None, "latest")
+    write_frontier_report(rebuilt, tmp_path / "again", "tiny frontier", "latest")
+    for name in ("frontier.md", "frontier.json"):
+        assert (tmp_path / "again" / name).read_text() == (tmp_path / "live" / name).read_text()
+    data = json.loads((tmp_path / "again" / "frontier.json").read_text())
+    assert {row["run"] for row in data["runs"]} == {spec.name for spec in specs}
+    assert data["verdicts"] and data["tests"] >= 2  # BLEU and chrF of at least one pair
+    assert (tmp_path / "again" / "figures" / "frontier.png").stat().st_size > 10_000
