@@ -22,27 +22,34 @@ In beam search several hypotheses of one sentence read the same encoder keys and
 decoder step then has ``B * N`` query rows (N per sentence, consecutive) against ``B`` key rows,
 and ``group_rows`` lays those queries out as N positions of one sentence, so the keys are neither
 copied per hypothesis nor reordered as the beams change.
+
+The equations themselves are functions on arrays in ``seq2seq.attention_equations`` (named here
+too, ``attention.masked_softmax``); this module holds the masks, the choice between the explicit
+and the fused Eq. 1, and the layers.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from seq2seq.attention_equations import (
+    additive_scores,
+    masked_softmax,
+    scaled_dot_product_scores,
+    weighted_values,
+)
+from seq2seq.attention_equations import dot_product_scores as dot_product_scores  # re-exported
+from seq2seq.cpu_attention import grouped_attention
 from seq2seq.dropout import dropout
 from seq2seq.linear import Linear, project
 from seq2seq.logical_axes import constrain, param
 
 Array = jax.Array
 Scoring = Literal["additive", "dot", "general", "scaled_dot"]
-
-# A large negative score for masked keys; finite, so a fully masked row gives no NaN.
-_MASKED_SCORE = -1e9
-
 
 # ---------------------------------------------------------------------------------------------
 # Masks
@@ -103,111 +110,6 @@ def group_rows(queries: Array, sentences: int) -> Array:
     return queries.reshape(sentences, queries.shape[0] // sentences, *queries.shape[1:])
 
 
-# ---------------------------------------------------------------------------------------------
-# Scoring functions: one per equation
-# ---------------------------------------------------------------------------------------------
-
-
-def dot_product_scores(queries: Array, keys: Array, *, heads_first: bool = False) -> Array:
-    """Luong et al. 2015 "dot" score, per head: ``e_ts = q_t . k_s``.
-
-    Args:
-      queries: [B, T, H, K].
-      keys: [B, S, H, K], or [B, H, S, K] with ``heads_first`` (a decoding cache's layout).
-
-    Returns:
-      [B, H, T, S] scores.
-    """
-    return jnp.einsum(f"bthk,{_key_axes(heads_first)}k->bhts", queries, keys)
-
-
-def _key_axes(heads_first: bool) -> str:
-    """Einsum axes of keys or values before their last axis: [B, S, H] or [B, H, S].
-
-    A decoder that adds one query per step reads its whole cache at every step. Stored head-major,
-    the per-head products read the cache as it lies; stored [B, S, H, K], XLA on CPU transposes
-    the whole cache first, which made a cached attention step ~6x slower (30 positions, 128 rows).
-    """
-    return "bhs" if heads_first else "bsh"
-
-
-def scaled_dot_product_scores(queries: Array, keys: Array, *, heads_first: bool = False) -> Array:
-    """Vaswani et al. 2017, Eq. 1 scores: ``QK^T / sqrt(d_k)``.
-
-    Without the ``1/sqrt(d_k)`` factor the dot products grow with ``d_k`` and push the softmax
-    into regions of tiny gradients (Section 3.2.1; Britz et al. 2017 measure the damage).
-
-    Args:
-      queries: [B, T, H, K].
-      keys: [B, S, H, K], or [B, H, S, K] with ``heads_first``.
-
-    Returns:
-      [B, H, T, S] scores.
-    """
-    d_k = queries.shape[-1]
-    return dot_product_scores(queries, keys, heads_first=heads_first) / math.sqrt(d_k)
-
-
-def additive_scores(projected_queries: Array, projected_keys: Array, v: Array) -> Array:
-    """Bahdanau et al. 2015, Eq. 6 / Appendix A.1.2: ``e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j)``.
-
-    The projections ``W_a s`` and ``U_a h`` are taken by the caller, so ``U_a h_j`` can be
-    computed once per sentence rather than once per decoder step (Appendix A.1.2 notes this).
-
-    Args:
-      projected_queries: [B, T, A], ``W_a s_{i-1}`` for each decoder step.
-      projected_keys: [B, S, A], ``U_a h_j`` for each source position.
-      v: [A], the vector ``v_a``.
-
-    Returns:
-      [B, 1, T, S] scores (one "head", so the masks and softmax below serve all scorings).
-    """
-    hidden = jnp.tanh(projected_queries[:, :, None, :] + projected_keys[:, None, :, :])  # [B,T,S,A]
-    scores = jnp.einsum(
-        "btsa,a->bts", hidden, v.astype(hidden.dtype), preferred_element_type=jnp.float32
-    )  # in the compute dtype, accumulated in float32
-    return scores[:, None]
-
-
-def masked_softmax(scores: Array, mask: Array | None) -> Array:
-    """Attention weights: softmax over keys, exactly zero on masked keys.
-
-    Bahdanau et al. 2015, Eq. 6: ``alpha_ij = exp(e_ij) / sum_k exp(e_ik)``. Computed in float32
-    whatever the compute dtype. A query whose keys are all masked gets all-zero weights.
-
-    Args:
-      scores: [B, H, T, S].
-      mask: bool, broadcastable to scores; True where attention is allowed. None for no mask.
-
-    Returns:
-      [B, H, T, S] float32 weights.
-    """
-    scores = scores.astype(jnp.float32)
-    if mask is None:
-        return jax.nn.softmax(scores, axis=-1)
-    weights = jax.nn.softmax(jnp.where(mask, scores, _MASKED_SCORE), axis=-1)
-    return jnp.where(mask, weights, 0.0)
-
-
-def weighted_values(weights: Array, values: Array, *, heads_first: bool = False) -> Array:
-    """The context: each query's weighted sum of the values, ``c_i = sum_j alpha_ij h_j``.
-
-    Args:
-      weights: [B, H, T, S].
-      values: [B, S, H, E], or [B, H, S, E] with ``heads_first``.
-
-    Returns:
-      [B, T, H, E].
-    """
-    weights = weights.astype(values.dtype)
-    if heads_first:
-        # Head-major out, then one small transpose: asked for [B, T, H, E] directly, XLA on CPU
-        # runs the product as [E, S] x [S, T] per (sentence, head), ten times slower for a beam
-        # step's cross-attention (256 sentences, 4 hypotheses as queries, 24 positions).
-        return jnp.swapaxes(jnp.einsum("bhts,bhse->bhte", weights, values), 1, 2)
-    return jnp.einsum("bhts,bshe->bthe", weights, values)
-
-
 def _attention_fused(queries: Array, keys: Array, values: Array, mask: Array | None) -> Array:
     """Eq. 1 by ``jax.nn.dot_product_attention``: a GPU's fused flash-attention kernel."""
     return jax.nn.dot_product_attention(queries, keys, values, mask=mask)
@@ -255,8 +157,6 @@ def scaled_dot_product_attention(
     # jax.nn.dot_product_attention needs d_v = d_k; Table 3 (B) varies d_k alone.
     fused = fused and values.shape[-1] == queries.shape[-1] and not heads_first
     if fused and not (return_weights or use_dropout):
-        from seq2seq.cpu_attention import grouped_attention  # built on the equations above
-
         if mask is not None:
             mask = jnp.broadcast_to(mask, mask.shape[:2] + (queries.shape[1], keys.shape[1]))
         outputs = jax.lax.platform_dependent(

@@ -19,7 +19,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-from seq2seq.attention import masked_softmax, scaled_dot_product_scores, weighted_values
+from seq2seq.attention_equations import masked_softmax, scaled_dot_product_scores, weighted_values
 
 Array = jax.Array
 
@@ -29,9 +29,10 @@ def attention(queries: Array, keys: Array, values: Array, mask: Array | None) ->
     """Eq. 1 as the explicit equation, with its backward written out (``_backward``).
 
     Differentiating softmax the automatic way needs ``rowsum(dP * P)`` over every [T, S] score,
-    and XLA on a CPU fuses that reduction into the ``dO V^T`` product, which then runs at a tenth
-    of the product's speed. The same sum is ``rowsum(dO * O)`` over the outputs (FlashAttention's
-    identity), [T, E] per head, which XLA keeps out of the product.
+    and XLA on a CPU fuses that reduction into the ``dO V^T`` product, which then runs far below
+    the product's own speed (docs/benchmarks.md, "backward written out"). The same sum is
+    ``rowsum(dO * O)`` over the outputs (FlashAttention's identity), [T, E] per head, which XLA
+    keeps out of the product.
     """
     return _forward(queries, keys, values, mask)[0]
 

@@ -1,6 +1,9 @@
-"""Importing any module of the package does nothing: no flags defined, no work started."""
+"""Importing any module of the package does nothing: no flags defined, no work started; and
+no two modules import each other."""
 
+import ast
 import importlib
+import importlib.util
 import pkgutil
 
 import orbax.checkpoint  # noqa: F401  (defines its own experimental flags on first import)
@@ -21,3 +24,41 @@ def test_every_module_imports_in_one_process_without_defining_flags():
         if flags.FLAGS.find_module_defining_flag(name, "").startswith("seq2seq")
     }
     assert not ours, f"importing the package defined flags {sorted(ours)}"
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Module name -> the package's modules it imports, at the top or inside a function."""
+    names = {m.name for m in pkgutil.walk_packages(seq2seq.__path__, "seq2seq.")}
+    graph = {}
+    for name in names:
+        tree = ast.parse(importlib.util.find_spec(name).loader.get_source(name))
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # ``from seq2seq.x import y``: module seq2seq.x.y when y is one, else seq2seq.x
+                imported |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module
+                    for a in node.names
+                }
+        graph[name] = (imported & names) - {name}
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for child in graph[todo.pop()] - seen:
+            seen.add(child)
+            todo.append(child)
+    return seen
+
+
+def test_no_module_imports_itself_back_through_others():
+    graph = _package_imports()
+    # The CPU path of Eq. 1 is below the layers: attention imports it, never the reverse.
+    assert "seq2seq.cpu_attention" in graph["seq2seq.attention"]
+    assert "seq2seq.attention" not in _reachable(graph, "seq2seq.cpu_attention")
+    cycles = sorted(name for name in graph if name in _reachable(graph, name))
+    assert not cycles, f"modules that import themselves back through others: {cycles}"
