@@ -24,6 +24,7 @@ from pathlib import Path
 from absl import app, flags
 from absl import logging as absl_logging
 
+from seq2seq.compilation_cache import keep_compiled_programs
 from seq2seq.config import ConfigError, unknown_key_message
 from seq2seq.host_memory import keep_host_memory
 
@@ -168,10 +169,13 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
 
 
 def start() -> None:
-    """The preamble of every command, run before JAX loads: XLA's host memory kept between steps.
+    """The preamble of every command, run before JAX loads: compiled programs kept on disk for
+    later processes (``seq2seq.compilation_cache``; ``JAX_ENABLE_COMPILATION_CACHE=false`` turns
+    that off) and XLA's host memory kept between steps.
 
     On Linux with glibc this restarts the process once (``seq2seq.host_memory``).
     """
+    keep_compiled_programs()
     keep_host_memory()
 
 

@@ -1,0 +1,59 @@
+"""Every command keeps its compiled programs on disk, and a second start loads them back."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from seq2seq.compilation_cache import cache_environment, default_directory
+from tests.conftest import REPO, subprocess_env, train_command
+
+
+def test_the_cache_lives_in_the_users_cache_directory():
+    assert default_directory({"XDG_CACHE_HOME": "/c"}) == Path("/c/seq2seq/jax")
+    assert default_directory({}) == Path.home() / ".cache" / "seq2seq" / "jax"
+    assert cache_environment({"XDG_CACHE_HOME": "/c"})["JAX_COMPILATION_CACHE_DIR"] == (
+        "/c/seq2seq/jax"
+    )
+
+
+def test_a_cache_directory_already_chosen_is_kept():
+    chosen = {"JAX_COMPILATION_CACHE_DIR": "/mine", "XDG_CACHE_HOME": "/c"}
+    assert cache_environment(chosen) == chosen
+
+
+def _entries(directory: Path) -> set[str]:
+    """The compiled programs a cache directory holds (JAX writes one ``KEY-cache`` file each)."""
+    if not directory.exists():
+        return set()
+    return {path.name for path in directory.iterdir() if path.name.endswith("-cache")}
+
+
+def _train(workdir: Path, environment: dict[str, str]) -> None:
+    command = train_command(
+        workdir, "transformer", "--config.train.steps=2", "--config.eval.every_minutes=0"
+    )
+    result = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_second_start_compiles_nothing_new(tmp_path):
+    # The tests' shared cache directory is left out: train.py must choose the per-user one.
+    environment = {k: v for k, v in subprocess_env().items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    environment["XDG_CACHE_HOME"] = str(tmp_path / "user_cache")
+    environment["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tiny programs kept too
+    cache = tmp_path / "user_cache" / "seq2seq" / "jax"
+
+    _train(tmp_path / "off", {**environment, "JAX_ENABLE_COMPILATION_CACHE": "false"})
+    assert not _entries(cache), "the cache was written although it was turned off"
+
+    _train(tmp_path / "first", environment)
+    first = _entries(cache)
+    assert any(name.startswith("jit_search-") for name in first), sorted(first)  # beam search
+    assert len(first) >= 10, sorted(first)  # the training step, validation and initialisation
+
+    _train(tmp_path / "second", environment)
+    assert _entries(cache) == first, "the second start compiled programs the first had kept"
