@@ -37,6 +37,7 @@ def get_config():
     train.adam_b1, train.adam_b2, train.adam_eps = 0.9, 0.98, 1e-9
     train.label_smoothing = 0.1
     train.log_every_steps = 100
+    train.dtype = "auto"  # bfloat16 on a GPU or TPU (float32 parameters and loss); CPU: float32
 
     config.checkpoint.every_steps = 1500  # ~10 minutes at the paper's 0.4 s/step
     config.checkpoint.keep = 5  # the base model averages the last 5

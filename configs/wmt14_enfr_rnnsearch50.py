@@ -41,6 +41,7 @@ def get_config():
         1.0  # "normalized ... to have a norm of at most a predefined threshold of 1"
     )
     train.label_smoothing = 0.0
+    train.dtype = "auto"  # bfloat16 on a GPU or TPU (float32 parameters and loss); CPU: float32
     config.checkpoint.every_steps = 5000
 
     # Plain beam search, no length normalisation (alpha 0): the paper describes no penalty and the

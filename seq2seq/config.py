@@ -26,7 +26,7 @@ SYNTHETIC_LENGTHS = ("grammar", "uniform")
 TOKENIZERS = ("unigram", "bpe", "word")
 OPTIMIZERS = ("adam", "adadelta")
 SCHEDULES = ("transformer", "constant", "warmup_rsqrt", "warmup_cosine")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "auto")  # train.dtype; "auto": by platform
 
 
 class ConfigError(ValueError):
@@ -88,7 +88,10 @@ def default_config() -> ml_collections.ConfigDict:
     train.log_every_steps = 100  # steps between metrics.jsonl lines
     # The budget counts minutes of training across resumes; validation decoding is left out.
     train.time_budget_minutes = 0.0  # stop (with a checkpoint) after this; 0: no budget
-    train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (parameters stay float32)
+    # Compute dtype: "float32", "bfloat16", or "auto": bfloat16 on a GPU or TPU, float32 on a CPU
+    # (resolved when the model is built: seq2seq.models.compute_dtype). Parameters, optimizer
+    # state and the loss stay float32.
+    train.dtype = "float32"
     train.optimizer = "adam"  # "adam" (Vaswani et al.) or "adadelta" (Bahdanau et al.)
     train.learning_rate = 1.0  # peak rate; a multiplier of d_model^-0.5 for schedule "transformer"
     train.schedule = (

@@ -11,7 +11,7 @@ The file holds one JSON object, ``{"entries": [ENTRY, ...]}``, oldest first; an 
      "argv": ["train.py", "--config", ...], "config_overrides": ["--config.train.steps=20"],
      "python": "3.11.7", "platform": "Linux-...-x86_64", "packages": {"jax": "0.10.2", ...},
      "backend": "cpu", "device_kind": "cpu", "device_count": 1, "process_count": 1,
-     "glibc_tunables": "glibc.malloc.arena_max=1:..."}
+     "glibc_tunables": "glibc.malloc.arena_max=1:...", "compute_dtype": "float32"}
 """
 
 from __future__ import annotations
@@ -171,7 +171,9 @@ def changes(previous: dict, current: dict) -> list[str]:
     ]
 
 
-def record_start(workdir: Path, argv: Sequence[str] | None = None) -> dict[str, object]:
+def record_start(
+    workdir: Path, argv: Sequence[str] | None = None, compute_dtype: str | None = None
+) -> dict[str, object]:
     """Appends this start of training to ``WORKDIR/provenance.json`` and returns the entry.
 
     Call it from process 0 only. A resume under other versions or another device kind goes on,
@@ -181,10 +183,15 @@ def record_start(workdir: Path, argv: Sequence[str] | None = None) -> dict[str, 
     Args:
       workdir: the run's work directory (it exists).
       argv: the command line to record; default ``sys.argv``.
+      compute_dtype: the dtype the model computes in on these devices
+        (``seq2seq.models.compute_dtype``: ``train.dtype`` with "auto" resolved), recorded when
+        given.
     """
     workdir = Path(workdir)
     path = RunDirectory(workdir).provenance_file
     entry = start_entry(sys.argv if argv is None else argv)
+    if compute_dtype is not None:
+        entry["compute_dtype"] = compute_dtype
     try:
         entries = read_entries(workdir)
     except (ValueError, KeyError, TypeError) as error:

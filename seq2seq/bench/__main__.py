@@ -35,6 +35,7 @@ from seq2seq import cli
 from seq2seq.bench import measure
 from seq2seq.bench.profile import profile_benchmark
 from seq2seq.config import ConfigError, validate
+from seq2seq.models import compute_dtype
 from seq2seq.run_directory import RunDirectory
 
 COMMANDS = ("matmul", "train", "decode", "data", "profile", "all")
@@ -94,7 +95,7 @@ def _all(settings: dict) -> dict:
     }
     for config in configs:
         name = config.model.name
-        peak = results[f"matmul_{config.train.dtype}"]
+        peak = results[f"matmul_{compute_dtype(config)}"]
         results[f"train_{name}"] = measure.train_benchmark(
             config, settings["steps"], settings["warmup"], peak
         )
@@ -292,7 +293,7 @@ def run() -> None:
             table = _mesh_table(result)
         elif command == "train":
             train_config = config()
-            peak = measure.matmul_peak(train_config.train.dtype, sizes)
+            peak = measure.matmul_peak(compute_dtype(train_config), sizes)
             result = measure.train_benchmark(train_config, steps.value, warmup.value, peak)
             table = _table(f"train {result['model']}", result, _train_targets(result))
         elif command == "decode" and split.value:

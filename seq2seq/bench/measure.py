@@ -28,7 +28,7 @@ from seq2seq.data.encoded import encode_corpus, filter_pairs
 from seq2seq.data.pipeline import build_tokenizer, make_batches
 from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.search_parts import cache_reorder, output_limits
-from seq2seq.models import count_params, train_flops
+from seq2seq.models import compute_dtype, count_params, train_flops
 from seq2seq.models.base import Seq2SeqModel
 from seq2seq.training import sharding
 from seq2seq.training.step import make_train_step
@@ -218,7 +218,7 @@ def train_benchmark(
     the peak and would raise MFU.
     """
     reset_peak_memory()
-    peak = peak or matmul_peak(config.train.dtype)
+    peak = peak or matmul_peak(compute_dtype(config))
     compiled = compile_train_step(config)
     flops = compiled.flops
     seconds, state, metrics = time_steps(
@@ -227,7 +227,7 @@ def train_benchmark(
     step_seconds = statistics.median(seconds)
     memory, memory_source = peak_memory_mb()
     peaks = [peak["peak_gflops"]]
-    peaks.append(matmul_peak(config.train.dtype, tuple(peak["gflops_by_size"]))["peak_gflops"])
+    peaks.append(matmul_peak(compute_dtype(config), tuple(peak["gflops_by_size"]))["peak_gflops"])
     linen = {}
     if config.model.name == "transformer":
         vocab = config.data.vocab_size
@@ -241,7 +241,7 @@ def train_benchmark(
         "params": count_params(state.params),
         "devices": compiled.mesh.size,
         "batch": list(compiled.host_batch["target"].shape),
-        "dtype": config.train.dtype,
+        "dtype": compute_dtype(config),
         "steps_timed": steps,
         "step_ms": 1e3 * step_seconds,
         "step_ms_min": 1e3 * min(seconds),

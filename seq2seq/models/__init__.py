@@ -68,6 +68,24 @@ def train_flops(config: ml_collections.ConfigDict, vocab: int, source_length, ta
     return TRAIN_FORWARD_MULTIPLE * forward
 
 
+# JAX backends whose matrix units run bfloat16 several times faster than float32: there,
+# ``train.dtype = "auto"`` computes in bfloat16.
+BFLOAT16_BACKENDS = ("gpu", "tpu")
+
+
+def compute_dtype(config: ml_collections.ConfigDict) -> str:
+    """The dtype the model computes in: ``train.dtype``, with "auto" resolved for JAX's backend.
+
+    "auto" is bfloat16 where ``jax.default_backend()`` is one of ``BFLOAT16_BACKENDS`` and
+    float32 elsewhere (a CPU runs bfloat16 products no faster). Parameters, optimizer state and
+    the loss stay float32 either way. Asking starts JAX's backend, so a multi-process run asks
+    only after it has joined its job.
+    """
+    if config.train.dtype != "auto":
+        return config.train.dtype
+    return "bfloat16" if jax.default_backend() in BFLOAT16_BACKENDS else "float32"
+
+
 __all__ = [
     "BOS_ID",
     "EOS_ID",
@@ -83,6 +101,7 @@ __all__ = [
     "TransformerConfig",
     "build_model",
     "check_model_sections",
+    "compute_dtype",
     "count_params",
     "model_config",
     "model_family",
@@ -93,14 +112,18 @@ __all__ = [
 
 
 def model_config(
-    config: ml_collections.ConfigDict, source_vocab_size: int, target_vocab_size: int
+    config: ml_collections.ConfigDict,
+    source_vocab_size: int,
+    target_vocab_size: int,
+    dtype: str | None = None,
 ) -> TransformerConfig | RNNSearchConfig:
     """The chosen family's typed config: its ``config.model.<name>`` section, the vocabulary
-    sizes and ``train.dtype`` (checked by the dataclass: ``schema.FieldError`` names a field)."""
+    sizes and the compute dtype, by default ``compute_dtype(config)`` (checked by the dataclass:
+    ``schema.FieldError`` names a field)."""
     return model_family(config).config_class(
         source_vocab_size=source_vocab_size,
         target_vocab_size=target_vocab_size,
-        dtype=config.train.dtype,
+        dtype=compute_dtype(config) if dtype is None else dtype,
         **model_section(config).to_dict(),
     )
 
@@ -115,7 +138,10 @@ def check_model_sections(config: ml_collections.ConfigDict) -> None:
     for name, family in MODELS.items():
         try:
             if name == config.model.name:
-                model_config(config, config.data.vocab_size, config.data.vocab_size)
+                # Not resolved: checking a config must not start JAX's backend before a
+                # multi-process run joins its job, and no rule reads the dtype.
+                vocab = config.data.vocab_size
+                model_config(config, vocab, vocab, dtype=config.train.dtype)
             else:
                 schema.check_fields(family.config_class, config.model[name].to_dict())
         except schema.FieldError as error:
