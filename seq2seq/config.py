@@ -162,8 +162,9 @@ def default_config() -> ml_collections.ConfigDict:
     dec.alpha = 0.6  # length-penalty exponent, ((5 + |Y|) / 6)^alpha (Wu et al. 2016); 0: none
     # Beam search: once half of a batch's sentences are done, the rest go on in a batch half the
     # size, down to this many rows (a compiled loop per size). eval.batch_size or more keeps one
-    # loop: fewer compilations, for evaluations of a few sentences (the tests').
-    dec.min_rows = 8
+    # loop: fewer compilations, for evaluations of a few sentences (the tests'). 0: by platform,
+    # down to 8 rows on a CPU, one loop on a GPU or TPU (seq2seq.decoding.beam_search.stage_sizes).
+    dec.min_rows = 0
 
     config.lock()
     return config
@@ -329,8 +330,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         if key.endswith("dropout_rate") or key == "train.label_smoothing":
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
     _require(
-        config.decode.min_rows >= 1,
-        f"config.decode.min_rows={config.decode.min_rows} must be >= 1 (rows of the last stage)",
+        config.decode.min_rows >= 0,
+        f"config.decode.min_rows={config.decode.min_rows} must be >= 0 (rows of the last stage; "
+        "0: by platform)",
     )
     _require(
         config.decode.alpha >= 0,

@@ -65,7 +65,7 @@ def test_schema_is_locked_against_new_keys():
         ("data.source", "wmt", "data.source"),
         ("model.transformer.dropout_rate", 1.5, "dropout_rate"),
         ("train.steps", 0, "train.steps"),
-        ("decode.min_rows", 0, "decode.min_rows"),
+        ("decode.min_rows", -1, "decode.min_rows"),
     ],
 )
 def test_validate_names_the_offending_key(key, value, named):

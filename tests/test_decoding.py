@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from seq2seq.decoding.beam_search import beam_search, length_penalty
+from seq2seq.decoding.beam_search import beam_search, length_penalty, stage_sizes
 from seq2seq.decoding.search_parts import (
     best_next_tokens,
     cache_reorder,
@@ -369,6 +369,41 @@ def test_finished_sentences_leaving_the_loop_change_no_output(model):
     assert lengths.min() < lengths.max(), "outputs of one length would leave the loop together"
 
 
+def test_the_search_shrinks_its_batch_on_a_cpu_and_keeps_it_whole_on_an_accelerator():
+    assert stage_sizes(64, 0, "cpu") == [64, 32, 16, 8]
+    assert stage_sizes(64, 0, "gpu") == stage_sizes(64, 0, "tpu") == [64]
+    assert stage_sizes(64, 16, "gpu") == [64, 32, 16]  # a size the config names is kept
+    assert stage_sizes(64, 64, "cpu") == [64]
+
+
+def _loops(jaxpr) -> int:
+    """How many while-loops the search runs one after another (its top-level ``while``s)."""
+    return sum(equation.primitive.name == "while" for equation in jaxpr.eqns)
+
+
+def test_one_loop_on_a_gpu_gives_the_outputs_of_the_shrinking_loops(model, monkeypatch):
+    source = np.concatenate([_uneven_sources(), _uneven_sources()[::-1]])  # 16 sentences
+    limits = output_limits(jnp.asarray(source), 3)
+    graphdef, params = nnx.split(model)
+
+    def run_on(backend: str):
+        monkeypatch.setattr(jax, "default_backend", lambda: backend)
+
+        # A new function for each backend: JAX caches a trace by function and arguments only.
+        def search(params, source, limits):  # min_rows 0: by platform
+            model = nnx.merge(graphdef, params)
+            return beam_search(model, source, 14, beam_size=3, alpha=0.6, limits=limits)
+
+        loops = _loops(jax.make_jaxpr(search)(params, source, limits).jaxpr)
+        return loops, jax.jit(search)(params, source, limits)
+
+    cpu_loops, (cpu_tokens, cpu_scores) = run_on("cpu")
+    gpu_loops, (gpu_tokens, gpu_scores) = run_on("gpu")
+    assert (cpu_loops, gpu_loops) == (2, 1)  # 16 rows then 8 on the CPU; 16 throughout
+    np.testing.assert_array_equal(gpu_tokens, cpu_tokens)
+    np.testing.assert_allclose(gpu_scores, cpu_scores, rtol=1e-5)
+
+
 def test_a_sentence_translates_the_same_alone_or_among_longer_and_shorter_ones(model):
     source = _uneven_sources()
     limits = np.asarray(output_limits(jnp.asarray(source), 3))
@@ -395,3 +430,8 @@ def test_a_sentence_without_room_gets_no_output(model):
 def test_bad_search_settings_are_named(beam_size, alpha, message):
     with pytest.raises(ValueError, match=message):
         beam_search(_transformer(), jnp.asarray(SOURCES), 4, beam_size=beam_size, alpha=alpha)
+
+
+def test_a_negative_min_rows_is_named():
+    with pytest.raises(ValueError, match="min_rows=-1"):
+        beam_search(_transformer(), jnp.asarray(SOURCES), 4, beam_size=2, alpha=0.6, min_rows=-1)

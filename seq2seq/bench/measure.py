@@ -388,8 +388,9 @@ def decode_benchmark(
         limits = output_limits(source, config.decode.max_extra_length)
         limits = jnp.full_like(limits, max_length) if wrap else limits
         tokens, _ = beam_search(
-            model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits
-        )
+            model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
+            min_rows=config.decode.min_rows,
+        )  # fmt: skip
         return tokens
 
     start = time.perf_counter()

@@ -22,9 +22,10 @@ The model is used only through its contract: ``encode``, ``start_decoding`` and 
 the encoder gives stays one row per sentence, read by all its hypotheses; the cache, a row per
 hypothesis, is repeated for the beams and reordered after each step, by one ``tree.map`` (a
 recurrent state: RNNsearch) or by the model's ``reorder_cache`` (a Transformer moves only the
-key/value positions written so far). Sentences that have
+key/value positions written so far). On a CPU, sentences that have
 finished leave the loop: when half of a batch's rows are done, the rest go on in a batch half
 the size (``shrinking_sizes``), so a batch's longest output no longer keeps its short ones busy.
+On an accelerator the whole batch stays in one loop, compiled once (``stage_sizes``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ from seq2seq.models.base import Encoded, Seq2SeqModel
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID
 
 Array = jax.Array
+
+# ``min_rows`` 0 on a CPU: the batch shrinks down to this many rows.
+CPU_MIN_ROWS = 8
 
 
 def length_penalty(length: Array, alpha: float) -> Array:
@@ -80,7 +84,7 @@ def beam_search(
     limits: Array | None = None,
     use_cache: bool = True,
     nbest: int | None = None,
-    min_rows: int = 8,
+    min_rows: int = 0,
 ) -> tuple[Array, Array]:
     """Decodes a batch of sentences together; trace it inside ``jax.jit``.
 
@@ -101,7 +105,8 @@ def beam_search(
         output without ``nbest``; a sentence only stops early once none of its live hypotheses
         can enter its K best.
       min_rows: the smallest batch that finished sentences leave for (``shrinking_sizes``);
-        at least ``batch`` keeps every sentence in the one loop.
+        at least ``batch`` keeps every sentence in the one loop; 0 chooses by platform
+        (``stage_sizes``).
 
     Returns:
       (tokens [B, max_length]: the best output per sentence, EOS then padding;
@@ -113,6 +118,8 @@ def beam_search(
         raise ValueError(f"beam_size={beam_size} must be at least 1")
     if isinstance(alpha, int | float) and alpha < 0:
         raise ValueError(f"alpha={alpha} must be >= 0 (a negative length penalty favours stopping)")
+    if min_rows < 0:
+        raise ValueError(f"min_rows={min_rows} must be >= 0 (0: by platform)")
     kept = 1 if nbest is None else nbest
     if not 1 <= kept <= beam_size:
         raise ValueError(f"nbest={nbest} must be between 1 and the beam size {beam_size}")
@@ -148,7 +155,7 @@ def beam_search(
     # those rows move to a batch half the size and the search goes on there, so the last long
     # sentences do not carry the whole batch's finished ones with them (a stage per size,
     # each compiled once).
-    sizes = shrinking_sizes(batch, min_rows)
+    sizes = stage_sizes(batch, min_rows, jax.default_backend())
     rows = jnp.arange(batch)  # [B'] the sentence each row of the state holds
     best_tokens, best_scores = state.best_tokens, state.best_scores  # [B, ...], every sentence
     for stage, size in enumerate(sizes):
@@ -167,6 +174,19 @@ def beam_search(
     if nbest is None:
         return best_tokens[:, 0], best_scores[:, 0]
     return best_tokens, best_scores
+
+
+def stage_sizes(batch: int, min_rows: int, backend: str) -> list[int]:
+    """The batch sizes the search runs at on a JAX backend, a compiled while-loop each.
+
+    ``min_rows`` 0 chooses by platform. A CPU's step time grows with the rows it searches, so
+    the batch shrinks as sentences finish, down to ``CPU_MIN_ROWS``. An accelerator runs a step
+    of a few rows in about the time of a full one, and each stage would be one more program to
+    compile, so the whole batch stays in one loop. Any other ``min_rows`` is kept everywhere.
+    """
+    if min_rows == 0:
+        min_rows = CPU_MIN_ROWS if backend == "cpu" else batch
+    return shrinking_sizes(batch, min_rows)
 
 
 def shrinking_sizes(batch: int, min_rows: int) -> list[int]:
