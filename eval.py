@@ -19,7 +19,8 @@ bleu_by_source_length, ...
 ``--nbest K`` writes K lines per sentence, ``INDEX<TAB>SCORE<TAB>TRANSLATION`` (INDEX the 0-based
 input line, SCORE ``log P / lp``, best first; the first is the beam's output). With ``--input -``
 translations go to standard output as each batch is ready, in input order, and the report to
-standard error.
+standard error. An empty or whitespace-only input line is not translated: its output line is
+empty (and it has no n-best lines).
 """
 
 if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
@@ -31,13 +32,16 @@ import json
 import sys
 from pathlib import Path
 
+import ml_collections
 from absl import flags
 
 from seq2seq import cli
 from seq2seq.checkpoint_rule import rules_help
+from seq2seq.data.sources import resolve_split
 from seq2seq.decoding.sampling import SamplingMethod
 from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
-from seq2seq.evaluation.translator import Sampling
+from seq2seq.evaluation.translator import LineTranslator, Sampling, Translator, with_decoding
+from seq2seq.run_directory import RunDirectory
 
 ENGINES = ("jax", "ctranslate2")
 
@@ -129,18 +133,39 @@ def _check_options() -> None:
         raise ValueError("--input and --output go together: pass both to translate a file")
     if _REFERENCE.value and not _INPUT.value:
         raise ValueError("--reference scores --input; pass --input and --output with it")
+    for flag in (_INPUT, _REFERENCE):  # before any model is loaded
+        if flag.value and not Path(flag.value).is_file():
+            raise FileNotFoundError(f"no {flag.name} file at {flag.value}")
 
 
-def _exported_translator(workdir: Path | None, decode: dict, nbest: int | None):
+def _exported_translator(run: RunDirectory | None) -> LineTranslator:
     """The CTranslate2 translator: --exported DIR, or the run exported to a temporary one."""
     from seq2seq.export.engine import ExportedTranslator
     from seq2seq.export.run import exported_translator
 
-    options = {"beam_size": decode["beam_size"], "alpha": decode["alpha"], "nbest": nbest}
+    options = {"beam_size": _BEAM_SIZE.value, "alpha": _ALPHA.value, "nbest": _NBEST.value}
     if _EXPORTED.value:
         return ExportedTranslator(Path(_EXPORTED.value), **options)
     quantization = _QUANTIZATION.value or "float32"
-    return exported_translator(workdir, quantization, decode["checkpoint"], **options)
+    return exported_translator(run, quantization, _CHECKPOINT.value, **options)
+
+
+def _translator(
+    run: RunDirectory | None, config: ml_collections.ConfigDict | None, sampling: Sampling | None
+) -> LineTranslator:
+    """The one translator of this command (a model, an ensemble or a CTranslate2 model), from
+    ``run`` and its ``config`` as loaded."""
+    if _ENGINE.value == "ctranslate2":
+        translator = _exported_translator(run)
+    else:
+        config = with_decoding(config, beam_size=_BEAM_SIZE.value, alpha=_ALPHA.value)
+        translator = Translator.from_run(
+            run, config, _CHECKPOINT.value, ensemble_with=[Path(p) for p in _WORKDIR.value[1:]],
+            nbest=_NBEST.value, sampling=sampling,
+        )  # fmt: skip
+    if _BATCH_SIZE.value is not None:
+        translator.config.eval.batch_size = _BATCH_SIZE.value
+    return translator
 
 
 def _translate_stream(translator) -> None:
@@ -158,36 +183,21 @@ def _translate_stream(translator) -> None:
 def main(argv: list[str]) -> None:
     del argv
     _check_options()
-    paths = [Path(path) for path in _WORKDIR.value or []]
-    workdir, others = (paths[0] if paths else None), paths[1:]
-    decode = {"checkpoint": _CHECKPOINT.value, "beam_size": _BEAM_SIZE.value, "alpha": _ALPHA.value}
-    sampling = _sampling()
-    translator = None
-    if _ENGINE.value == "ctranslate2":
-        translator = _exported_translator(workdir, decode, _NBEST.value)
-    elif _INPUT.value == "-" or _BATCH_SIZE.value is not None:
-        from seq2seq.evaluation.translator import Translator
-
-        translator = Translator.restore(
-            workdir, ensemble_with=others, nbest=_NBEST.value, sampling=sampling, **decode
-        )
-    if _BATCH_SIZE.value is not None:
-        translator.config.eval.batch_size = _BATCH_SIZE.value
+    sampling = _sampling()  # options, the run and the split are checked before any model loads
+    run = RunDirectory(_WORKDIR.value[0]) if _WORKDIR.value else None  # the one opening
+    config = run.load_config() if run else None
+    split = None if _INPUT.value else resolve_split(config.data, _SPLIT.value or "test")
+    translator = _translator(run, config, sampling)
     if _INPUT.value == "-":
         _translate_stream(translator)
         return
     if _INPUT.value:
         reference = Path(_REFERENCE.value) if _REFERENCE.value else None
         result = translate_file(
-            workdir, Path(_INPUT.value), Path(_OUTPUT.value), reference_path=reference,
-            ensemble_with=others, nbest=_NBEST.value, sampling=sampling, translator=translator,
-            **decode,
-        )  # fmt: skip
+            translator, Path(_INPUT.value), Path(_OUTPUT.value), reference_path=reference
+        )
     else:
-        result = evaluate(
-            workdir, _SPLIT.value, ensemble_with=others, sampling=sampling, translator=translator,
-            **decode,
-        )  # fmt: skip
+        result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value)
     print(format_report(result))
     print(json.dumps(result))
 

@@ -1,13 +1,17 @@
-"""Scores equal sacreBLEU and hand computation; eval.py keeps every line in order; averaging."""
+"""Scores equal sacreBLEU and hand computation; eval.py keeps every line in order, blank ones
+blank, and opens a run once; averaging."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -19,12 +23,21 @@ from seq2seq import provenance
 from seq2seq.checkpoint_rule import CheckpointError
 from seq2seq.data import synthetic
 from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.decoding.sampling import SamplingMethod
+from seq2seq.evaluation import restore
 from seq2seq.evaluation.averaging import write_averaged_run
 from seq2seq.evaluation.bleu import bleu_by_source_length
-from seq2seq.evaluation.evaluate import evaluate, read_lines, translate_file
+from seq2seq.evaluation.evaluate import evaluate, nbest_lines, read_lines, translate_file
 from seq2seq.evaluation.restore import choose_checkpoints, restore_model
+from seq2seq.evaluation.stream import translate_stream
 from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
-from seq2seq.evaluation.translator import truncate_source
+from seq2seq.evaluation.translator import (
+    LineTranslator,
+    Sampling,
+    Translations,
+    Translator,
+    truncate_source,
+)
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training.checkpoints import Checkpoints, IncompatibleCheckpointError
 from seq2seq.training.trainer import create_state, train
@@ -98,6 +111,37 @@ def test_a_truncated_input_still_ends_with_eos():
     ids = np.array([5, 6, 7, 8, EOS_ID], np.int32)
     np.testing.assert_array_equal(truncate_source(ids, 3), [5, 6, EOS_ID])
     np.testing.assert_array_equal(truncate_source(ids, 5), ids)
+
+
+BLANKS = ["", "   ", "\t", " \u00a0 "]  # empty, spaces, a tab, a no-break space
+
+
+class _Echo(LineTranslator):
+    """An engine that says which sentence number it saw: ``"N:line"``, and cuts "long" ones."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def translate_sentences(self, sentences, numbers):
+        self.seen += sentences
+        outputs = [f"{number}:{line}" for line, number in zip(sentences, numbers, strict=True)]
+        truncated = [i for i, line in enumerate(sentences) if line == "long"]
+        return Translations(outputs, truncated, [[(-1.0, output)] for output in outputs])
+
+
+def test_blank_lines_are_never_decoded_and_leave_every_other_line_in_place():
+    lines = ["a", BLANKS[0], "long", BLANKS[1], BLANKS[2], "b", BLANKS[3]]
+    engine = _Echo()
+    translations = engine.translate(lines, first_index=10)
+    assert engine.seen == ["a", "long", "b"]
+    assert translations.hypotheses == ["10:a", "", "12:long", "", "", "15:b", ""]
+    assert translations.truncated == [2]  # an index into ``lines``, not into the decoded ones
+    assert [len(entries) for entries in translations.nbest] == [1, 0, 1, 0, 0, 1, 0]
+    assert nbest_lines(translations, first_index=10) == [
+        "10\t-1.000000\t10:a", "12\t-1.000000\t12:long", "15\t-1.000000\t15:b",
+    ]  # fmt: skip
+    engine.seen = []
+    assert engine.translate(BLANKS).hypotheses == [""] * len(BLANKS) and engine.seen == []
 
 
 # -- choosing and averaging checkpoints -----------------------------------------------------
@@ -182,6 +226,12 @@ def workdir(tmp_path_factory):
     return path
 
 
+def _evaluate(workdir, split, checkpoint="latest", *, ensemble_with=(), **options):
+    """What ``eval.py --split SPLIT --checkpoint CHECKPOINT`` scores and files."""
+    translator = Translator.restore(workdir, checkpoint, ensemble_with=ensemble_with)
+    return evaluate(translator, RunDirectory(workdir), split, filed_as=checkpoint, **options)
+
+
 @pytest.fixture(scope="module")
 def evaluated(workdir):
     result = _run("eval.py", "--workdir", str(workdir), "--checkpoint", "average:2")
@@ -238,8 +288,9 @@ def test_a_file_is_translated_line_for_line_in_order(workdir, tmp_path):
     lines = [*sources[:6], "", too_long, *sources[6:]]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "reversed.txt").write_text("\n".join(lines[::-1]), encoding="utf-8")
-    result = translate_file(workdir, tmp_path / "in.txt", tmp_path / "out.txt")
-    backwards = translate_file(workdir, tmp_path / "reversed.txt", tmp_path / "back.txt")
+    translator = Translator.restore(workdir)
+    result = translate_file(translator, tmp_path / "in.txt", tmp_path / "out.txt")
+    backwards = translate_file(translator, tmp_path / "reversed.txt", tmp_path / "back.txt")
     output = read_lines(tmp_path / "out.txt")
     assert len(output) == len(lines) == result["n"]
     assert read_lines(tmp_path / "back.txt") == output[::-1]
@@ -250,7 +301,8 @@ def test_a_file_is_translated_line_for_line_in_order(workdir, tmp_path):
 def test_batch_size_changes_the_batches_not_the_translations(workdir, tmp_path):
     sources = [source for source, _ in synthetic.load_split("validation")[:7]]
     (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
-    translate_file(workdir, tmp_path / "in.txt", tmp_path / "out.txt")  # the run's batch, 128
+    translator = Translator.restore(workdir)  # the run's batch, 128
+    translate_file(translator, tmp_path / "in.txt", tmp_path / "out.txt")
     result = _run(
         "eval.py", "--workdir", str(workdir), "--input", str(tmp_path / "in.txt"),
         "--output", str(tmp_path / "out3.txt"), "--batch_size", "3",
@@ -265,7 +317,7 @@ def test_standard_input_is_translated_in_order_with_nbest_lists(workdir, tmp_pat
     list best first, its first entry what a file translation gives."""
     sources = [source for source, _ in synthetic.load_split("validation")[:150]]
     (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
-    translate_file(workdir, tmp_path / "in.txt", tmp_path / "out.txt")
+    translate_file(Translator.restore(workdir), tmp_path / "in.txt", tmp_path / "out.txt")
     result = subprocess.run(
         [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-", "--nbest", "2"],
         input="".join(line + "\n" for line in sources), cwd=REPO, capture_output=True,
@@ -284,9 +336,150 @@ def test_standard_input_is_translated_in_order_with_nbest_lists(workdir, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ensemble", [False, True], ids=["one run", "an ensemble of two"])
+def test_an_evaluation_opens_each_run_once_and_loads_its_tokenizer_once(
+    workdir, tmp_path, monkeypatch, ensemble
+):
+    """eval.py's path: the run opened once, one translator built from it, then scored."""
+    other = tmp_path / "other"
+    if ensemble:
+        shutil.copytree(workdir, other, ignore=shutil.ignore_patterns("eval"))
+    opened, tokenizers = [], []
+    open_run, load = RunDirectory.__init__, restore.load_tokenizer
+
+    def opening(self, path):
+        opened.append(Path(path))
+        open_run(self, path)
+
+    def loading(directory):
+        tokenizers.append(Path(directory))
+        return load(directory)
+
+    monkeypatch.setattr(RunDirectory, "__init__", opening)
+    monkeypatch.setattr(restore, "load_tokenizer", loading)
+    run = RunDirectory(workdir)
+    translator = Translator.from_run(
+        run, run.load_config(), str(STEPS[0]), ensemble_with=[other] if ensemble else []
+    )
+    result = evaluate(translator, run, "test", filed_as=str(STEPS[0]), max_sentences=8)
+    runs = [workdir, other] if ensemble else [workdir]
+    assert opened == runs
+    assert tokenizers == [path / "tokenizer" for path in runs]
+    assert result["n"] == 8 and result["checkpoint"].count(f"step {STEPS[0]}") == len(runs)
+
+
+# -- blank lines: never decoded, left blank ------------------------------------------------
+
+
+def _lines_with_blanks() -> list[str]:
+    """Four sentences with every kind of blank line around and between them."""
+    sources = [source for source, _ in synthetic.load_split("validation")[:4]]
+    return [BLANKS[0], sources[0], BLANKS[1], BLANKS[2], *sources[1:3], BLANKS[3], sources[3], ""]
+
+
+def _expected_output(translator, lines: list[str]) -> list[str]:
+    """The output lines for ``lines``: the sentences decoded by themselves, each numbered by its
+    line and put back on it, the blank lines left blank (no entries in an n-best list)."""
+    kept = [i for i, line in enumerate(lines) if line.strip()]
+    decoded = translator.translate_sentences([lines[i] for i in kept], kept)
+    hypotheses, nbest = [""] * len(lines), [[] for _ in lines]
+    for position, index in enumerate(kept):
+        hypotheses[index], nbest[index] = decoded.hypotheses[position], decoded.nbest[position]
+    if translator.nbest:
+        return nbest_lines(Translations(hypotheses, [], nbest))
+    return hypotheses
+
+
+def _never_decodes_blank_lines(translator, monkeypatch) -> list[str]:
+    """Every sentence ``translator`` decodes from now on (the list fills as it decodes)."""
+    decoded, decode = [], translator.translate_sentences
+
+    def recording(sentences, numbers):
+        decoded.extend(sentences)
+        return decode(sentences, numbers)
+
+    monkeypatch.setattr(translator, "translate_sentences", recording)
+    return decoded
+
+
+def _translate_file_and_stream(translator, lines, tmp_path) -> tuple[list[str], list[str]]:
+    """The output lines of ``lines`` translated from a file and from a stream (eval.py's two
+    ways), in two batches of the stream (batch size 5)."""
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    result = translate_file(translator, tmp_path / "in.txt", tmp_path / "out.txt")
+    assert result["n"] == len(lines)
+    read, write = os.pipe()
+    os.write(write, "".join(line + "\n" for line in lines).encode())
+    os.close(write)
+    translator.config.eval.batch_size = 5  # the stream's batches; the file's went in one
+    streamed = io.StringIO()
+    with os.fdopen(read, "rb") as stream:
+        assert translate_stream(translator, stream, streamed)["batches"] == 2
+    return read_lines(tmp_path / "out.txt"), streamed.getvalue().splitlines()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["beam", "nbest", "sampling", "ensemble"])
+def test_blank_lines_come_back_blank_from_a_file_and_a_stream(workdir, tmp_path, mode, monkeypatch):
+    options = {
+        "nbest": {"nbest": 2},
+        "sampling": {"sampling": Sampling(SamplingMethod.parse("topk:3"), temperature=1.0)},
+        "ensemble": {"ensemble_with": [workdir]},
+    }.get(mode, {})
+    translator = Translator.restore(workdir, **options)
+    lines = _lines_with_blanks()
+    decoded = _never_decodes_blank_lines(translator, monkeypatch)
+    from_file, from_stream = _translate_file_and_stream(translator, lines, tmp_path)
+    assert decoded and all(sentence.strip() for sentence in decoded), decoded
+    translator.config.eval.batch_size = 128  # the expected output decoded as the file was
+    expected = _expected_output(translator, lines)
+    assert from_file == expected
+    if mode != "sampling":  # other batches search alike (a sample may differ by rounding)
+        assert from_stream == expected
+    for output in (from_file, from_stream):
+        if mode == "nbest":  # the blank lines (0, 2, 3, 6, 8) have no entries
+            assert sorted({int(row.split("\t")[0]) for row in output}) == [1, 4, 5, 7]
+        else:
+            assert len(output) == len(lines)
+            assert [output[i] for i in (0, 2, 3, 6, 8)] == [""] * 5
+
+
+@pytest.mark.slow
+def test_blank_lines_come_back_blank_from_the_exported_model(workdir, tmp_path, monkeypatch):
+    from seq2seq.export.run import exported_translator
+
+    translator = exported_translator(workdir, "float32", nbest=2)
+    lines = _lines_with_blanks()
+    decoded = _never_decodes_blank_lines(translator, monkeypatch)
+    from_file, from_stream = _translate_file_and_stream(translator, lines, tmp_path)
+    assert decoded and all(sentence.strip() for sentence in decoded), decoded
+    translator.config.eval.batch_size = 128
+    assert from_file == from_stream == _expected_output(translator, lines)
+    assert sorted({int(row.split("\t")[0]) for row in from_file}) == [1, 4, 5, 7]
+
+
+@pytest.mark.slow
+def test_blank_lines_piped_through_eval_py_come_back_blank(workdir, tmp_path):
+    """The report of issue 42: ``eval.py --input -`` turned a blank line into a sentence."""
+    lines = _lines_with_blanks()
+    sentences = [line for line in lines if line.strip()]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sentences), encoding="utf-8")
+    translate_file(Translator.restore(workdir), tmp_path / "in.txt", tmp_path / "out.txt")
+    result = subprocess.run(
+        [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-"],
+        input="".join(line + "\n" for line in lines), cwd=REPO, capture_output=True, text=True,
+        timeout=600, env=subprocess_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout.split("\n")
+    assert output.pop() == ""  # the last line's newline
+    translations = iter(read_lines(tmp_path / "out.txt"))  # of the sentences alone, in order
+    assert output == [next(translations) if line.strip() else "" for line in lines]
+
+
+@pytest.mark.slow
 def test_the_exported_model_translates_as_this_package_does(workdir):
     """Greedy outputs of the CTranslate2 export equal JAX's; eval.py scores through it."""
-    from seq2seq.evaluation.translator import Translator
     from seq2seq.export.run import exported_translator
 
     sources = [source for source, _ in synthetic.load_split("validation")[:200]]
@@ -312,7 +505,7 @@ def test_bench_decode_of_a_split_translates_all_of_it_to_eval_s_bleu(workdir, tm
     run = tmp_path / "run"
     shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("eval"))
     bench = split_decode_benchmark(run, "test")  # what `bench decode --split test` prints
-    evaluated = evaluate(run, "test")
+    evaluated = _evaluate(run, "test")
     assert bench["sentences"] == evaluated["n"] == len(synthetic.load_split("test"))
     assert bench["bleu"] == pytest.approx(evaluated["bleu"])
     assert bench["bleu"] > 0, "a model that gets nothing right makes this test vacuous"
@@ -406,11 +599,9 @@ def test_missing_paths_end_eval_with_one_line(args, message, tmp_path):
 def test_an_ensemble_s_scores_are_filed_beside_the_run_s_own(workdir):
     """Scoring a split with an ensemble writes its own files (the run's own scores untouched);
     a model ensembled with itself translates as the model alone."""
-    alone = evaluate(workdir, "test", checkpoint=str(STEPS[1]), max_sentences=40)
+    alone = _evaluate(workdir, "test", str(STEPS[1]), max_sentences=40)
     own = (workdir / "eval" / f"test@step{STEPS[1]}.hyp.txt").read_text("utf-8")
-    both = evaluate(
-        workdir, "test", checkpoint=str(STEPS[1]), max_sentences=40, ensemble_with=[workdir]
-    )
+    both = _evaluate(workdir, "test", str(STEPS[1]), max_sentences=40, ensemble_with=[workdir])
     filed = sorted(path.name for path in (workdir / "eval").glob(f"test@step{STEPS[1]}*.hyp.txt"))
     assert filed == [
         f"test@step{STEPS[1]}-ensemble-{workdir.name}.hyp.txt",

@@ -23,10 +23,10 @@ from seq2seq.checkpoint_rule import average_count
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.evaluate import evaluate
-from seq2seq.evaluation.restore import choose_checkpoints
+from seq2seq.evaluation.restore import checkpoint_choice
+from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
-from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.training.trainer import train
 
 logger = logging.getLogger(__name__)
@@ -282,13 +282,7 @@ def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: 
     (same checkpoint, beam, alpha and sentence count), else decoded now."""
     split = scored_split(config, settings.split)
     previous = run.read_eval_result(split, settings.checkpoint)
-    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
-    try:
-        choice = choose_checkpoints(
-            settings.checkpoint, checkpoints.all_steps(), run.path, keep=checkpoints.keep
-        )
-    finally:
-        checkpoints.close()
+    choice = checkpoint_choice(run, config, settings.checkpoint)
     scored = choice.describe()
     if previous and _is_current(previous, scored, settings):
         logger.info("== %s: reusing its evaluation of %s", run.path.name, scored)
@@ -296,15 +290,17 @@ def _evaluation(run: RunDirectory, config: ml_collections.ConfigDict, settings: 
     logger.info(
         "== %s: decoding %s with %s (beam %d)", run.path.name, split, scored, settings.beam_size
     )
+    # The run's own config, as saved (what eval.py decodes with), under the comparison's decoding.
+    decoding = with_decoding(run.load_config(), beam_size=settings.beam_size, alpha=settings.alpha)
     # One step by number, so that 'latest' and 'best' score exactly the step resolved above.
+    step = str(choice.steps[0]) if len(choice.steps) == 1 else settings.checkpoint
+    translator = Translator.from_run(run, decoding, step)
     return evaluate(
-        run.path,
+        translator,
+        run,
         split,
-        checkpoint=str(choice.steps[0]) if len(choice.steps) == 1 else settings.checkpoint,
-        beam_size=settings.beam_size,
-        alpha=settings.alpha,
-        max_sentences=settings.max_test_sentences or None,
         filed_as=settings.checkpoint,
+        max_sentences=settings.max_test_sentences or None,
     )
 
 

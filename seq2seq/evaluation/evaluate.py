@@ -12,7 +12,7 @@ from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
-from seq2seq.evaluation.translator import Sampling, Translations, Translator, with_decoding
+from seq2seq.evaluation.translator import LineTranslator, Sampling, Translations
 from seq2seq.run_directory import RunDirectory
 
 
@@ -36,7 +36,7 @@ def score(
     }
 
 
-def decoding_facts(translator: Translator) -> dict[str, object]:
+def decoding_facts(translator: LineTranslator) -> dict[str, object]:
     """How ``translator`` decodes, for the result's JSON."""
     decode = translator.config.decode
     facts: dict[str, object] = {
@@ -57,7 +57,7 @@ def decoding_facts(translator: Translator) -> dict[str, object]:
     return facts
 
 
-def _translate(translator: Translator, sources: Sequence[str]) -> tuple[Translations, dict]:
+def _translate(translator: LineTranslator, sources: Sequence[str]) -> tuple[Translations, dict]:
     start = time.monotonic()
     translations = translator.translate(sources)
     seconds = time.monotonic() - start
@@ -113,39 +113,29 @@ def read_lines(path: Path, what: str = "input") -> list[str]:
 
 
 def evaluate(
-    workdir: Path | RunDirectory,
+    translator: LineTranslator,
+    run: RunDirectory,
     split: str | None = None,
     *,
-    checkpoint: str = "latest",
-    beam_size: int | None = None,
-    alpha: float | None = None,
+    filed_as: str,
     max_sentences: int | None = None,
-    filed_as: str | None = None,
-    ensemble_with: Sequence[Path] = (),
-    sampling: Sampling | None = None,
-    translator: Translator | None = None,
 ) -> dict[str, object]:
-    """Translates ``split`` (default: the config's test split), writes and scores it.
+    """Translates ``split`` (default: the config's test split) with ``translator``, scores it
+    and files the translations and scores in ``run``.
 
-    ``split`` is a role (``train``, ``validation``, ``test``: the config's splits) or a split's
-    own name or file stem (``test_2016_flickr``). Writes ``eval/SPLIT.hyp.txt`` (line i
-    translates source line i) and ``eval/SPLIT.json``, SPLIT being the split's own name; under
-    any checkpoint rule but ``latest`` the files are ``eval/SPLIT@RULE.*`` (``RunDirectory``), so
-    scoring one run by two rules keeps both. ``filed_as`` names the rule to file under when
-    ``checkpoint`` is the step that rule resolved to (the comparison's ``best``).
-    ``max_sentences`` scores only the first N pairs (quick looks and tests; recorded).
-    ``ensemble_with`` decodes with those runs as well, as one ensemble; ``sampling`` draws the
-    outputs (``decoding_label`` names the files of both). A ``translator`` given (another
-    engine, ``seq2seq.export.engine``) decodes instead of the run's own model.
+    ``split`` is a role (``train``, ``validation``, ``test``: the splits of the translator's
+    config) or a split's own name or file stem (``test_2016_flickr``). Writes
+    ``eval/SPLIT.hyp.txt`` (line i translates source line i) and ``eval/SPLIT.json``, SPLIT being
+    the split's own name, under the checkpoint rule ``filed_as``: the rule the translator's
+    checkpoint was chosen by (``eval.py --checkpoint``; the comparison's ``best`` for the step it
+    resolved to). Under any rule but ``latest`` the files are ``eval/SPLIT@RULE.*``
+    (``RunDirectory``), so scoring one run by two rules keeps both; an ensemble, sampling and
+    another engine add to the name (``decoding_label``). ``max_sentences`` scores only the first
+    N pairs (quick looks and tests; recorded).
     """
-    run = RunDirectory.at(workdir)
-    config = with_decoding(run.load_config(), beam_size=beam_size, alpha=alpha)
-    split = resolve_split(config.data, split or "test")  # checked before the model is loaded
+    config = translator.config
+    split = resolve_split(config.data, split or "test")
     pairs = load_pairs(config, split)[:max_sentences]
-    if translator is None:
-        translator = Translator.from_run(
-            run, config, checkpoint, ensemble_with=ensemble_with, sampling=sampling
-        )
     sources = [source for source, _ in pairs]
     translations, facts = _translate(translator, sources)
     hypotheses = translations.hypotheses
@@ -162,7 +152,8 @@ def evaluate(
         **facts,
         "provenance": provenance.for_evaluation(run),
     }
-    rule = decoding_label(filed_as or checkpoint, ensemble_with, sampling)
+    ensemble_with = [Path(member.name) for member in translator.members[1:]]
+    rule = decoding_label(filed_as, ensemble_with, translator.sampling)
     rule += getattr(translator, "label", "")
     _write_lines(run.hypotheses_file(split, rule), hypotheses)
     run.eval_result_file(split, rule).write_text(json.dumps(result, indent=2) + "\n")
@@ -170,22 +161,16 @@ def evaluate(
 
 
 def translate_file(
-    workdir: Path | RunDirectory,
+    translator: LineTranslator,
     input_path: Path,
     output_path: Path,
     *,
     reference_path: Path | None = None,
-    checkpoint: str = "latest",
-    beam_size: int | None = None,
-    alpha: float | None = None,
-    ensemble_with: Sequence[Path] = (),
-    nbest: int | None = None,
-    sampling: Sampling | None = None,
-    translator: Translator | None = None,
 ) -> dict[str, object]:
     """Translates ``input_path`` line by line into ``output_path``; scores it given references.
 
-    With ``nbest`` the output holds ``nbest_lines`` and references score each first hypothesis.
+    With the translator's ``nbest`` the output holds ``nbest_lines`` and references score each
+    first hypothesis.
     """
     sources = read_lines(input_path)
     references = read_lines(reference_path, "reference") if reference_path else None
@@ -194,14 +179,9 @@ def translate_file(
             f"{reference_path} has {len(references)} lines but {input_path} has {len(sources)}; "
             "a reference file must align line by line with the input"
         )
-    if translator is None:
-        translator = Translator.restore(
-            workdir, checkpoint, ensemble_with=ensemble_with, nbest=nbest, sampling=sampling,
-            beam_size=beam_size, alpha=alpha,
-        )  # fmt: skip
     translations, facts = _translate(translator, sources)
     hypotheses = translations.hypotheses
-    _write_lines(output_path, nbest_lines(translations) if nbest else hypotheses)
+    _write_lines(output_path, nbest_lines(translations) if translator.nbest else hypotheses)
     result: dict[str, object] = {"input": str(input_path), "output": str(output_path)}
     if references is not None:
         config = translator.config

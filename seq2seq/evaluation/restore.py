@@ -1,7 +1,8 @@
 """A trained model from its run directory: the tokenizer, the chosen checkpoint's parameters.
 
-Evaluation, translation, the comparison's report and the benchmarks restore models through
-this module. Only parameters are read: no optimizer state is built or restored.
+Evaluation, translation, the comparison and the benchmarks read runs through this module, the
+one place of evaluation that opens a run's checkpoints (``seq2seq.training.checkpoints``). Only
+parameters are read: no optimizer state is built or restored.
 """
 
 from __future__ import annotations
@@ -77,16 +78,28 @@ def restore_params(checkpoints: Checkpoints, abstract_params, choice: Checkpoint
     return jax.tree.map(lambda x, like: np.asarray(x, like.dtype), mean, abstract_params)
 
 
-def restore_model(
-    workdir: Path | RunDirectory, config: ml_collections.ConfigDict, checkpoint: str = "latest"
+def checkpoint_choice(
+    run: RunDirectory, config: ml_collections.ConfigDict, checkpoint: str = "latest"
+) -> CheckpointChoice:
+    """The checkpoints the rule ``checkpoint`` picks among those saved in ``run``."""
+    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
+    try:
+        return choose_checkpoints(checkpoint, checkpoints.all_steps(), run, keep=checkpoints.keep)
+    finally:
+        checkpoints.close()
+
+
+def restore_parameters(
+    run: RunDirectory,
+    config: ml_collections.ConfigDict,
+    tokenizer: Tokenizer,
+    checkpoint: str = "latest",
 ):
-    """A run's tokenizer, graphdef, parameters and ``CheckpointChoice``.
+    """A run's graphdef, parameters and ``CheckpointChoice``, its tokenizer already loaded.
 
     ``config`` is the run's own (``RunDirectory.load_config``), possibly with other decoding
     settings; ``checkpoint`` is a rule of ``seq2seq.checkpoint_rule``.
     """
-    run = RunDirectory.at(workdir).require()
-    tokenizer = load_run_tokenizer(run)
     graphdef, abstract_params = abstract_model(config, tokenizer)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
@@ -94,4 +107,14 @@ def restore_model(
         params = restore_params(checkpoints, abstract_params, choice)
     finally:
         checkpoints.close()
-    return tokenizer, graphdef, params, choice
+    return graphdef, params, choice
+
+
+def restore_model(
+    workdir: Path | RunDirectory, config: ml_collections.ConfigDict, checkpoint: str = "latest"
+):
+    """A run's tokenizer, graphdef, parameters and ``CheckpointChoice`` (``restore_parameters``
+    after ``load_run_tokenizer``)."""
+    run = RunDirectory.at(workdir).require()
+    tokenizer = load_run_tokenizer(run)
+    return (tokenizer, *restore_parameters(run, config, tokenizer, checkpoint))

@@ -3,7 +3,8 @@
 Lines are gathered into batches of up to ``eval.batch_size``: as many as have arrived when the
 decoder is free, so a pipe of a whole file decodes in full batches while a person typing gets each
 line back as soon as it is entered (as ``fairseq-interactive`` does). Translations are written in
-input order and flushed after every batch.
+input order and flushed after every batch; a blank line comes back blank, never decoded
+(``LineTranslator``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
 from seq2seq.evaluation.evaluate import nbest_lines
-from seq2seq.evaluation.translator import Translator, one_line
+from seq2seq.evaluation.translator import LineTranslator, one_line
 
 
 def _ready(fd: int) -> bool:
@@ -50,7 +51,7 @@ def line_batches(stream: BinaryIO, batch_size: int) -> Iterator[list[str]]:
         lines += [line.decode("utf-8").removesuffix("\r") for line in complete]
 
 
-def translate_stream(translator: Translator, source: BinaryIO, output: TextIO) -> dict:
+def translate_stream(translator: LineTranslator, source: BinaryIO, output: TextIO) -> dict:
     """Translates ``source`` line by line into ``output`` (``nbest_lines`` with ``nbest``).
 
     Returns:

@@ -1,14 +1,15 @@
 """Trained models with their tokenizer, translating lists of sentences.
 
 One model or an ensemble (``seq2seq.decoding.ensemble``), by beam search (the best output or the
-K best) or by sampling (``seq2seq.decoding.sampling``).
+K best) or by sampling (``seq2seq.decoding.sampling``). ``LineTranslator`` is what every engine
+shares (this one and ``seq2seq.export.engine``): lines in, translations out, blank lines blank.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
@@ -26,7 +27,7 @@ from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.sampling import SamplingMethod, sample
 from seq2seq.decoding.search_parts import output_limits
 from seq2seq.evaluation import processes
-from seq2seq.evaluation.restore import load_run_tokenizer, restore_model
+from seq2seq.evaluation.restore import load_run_tokenizer, restore_parameters
 from seq2seq.run_directory import RunDirectory
 from seq2seq.vocabulary import EOS_ID, PAD_ID
 
@@ -125,6 +126,59 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
+def is_blank(line: str) -> bool:
+    """Whether ``line`` holds nothing to translate: empty, or whitespace only."""
+    return not line.strip()
+
+
+def leave_blank_lines_blank(
+    lines: Sequence[str],
+    first_index: int,
+    translate_sentences: Callable[[list[str], list[int]], Translations],
+) -> Translations:
+    """The one rule for blank lines (``is_blank``), whatever the engine and the search.
+
+    A blank line is never tokenized, decoded or scored: its translation is the empty line, with
+    no n-best entries, and it is never counted as truncated. ``translate_sentences`` gets the
+    other lines with their numbers in the whole input (``first_index`` + their index in
+    ``lines``), so each keeps its place and, when sampling, its key.
+    """
+    kept = [i for i, line in enumerate(lines) if not is_blank(line)]
+    hypotheses, nbest = [""] * len(lines), [[] for _ in lines]
+    if not kept:
+        return Translations(hypotheses, [], nbest)
+    found = translate_sentences([lines[i] for i in kept], [first_index + i for i in kept])
+    for position, index in enumerate(kept):
+        hypotheses[index], nbest[index] = found.hypotheses[position], found.nbest[position]
+    return Translations(hypotheses, [kept[i] for i in found.truncated], nbest)
+
+
+class LineTranslator:
+    """What every decoding engine offers: ``translate`` lines, blank ones left blank.
+
+    An engine implements ``translate_sentences(sentences, numbers)``, which sees only lines with
+    text in them (``leave_blank_lines_blank``); ``numbers[i]`` is sentence i's number in the
+    whole input, which keys its sample.
+    """
+
+    config: ml_collections.ConfigDict  # the run's: decode and eval settings, data's splits
+    nbest: int | None  # the K best outputs of the beam, or None for the best alone
+    sampling: Sampling | None  # drawn outputs instead of a search
+    members: Sequence[Member]  # the models of this package that decode (none for another engine)
+
+    def describe_checkpoint(self) -> str:
+        """Which parameters decode, for reports."""
+        raise NotImplementedError
+
+    def translate(self, lines: Sequence[str], first_index: int = 0) -> Translations:
+        """Translations in input order, line i of ``lines`` numbered ``first_index + i`` (so
+        translating a stream in pieces draws what one call would)."""
+        return leave_blank_lines_blank(lines, first_index, self.translate_sentences)
+
+    def translate_sentences(self, sentences: list[str], numbers: list[int]) -> Translations:
+        raise NotImplementedError
+
+
 def with_decoding(
     config: ml_collections.ConfigDict, **overrides: object
 ) -> ml_collections.ConfigDict:
@@ -149,7 +203,7 @@ def check_decoding(
         )
 
 
-class Translator:
+class Translator(LineTranslator):
     """Translates sentences in batches; one compiled search per padded source length.
 
     Decodes with the first member's ``config.decode`` (beam size, alpha, length limits) and
@@ -253,31 +307,31 @@ class Translator:
         config: ml_collections.ConfigDict,
         checkpoint: str = "latest",
         *,
-        ensemble_with: Sequence[Path] = (),
+        ensemble_with: Sequence[Path | RunDirectory] = (),
         nbest: int | None = None,
         sampling: Sampling | None = None,
     ) -> Translator:
         """The model of ``run`` under ``config``, the run's own config already loaded (and of
-        each run of ``ensemble_with``, as one ensemble)."""
+        each run of ``ensemble_with``, as one ensemble). Each run is opened once and its
+        tokenizer loaded once."""
         check_decoding(config, nbest, sampling)
-        others = [(Path(other), RunDirectory(other).load_config()) for other in ensemble_with]
-        # The vocabularies are compared before any parameters are read.
-        check_one_target_vocabulary(
-            [
-                Member(c, load_run_tokenizer(RunDirectory.at(w).require()), None, None, name=str(w))
-                for w, c in [(run.path, config), *others]
-            ]
-        )
-        tokenizer, graphdef, params, choice = restore_model(run, config, checkpoint)
-        others = [
-            Member(other_config, *restore_model(other, other_config, checkpoint), name=str(other))
-            for other, other_config in others
+        runs = [run.require(), *(RunDirectory.at(other).require() for other in ensemble_with)]
+        configs = [config, *(other.load_config() for other in runs[1:])]
+        members = [
+            Member(each_config, load_run_tokenizer(each_run), None, None, name=str(each_run.path))
+            for each_run, each_config in zip(runs, configs, strict=True)
         ]
+        check_one_target_vocabulary(members)  # before any parameters are read
+        for member, each_run in zip(members, runs, strict=True):
+            member.graphdef, member.params, member.checkpoint = restore_parameters(
+                each_run, member.config, member.tokenizer, checkpoint
+            )
+        first, *others = members
         translator = cls(
-            config, tokenizer, params, graphdef, checkpoint=choice, others=others, nbest=nbest,
-            sampling=sampling,
+            config, first.tokenizer, first.params, first.graphdef, checkpoint=first.checkpoint,
+            others=others, nbest=nbest, sampling=sampling,
         )  # fmt: skip
-        translator.members[0].name = str(run.path)
+        translator.members[0].name = first.name
         return translator
 
     def describe_checkpoint(self) -> str:
@@ -289,13 +343,12 @@ class Translator:
             f"{m.name}: {d}" for m, d in zip(self.members, described, strict=True)
         )
 
-    def translate(self, sentences: Sequence[str], first_index: int = 0) -> Translations:
+    def translate_sentences(self, sentences: list[str], numbers: list[int]) -> Translations:
         """Translations in input order; inputs over ``decode.max_input_length`` are cut.
 
-        ``first_index`` numbers the first sentence (sentence i samples with key ``fold_in(seed,
-        first_index + i)``), so translating a stream in pieces draws what one call would.
-        With several processes each translates its share of the sentences and every process
-        returns all translations (``seq2seq.evaluation.processes``).
+        Sentence i samples with key ``fold_in(seed, numbers[i])``. With several processes each
+        translates its share of the sentences and every process returns all translations
+        (``seq2seq.evaluation.processes``).
         """
         limit = self.config.decode.max_input_length
         first = self.tokenizer.encode_source(sentences)
@@ -319,9 +372,9 @@ class Translator:
                     source if m is None else _padded([m[i] for i in indices], batch_size, width)
                     for m in per_member
                 )
-            numbers = np.full((batch_size,), -1, np.int64)
-            numbers[: len(indices)] = [mine[i] + first_index for i in indices]
-            keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(seed_key, numbers)
+            rows = np.full((batch_size,), -1, np.int64)  # each row's sentence number
+            rows[: len(indices)] = [numbers[mine[i]] for i in indices]
+            keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(seed_key, rows)
             tokens, scores = jax.device_get(self._search(all_params, source, keys))
             for row, index in enumerate(indices):
                 outputs[index] = [

@@ -23,6 +23,7 @@ from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding.beam_search import length_penalty
 from seq2seq.decoding.search_parts import NEVER_OUTPUT
 from seq2seq.evaluation.translator import (
+    LineTranslator,
     Translations,
     check_decoding,
     one_line,
@@ -31,7 +32,7 @@ from seq2seq.evaluation.translator import (
 from seq2seq.export.converter import SETTINGS_FILE, TOKENIZER_DIR
 
 
-class ExportedTranslator:
+class ExportedTranslator(LineTranslator):
     """An exported model directory (``seq2seq.export``) translating lists of sentences."""
 
     engine_name = "ctranslate2"
@@ -74,9 +75,9 @@ class ExportedTranslator:
         target = self.tokenizer.target
         return one_line(self.tokenizer.decode_target([target.piece_to_id(p) for p in pieces]))
 
-    def translate(self, sentences: Sequence[str], first_index: int = 0) -> Translations:
-        """Translations in input order (``first_index`` is accepted for ``Translator``'s sake)."""
-        del first_index
+    def translate_sentences(self, sentences: list[str], numbers: list[int]) -> Translations:
+        """Translations in input order (``numbers`` key samples; a beam search needs none)."""
+        del numbers
         decode = self.config.decode
         limit = decode.max_input_length
         ids = self.tokenizer.encode_source(sentences)

@@ -13,7 +13,10 @@ from seq2seq.run_directory import RunDirectory
 
 
 def export_run(
-    workdir: Path, output: Path, quantization: str = "float32", checkpoint: str = "latest"
+    workdir: Path | RunDirectory,
+    output: Path,
+    quantization: str = "float32",
+    checkpoint: str = "latest",
 ) -> dict:
     """Exports ``workdir``'s parameters (by the ``checkpoint`` rule) to ``output``.
 
@@ -22,7 +25,7 @@ def export_run(
     """
     from seq2seq.evaluation.restore import restore_model
 
-    run = RunDirectory(workdir)
+    run = RunDirectory.at(workdir)
     config = run.load_config()
     check_exportable(config.model.name, model_section(config))
     if quantization not in QUANTIZATIONS:
@@ -31,11 +34,11 @@ def export_run(
         )
     if output.exists() and any(output.iterdir()):
         raise ValueError(f"--output {output} already holds files; name a new directory")
-    tokenizer, graphdef, params, choice = restore_model(workdir, config, checkpoint)
+    tokenizer, graphdef, params, choice = restore_model(run, config, checkpoint)
     model = nnx.merge(graphdef, params)
     export(model, run.tokenizer_dir, tokenizer, config, output, quantization)
     return {
-        "workdir": str(workdir),
+        "workdir": str(run.path),
         "output": str(output),
         "quantization": quantization,
         "checkpoint": choice.describe(),
@@ -43,7 +46,10 @@ def export_run(
 
 
 def exported_translator(
-    workdir: Path, quantization: str = "float32", checkpoint: str = "latest", **options
+    workdir: Path | RunDirectory,
+    quantization: str = "float32",
+    checkpoint: str = "latest",
+    **options,
 ):
     """``workdir`` exported to a temporary directory and loaded by CTranslate2 (which reads the
     whole model when it loads it, so the directory is removed at once): ``eval.py --engine
@@ -54,5 +60,7 @@ def exported_translator(
         output = Path(directory) / "model"
         exported = export_run(workdir, output, quantization, checkpoint)
         translator = ExportedTranslator(output, **options)
-    translator.source = f"{workdir} ({exported['checkpoint']}) exported at {quantization}"
+    translator.source = (
+        f"{exported['workdir']} ({exported['checkpoint']}) exported at {quantization}"
+    )
     return translator
