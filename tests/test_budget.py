@@ -79,3 +79,48 @@ def test_validation_time_is_not_training_time(tmp_path):
     assert summary.elapsed_seconds < wall - 4 * pause
     assert trained[-1]["elapsed_seconds"] < wall - 3 * pause  # the 4th comes after step 40
     assert max(r["step_seconds"] for r in trained[1:]) < pause / 10  # nor in steps' timing
+
+
+@pytest.mark.slow
+def test_the_loop_keeps_two_steps_in_flight_and_fetches_metrics_at_log_steps(tmp_path, monkeypatch):
+    import jax
+
+    from seq2seq.training import trainer
+
+    config = tiny_config("transformer")
+    config.train.steps = 12
+    config.train.log_every_steps = 4
+    config.checkpoint.every_steps = 1_000
+    config.data.pack = True
+    dispatched: list[int] = []
+    make_step = trainer.make_train_step
+
+    def tagged_step(**kwargs):
+        step = make_step(**kwargs)
+
+        def run(state, batch):  # tags each step's metrics with its number
+            state, metrics = step(state, batch)
+            dispatched.append(len(dispatched) + 1)
+            return state, {**metrics, "dispatched": len(dispatched)}
+
+        return run
+
+    waits, fetches = [], []
+    block, get = jax.block_until_ready, jax.device_get
+
+    def wait(metrics):
+        waits.append((len(dispatched), metrics["dispatched"]))
+        return block(metrics)
+
+    def fetch(tree):
+        fetches.append(len(dispatched))
+        return get(tree)
+
+    monkeypatch.setattr(trainer, "make_train_step", tagged_step)
+    monkeypatch.setattr(jax, "block_until_ready", wait)
+    monkeypatch.setattr(jax, "device_get", fetch)
+    train(config, tmp_path)
+    assert len(dispatched) == 12 and waits
+    # Before step n is dispatched (n - 1 already are), the loop waits for step n - 2 only.
+    assert all(before - waited == 1 for before, waited in waits)
+    assert set(fetches) == {4, 8, 12}  # metrics come back to the host at log steps only

@@ -67,8 +67,9 @@ def test_every_run_is_reported_with_the_numbers_of_its_own_records(comparison):
     for row in report["runs"][:2]:
         run = RunDirectory(row["workdir"])
         result = run.read_eval_result("test")
-        last_train = run.read_metrics()[-1]  # the final validation, after the last log
-        assert row["status"] == "ok"
+        last_train = run.read_metrics()[-1]  # the stop record, after the final validation
+        assert last_train["kind"] == "stop" and last_train["reason"] == "cap"
+        assert row["status"] == "ok" and row["ended"] == "at its cap"  # no early stopping
         assert row["bleu"] == result["bleu"] and row["chrf"] == result["chrf"]
         assert row["decode_sentences_per_second"] == result["sentences_per_second"]
         assert row["test_sentences"] == result["n"] == 12

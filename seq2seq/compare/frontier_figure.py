@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from seq2seq.compare.frontier import RunRecord, family_envelope
 
@@ -15,7 +16,7 @@ DPI = 150
 AXES = (
     ("flops", "training FLOPs", True),
     ("step", "steps", True),
-    ("minutes", "training minutes (2 CPU cores)", True),
+    ("minutes", "training minutes", True),
 )
 COLOURS = {"transformer": "tab:blue", "rnnsearch": "tab:orange"}
 SIZE_STYLES = ("dotted", "dashed", "dashdot", (0, (5, 1)), (0, (1, 3)))
@@ -56,12 +57,14 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
                 end = max(getattr(p, axis) for r in members for p in r.curve)
                 ax.plot(
                     *_steps(envelope, end),
+                    drawstyle="steps-post",
                     color=COLOURS.get(family),
                     lw=2.5,
                     label=f"{family} frontier",
                 )
         if log:
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
         ax.set_xlabel(label)
         ax.set_ylabel("validation BLEU")
         ax.grid(alpha=0.3)
@@ -84,7 +87,8 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
                 xytext=(3, 3),
                 textcoords="offset points",
             )
-    test.set_xscale("log")
+    if any(r.test_bleu is not None for r in runs):  # a log axis needs a point
+        test.set_xscale("log")
     test.set_xlabel("training FLOPs at the run's end")
     test.set_ylabel("test BLEU (scored checkpoint)")
     test.grid(alpha=0.3)

@@ -39,9 +39,13 @@ NUMERIC_FIELDS = (
     "decode_sentences_per_second",
 )
 
+# How the "ended" column says why a run stopped (its metrics.jsonl's last record).
+STOP_WORDS = {"converged": "converged", "cap": "at its cap"}
+
 COLUMNS = [
     ("name", "run", ""),
     ("status", "status", ""),
+    ("ended", "ended", ""),
     ("bleu", "sacreBLEU", ".2f"),
     ("tok_bleu", "tok. BLEU", ".2f"),
     ("chrf", "chrF", ".2f"),
@@ -94,6 +98,8 @@ def run_row(outcome: RunOutcome) -> dict:
             train_flops=last.get("train_flops"),
             target_tokens_per_second=statistics.mean(r["target_tokens_per_second"] for r in steady),
         )
+    if records and records[-1].get("kind") == "stop":  # written once the run has ended
+        row["ended"] = STOP_WORDS.get(records[-1]["reason"], records[-1]["reason"])
     if validation:
         row["best_validation_perplexity"] = min(r["perplexity"] for r in validation)
         row["last_validation_bleu"] = validation[-1].get("bleu")
@@ -183,6 +189,7 @@ def aggregate(rows: Sequence[dict]) -> list[dict]:
         }
         failed = [m["status"] for m in members if m["status"] != "ok"]
         row["status"] = "ok" if not failed else f"{len(failed)} of {len(members)} failed"
+        row["ended"] = ", ".join(m.get("ended") or "—" for m in members)
         for field in NUMERIC_FIELDS:
             row[field] = [m.get(field) for m in members]
         row["signature"] = members[0].get("signature")

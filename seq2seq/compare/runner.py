@@ -27,6 +27,7 @@ from seq2seq.evaluation.restore import checkpoint_choice
 from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
+from seq2seq.training.stopping import CONVERGED
 from seq2seq.training.trainer import train
 
 logger = logging.getLogger(__name__)
@@ -205,11 +206,17 @@ def _trained_minutes(run: RunDirectory) -> float:
 
 def _finished(job) -> bool:
     """Whether the job's run already validated at the end of its budget (its minutes or its
-    steps): then training it again would only restore and compile, 15-20 s, to do nothing."""
-    validations = [r for r in job.run.read_metrics() if r.get("kind") == "validation"]
+    steps), or converged under its patience: then training it again would only restore and
+    compile, 15-20 s, to do nothing."""
+    records = job.run.read_metrics()
+    validations = [r for r in records if r.get("kind") == "validation"]
     if not validations:
         return False
     last, train = validations[-1], job.config.train
+    stop = records[-1] if records[-1].get("kind") == "stop" else {}
+    patience = train.early_stopping_patience
+    if stop.get("reason") == CONVERGED and 0 < patience <= stop.get("points_since_best", 0):
+        return True
     minutes = train.time_budget_minutes
     return last.get("step", 0) >= train.steps or bool(
         minutes and last.get("elapsed_seconds", 0.0) >= minutes * 60

@@ -13,7 +13,7 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
@@ -24,10 +24,17 @@ from tqdm import tqdm
 
 from seq2seq import provenance
 from seq2seq.data.pipeline import build_training_data, padding_share
-from seq2seq.models import build_model, count_params, schedule_width, train_flops
+from seq2seq.models import (
+    build_model,
+    compute_dtype,
+    count_params,
+    schedule_width,
+    train_flops,
+)
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.checkpoints import Checkpoints
+from seq2seq.training.clock import TrainingClock
 from seq2seq.training.logs import MetricsWriter, interval_record, short_line
 from seq2seq.training.schedules import build_optimizer, build_schedule
 from seq2seq.training.step import TrainState, make_train_step
@@ -36,6 +43,7 @@ from seq2seq.training.stopping import CAPPED, CONVERGED, EarlyStopping
 logger = logging.getLogger(__name__)
 
 ValidateFn = Callable[[TrainState], dict]
+IN_FLIGHT = 2  # steps dispatched and not yet waited for
 # Builds a ValidateFn once the tokenizer and model structure exist: (config, tokenizer, graphdef).
 MakeValidateFn = Callable[..., ValidateFn]
 
@@ -137,14 +145,49 @@ def _train(
     primary = jax.process_index() == 0  # the one process that writes the run's files
     run.create().save_config(config, write=primary)
     if primary:
-        provenance.record_start(run.path)  # versions, devices and commit of this (re)start
+        # versions, devices, commit and compute dtype of this (re)start
+        provenance.record_start(run.path, compute_dtype=compute_dtype(config))
+    loop, state, params = _build_loop(config, run, make_validate, primary)
+    pause_seconds = math.inf if pause_at_minutes is None else pause_at_minutes * 60
+    try:
+        with Preemption() as preemption:
+            state = loop.run(state, preemption, pause_seconds)
+        if preemption.requested:
+            logger.warning("SIGTERM: saved step %d; rerun to resume", int(state.step))
+        elif not loop.paused:
+            loop.save(state, final=True)
+            loop.record_stop(state)
+    finally:
+        loop.checkpoints.close()
+        loop.writer.close()
+    progress = loop.progress()
+    return RunSummary(
+        int(state.step),
+        loop.loss,
+        loop.seconds,
+        params,
+        preemption.requested,
+        elapsed_seconds=progress["elapsed_seconds"],
+        train_flops=progress["train_flops"],
+        paused=loop.paused,
+        stop_reason=loop.stop_reason,
+    )
+
+
+def _build_loop(
+    config: ml_collections.ConfigDict,
+    run: RunDirectory,
+    make_validate: MakeValidateFn | None,
+    primary: bool,
+) -> tuple[_Loop, TrainState, int]:
+    """The mesh, data, state (restored if the run has a checkpoint) and jitted step of a run,
+    assembled into its loop; also the state and its parameter count."""
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     multiple = sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
     data = build_training_data(config, run.tokenizer_dir, batch_multiple=multiple)
-    state, schedule = create_state(
-        config, data.tokenizer.source_vocab_size, data.tokenizer.target_vocab_size
-    )
+    vocab = data.tokenizer.target_vocab_size
+    state, schedule = create_state(config, data.tokenizer.source_vocab_size, vocab)
     state_shardings = sharding.state_sharding(mesh, state, rules)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     batches = iter(data.batches)
@@ -168,41 +211,20 @@ def _train(
         mesh.size,
         sharding.count_split(state_shardings),
     )
-    writer = MetricsWriter(run, int(state.step), active=primary)
-    validate = make_validate(config, data.tokenizer, state.graphdef) if make_validate else None
-
-    def batch_flops(source_lengths: np.ndarray, target_lengths: np.ndarray) -> float:
-        vocab = data.tokenizer.target_vocab_size
-        return float(np.sum(train_flops(config, vocab, source_lengths, target_lengths)))
-
     loop = _Loop(
-        config, step_fn, checkpoints, writer, batches, validate, batch_sharding, batch_flops
+        config=config,
+        step_fn=step_fn,
+        checkpoints=checkpoints,
+        writer=MetricsWriter(run, int(state.step), active=primary),
+        batches=batches,
+        validate=make_validate(config, data.tokenizer, state.graphdef) if make_validate else None,
+        batch_sharding=batch_sharding,
+        batch_flops=lambda sources, targets: float(
+            np.sum(train_flops(config, vocab, sources, targets))
+        ),
     )
-    loop.stopping.restore(progress.pop("early_stopping", {}))
-    loop.progress.update(progress)
-    pause_seconds = math.inf if pause_at_minutes is None else pause_at_minutes * 60
-    try:
-        with Preemption() as preemption:
-            state = loop.run(state, preemption, pause_seconds)
-        if preemption.requested:
-            logger.warning("SIGTERM: saved step %d; rerun to resume", int(state.step))
-        elif not loop.paused:
-            loop.save(state, final=True)
-            loop.record_stop(state)
-    finally:
-        checkpoints.close()
-        writer.close()
-    return RunSummary(
-        int(state.step),
-        loop.loss,
-        loop.seconds,
-        params,
-        preemption.requested,
-        elapsed_seconds=loop.progress["elapsed_seconds"],
-        train_flops=loop.progress["train_flops"],
-        paused=loop.paused,
-        stop_reason=loop.stop_reason,
-    )
+    loop.restore(progress)
+    return loop, state, params
 
 
 def _restore_or_place(checkpoints, state, state_shardings, batches) -> tuple[TrainState, dict]:
@@ -217,65 +239,60 @@ def _restore_or_place(checkpoints, state, state_shardings, batches) -> tuple[Tra
     return state, record["progress"]  # already on the mesh
 
 
+@dataclasses.dataclass
 class _Loop:
-    """Steps, logs, validates and checkpoints; one method per concern."""
+    """Steps, logs, validates and checkpoints; one method per concern, the clock and the
+    early-stopping count beside it."""
 
-    def __init__(
-        self, config, step_fn, checkpoints, writer, batches, validate, batch_sharding, batch_flops
-    ):
-        self.config = config
-        self.step_fn = step_fn
-        self.checkpoints = checkpoints
-        self.writer = writer
-        self.batches = batches
-        self.validate = validate
-        self.batch_sharding = batch_sharding  # where each step's batch is placed
-        self.batch_flops = batch_flops  # (source lengths, target lengths) -> training FLOPs
+    config: ml_collections.ConfigDict
+    step_fn: Callable  # (state, batch) -> (state, metrics), jitted
+    checkpoints: Checkpoints
+    writer: MetricsWriter
+    batches: Iterator  # this host's batches, with get_state/set_state for checkpoints
+    validate: ValidateFn | None
+    batch_sharding: object  # where each step's batch is placed
+    batch_flops: Callable[[np.ndarray, np.ndarray], float]  # (source, target lengths) -> FLOPs
+
+    def __post_init__(self):
+        train, evaluation = self.config.train, self.config.eval
+        # Only a schedule that depends on time needs one clock for all processes.
+        timed = bool(
+            train.time_budget_minutes
+            or evaluation.every_minutes
+            or self.config.checkpoint.every_minutes
+        )
+        self.clock = TrainingClock(shared=timed)
+        self.stopping = EarlyStopping(train.early_stopping_patience, train.early_stopping_min_delta)
+        self.flops = 0.0  # analytic training FLOPs across every session
         self.loss = math.nan
         self.seconds = 0.0  # this session's training time (validation left out)
         self.steps_run = 0  # steps trained in this session
         self.paused = False  # stopped at the pause time, before the budget
-        train = config.train
-        self.stopping = EarlyStopping(train.early_stopping_patience, train.early_stopping_min_delta)
         self.stop_reason = ""  # set by ``record_stop`` once the run has ended
-        # Spent across every session of the run: saved with each checkpoint, so a time budget
-        # and the FLOP axis of the report continue where an interrupted run stopped. The clock
-        # (elapsed_seconds) counts training only: validation decodes, compiling a batch shape
-        # and writing a checkpoint are timed apart, so a model that validates more often, sees
-        # more batch shapes or is resumed more often loses no training time to it.
-        self.progress = {
-            "elapsed_seconds": 0.0,
-            "train_flops": 0.0,
-            "validation_seconds": 0.0,
-            "compile_seconds": 0.0,
-            "checkpoint_seconds": 0.0,
-        }
-        self._session_start_elapsed = 0.0
-        self._excluded_seconds = 0.0  # this session's time off the clock
         self._seen_shapes: set[tuple] = set()  # batch shapes compiled in this session
         self._validated_step = -1  # the step of this session's last validation
         self._pending: list[dict] = []  # per-step metrics since the last log line
         self._padding: list[float] = []
-        self._interval_start = time.monotonic()
+
+    def progress(self) -> dict:
+        """What the run has spent so far: saved with each checkpoint and in every record."""
+        return {**self.clock.spent, "train_flops": self.flops}
+
+    def restore(self, saved: dict) -> None:
+        """Takes back the progress and early-stopping count a checkpoint saved."""
+        self.clock.restore(saved)
+        self.flops = float(saved.get("train_flops", 0.0))
+        self.stopping.restore(saved.get("early_stopping", {}))
 
     def run(
         self, state: TrainState, preemption: Preemption, pause_seconds: float = math.inf
     ) -> TrainState:
         train = self.config.train
         budget = train.time_budget_minutes * 60 or math.inf
-        start = time.monotonic()
-        self._session_start_elapsed = self.progress["elapsed_seconds"]
-        self._start = self._interval_start = start
-        if self.progress["elapsed_seconds"] >= budget:
-            logger.info("time budget of %.1f min already spent", budget / 60)
-            return state
-        if self.stopping.converged:
-            logger.info(
-                "converged before (best at step %d): nothing to train", self.stopping.best_step
-            )
-            return state
-        if self.progress["elapsed_seconds"] >= pause_seconds and int(state.step) < train.steps:
-            self.paused = True
+        if math.isfinite(pause_seconds):  # a pause is a time too: one clock for all processes
+            self.clock.shared = jax.process_count() > 1
+        self.clock.start()
+        if self._nothing_to_train(int(state.step), budget, pause_seconds):
             return state
         progress = tqdm(
             total=train.steps,
@@ -284,70 +301,75 @@ class _Loop:
             unit="step",
         )
         for step in range(int(state.step) + 1, train.steps + 1):
-            before = self.progress["elapsed_seconds"]
             state = self._one_step(state)
-            self.steps_run += 1
             progress.update(1)
-            self._update_elapsed()
-            now = self.progress["elapsed_seconds"]
-            out_of_time = now > budget
+            before, now = self.clock.tick()
             if step % train.log_every_steps == 0 or step == train.steps:
                 self._log(step, progress)  # only on schedule, so resumed logs match exactly
-            checkpoint = self.config.checkpoint
-            if self._validation_due(step, before, now):
-                self.save(state, metrics=self._validate(state, step))
-                if self.stopping.converged:  # the final save (its point validated) follows
-                    logger.info(
-                        "converged at step %d: no better validation BLEU in %d points since "
-                        "step %d (%.2f)",
-                        step,
-                        self.stopping.since_best,
-                        self.stopping.best_step,
-                        self.stopping.best,
-                    )
-                    break
-            elif _due(step, checkpoint.every_steps, before, now, checkpoint.every_minutes):
-                self.save(state)
-            if preemption.reached(step):  # save now, skip the final validation: time is short
-                self.save(state)
-                break
-            if out_of_time:  # the final save (with validation) follows in ``train``
-                logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
-                break
-            if now >= pause_seconds and step < train.steps:
-                logger.info("paused at %.2f training minutes (step %d)", now / 60, step)
-                self.save(state)
-                self.paused = True
+            self._validate_or_save(state, step, before, now)
+            if self._should_stop(state, step, now, budget, pause_seconds, preemption):
                 break
         progress.close()
-        self.seconds = time.monotonic() - start - self._excluded_seconds
+        self.seconds = self.clock.session_seconds()
         return state
 
-    def _update_elapsed(self) -> None:
-        session = time.monotonic() - self._start - self._excluded_seconds
-        if jax.process_count() > 1:
-            # One clock for all: budgets, pauses and minute intervals end at the same step on
-            # every process, or one would validate or stop alone and leave the others waiting.
-            session = float(multihost_utils.broadcast_one_to_all(np.float32(session)))
-        self.progress["elapsed_seconds"] = self._session_start_elapsed + session
+    def _nothing_to_train(self, step: int, budget: float, pause_seconds: float) -> bool:
+        """Whether an earlier session already spent the budget, converged or reached the pause."""
+        if self.clock.elapsed >= budget:
+            logger.info("time budget of %.1f min already spent", budget / 60)
+            return True
+        if self.stopping.converged:
+            logger.info("converged before (best at step %d)", self.stopping.best_step)
+            return True
+        if self.clock.elapsed >= pause_seconds and step < self.config.train.steps:
+            self.paused = True
+            return True
+        return False
 
-    def _off_the_clock(self, kind: str, seconds: float) -> None:
-        """Leaves ``seconds`` spent on ``kind`` (validation, compile, checkpoint) out of the
-        training clock and the next log line's tokens/s, and records them."""
-        self._excluded_seconds += seconds
-        self._interval_start += seconds
-        self.progress[f"{kind}_seconds"] += seconds
+    def _validate_or_save(self, state: TrainState, step: int, before: float, now: float) -> None:
+        """Validates (and saves with the scores) or only saves, where an interval ends."""
+        checkpoint = self.config.checkpoint
+        if self._validation_due(step, before, now):
+            self.save(state, metrics=self._validate(state, step))
+        elif _due(step, checkpoint.every_steps, before, now, checkpoint.every_minutes):
+            self.save(state)
+
+    def _should_stop(self, state, step, now, budget, pause_seconds, preemption) -> bool:
+        """Whether the loop ends after ``step``: preempted (saved here), converged or out of
+        time (the final save follows in ``train``), or paused (saved here)."""
+        if preemption.reached(step):  # save now, skip the final validation: time is short
+            self.save(state)
+            return True
+        if self.stopping.converged:
+            logger.info(
+                "converged at step %d: no better validation BLEU in %d points since step %d (%.2f)",
+                step,
+                self.stopping.since_best,
+                self.stopping.best_step,
+                self.stopping.best,
+            )
+            return True
+        if now > budget:
+            logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
+            return True
+        if now >= pause_seconds and step < self.config.train.steps:
+            logger.info("paused at %.2f training minutes (step %d)", now / 60, step)
+            self.save(state)
+            self.paused = True
+            return True
+        return False
 
     def _one_step(self, state: TrainState) -> TrainState:
         batch = next(self.batches)  # already this host's rows (the batch planner splits)
         self._padding.append(padding_share(batch))
-        self.progress["train_flops"] += self.batch_flops(*_lengths(batch))
-        # JAX dispatches steps asynchronously; unchecked, the host ran ~35 steps (~40 s) ahead
-        # of the device, so the elapsed time lagged the training it measures and a time budget
-        # was only seen at the next log line. One step in flight keeps the next batch's
-        # preparation overlapped with the current step and the clock within a step.
-        if self._pending:
-            jax.block_until_ready(self._pending[-1])
+        self.flops += self.batch_flops(*_lengths(batch))
+        # JAX dispatches steps asynchronously; unchecked, the host runs many steps ahead of the
+        # device, so the clock lags the training it measures and a time budget is only seen at
+        # the next log line. Waiting for the step before the previous one keeps IN_FLIGHT steps
+        # queued (the device never waits for the host to prepare a batch) and the clock within
+        # a step of the training it counts.
+        if len(self._pending) >= IN_FLIGHT:
+            jax.block_until_ready(self._pending[-IN_FLIGHT])
         # A batch shape not yet seen in this session is traced and compiled inside the call
         # (the step itself then runs asynchronously): that time is not training time.
         shape = tuple(sorted((key, value.shape) for key, value in batch.items()))
@@ -355,18 +377,19 @@ class _Loop:
         state, metrics = self.step_fn(state, sharding.global_batch(batch, self.batch_sharding))
         if shape not in self._seen_shapes:
             self._seen_shapes.add(shape)
-            self._off_the_clock("compile", time.monotonic() - start)
+            self.clock.exclude("compile", time.monotonic() - start)
         self._pending.append(metrics)
+        self.steps_run += 1
         return state
 
     def _log(self, step: int, progress: tqdm) -> None:
         metrics = jax.device_get(self._pending)  # waits for the steps to finish
-        record = interval_record(metrics, time.monotonic() - self._interval_start, self._padding)
+        record = interval_record(metrics, self.clock.interval(), self._padding)
         self._pending, self._padding = [], []
-        self._interval_start = time.monotonic()
         self._check_finite(step, [m["loss"] for m in metrics])
         self.loss = record["loss"]
-        self.writer.write(step, {"kind": "train", **record, **self.progress})
+        shapes = {"compiled_shapes": len(self._seen_shapes)}  # this session's, bounded by buckets
+        self.writer.write(step, {"kind": "train", **record, **shapes, **self.progress()})
         progress.set_postfix(loss=f"{record['loss_mean']:.3f}")
         if progress.disable:
             logger.info(short_line(step, record))
@@ -387,15 +410,14 @@ class _Loop:
         )
 
     def _validate(self, state: TrainState, step: int) -> dict:
-        start = time.monotonic()
-        metrics = self.validate(state)
-        self._off_the_clock("validation", time.monotonic() - start)
+        with self.clock.off_the_clock("validation"):
+            metrics = self.validate(state)
         self._validated_step = step
         if "bleu" in metrics:
             self.stopping.update(float(metrics["bleu"]), step)
         samples = metrics.pop("samples", [])
         self.writer.write(
-            step, {"kind": "validation", **metrics, **self.progress}, prefix="validation"
+            step, {"kind": "validation", **metrics, **self.progress()}, prefix="validation"
         )
         for i, sample in enumerate(samples):
             self.writer.write_text(step, f"samples/{i}", sample)
@@ -412,14 +434,13 @@ class _Loop:
             self._check_finite(step, [m["loss"] for m in jax.device_get(self._pending)])
         if final and self.validate is not None and self._validated_step != step:
             metrics = self._validate(state, step)
-        start = time.monotonic()
-        progress = {**self.progress, "early_stopping": self.stopping.state()}
-        self.checkpoints.save(
-            step, state, self.batches.get_state(), metrics=metrics, progress=progress
-        )
-        if final:
-            self.checkpoints.wait()
-        self._off_the_clock("checkpoint", time.monotonic() - start)
+        with self.clock.off_the_clock("checkpoint"):
+            progress = {**self.progress(), "early_stopping": self.stopping.state()}
+            self.checkpoints.save(
+                step, state, self.batches.get_state(), metrics=metrics, progress=progress
+            )
+            if final:
+                self.checkpoints.wait()
 
     def record_stop(self, state: TrainState) -> None:
         """Writes why the run ended (converged, or its budget ran out) to metrics.jsonl."""
@@ -428,7 +449,12 @@ class _Loop:
             return  # nothing trained in this session: the session that did recorded the end
         self.writer.write(
             int(state.step),
-            {"kind": "stop", "reason": self.stop_reason, **self.stopping.state(), **self.progress},
+            {
+                "kind": "stop",
+                "reason": self.stop_reason,
+                **self.stopping.state(),
+                **self.progress(),
+            },
             prefix="stop",
         )
 
