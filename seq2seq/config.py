@@ -1,7 +1,8 @@
 """The configuration schema: every field, its meaning and unit, in one place.
 
-The ``model.<family>`` sections are generated from the model families' dataclasses
-(``seq2seq.models.schema``), which own those fields, their defaults, allowed values and rules.
+The ``model.<family>`` sections are generated from the dataclasses of the registered model
+families (``seq2seq.models.registry``, ``seq2seq.models.schema``), which own those fields, their
+defaults, allowed values and rules; each family checks its own options.
 Experiment files in ``configs/`` start from ``default_config()`` and change what they need. The
 schema is locked, so a misspelt key (in a file or on the command line) is an error rather than a
 silently ignored new field. Only entry points and ``build_*`` functions read a config; library
@@ -19,30 +20,43 @@ from pathlib import Path
 
 import ml_collections
 
-# The model families of ``seq2seq.models.MODELS`` (not imported here: see ``_model_sections``).
-MODEL_NAMES = ("transformer", "rnnsearch")
 DATA_SOURCES = ("synthetic", "text", "tfds")
 SYNTHETIC_LENGTHS = ("grammar", "uniform")
 TOKENIZERS = ("unigram", "bpe", "word")
 OPTIMIZERS = ("adam", "adadelta")
 SCHEDULES = ("transformer", "constant", "warmup_rsqrt", "warmup_cosine")
 DTYPES = ("float32", "bfloat16", "auto")  # train.dtype; "auto": by platform
+MESH_AXES = ("data", "fsdp", "tensor")  # the device mesh's axes (seq2seq.training.sharding)
 
 
 class ConfigError(ValueError):
     """A configuration that cannot run; its message is one line naming the key and the fix."""
 
 
-def _model_sections() -> dict[str, dict[str, object]]:
-    """Each model family's section defaults, from its dataclass (``seq2seq.models.schema``).
+def _families() -> dict:
+    """The model families' registry (``seq2seq.models.registry``), name -> entry.
 
-    Imported when a config is first made, not with this module: every command imports this
-    module before JAX loads (``cli.start``), and the models bring JAX with them.
+    Imported when a config is first made or checked, not with this module: every command imports
+    this module before JAX loads (``cli.start``), and the models bring JAX with them.
     """
     from seq2seq.models import MODELS
+
+    return MODELS
+
+
+def __getattr__(name: str) -> object:
+    """``MODEL_NAMES``: the registered model families' names, read from the registry when
+    asked (so that this module imports no JAX, and a family registered later is named)."""
+    if name == "MODEL_NAMES":
+        return tuple(_families())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _model_sections() -> dict[str, dict[str, object]]:
+    """Each model family's section defaults, from its dataclass (``seq2seq.models.schema``)."""
     from seq2seq.models.schema import section_defaults
 
-    return {name: section_defaults(family.config_class) for name, family in MODELS.items()}
+    return {name: section_defaults(family.config_class) for name, family in _families().items()}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -51,9 +65,11 @@ def default_config() -> ml_collections.ConfigDict:
     config.seed = 0  # seeds parameters, dropout and data order
 
     config.model = model = ml_collections.ConfigDict()
-    model.name = "transformer"  # "transformer" (Vaswani et al. 2017) or "rnnsearch" (Bahdanau)
+    # A registered family (seq2seq.models.registry): "transformer" (Vaswani et al. 2017) or
+    # "rnnsearch" (Bahdanau et al. 2015)
+    model.name = "transformer"
 
-    # One section per model family, generated from its dataclass, which holds each field's
+    # One section per registered family, generated from its dataclass, which holds each field's
     # meaning, default and allowed values: models/transformer.py (TransformerConfig, defaults:
     # the base model of Table 3) and models/rnnsearch.py (RNNSearchConfig, Appendix A/B).
     for name, defaults in _model_sections().items():
@@ -81,7 +97,7 @@ def default_config() -> ml_collections.ConfigDict:
     data.tokens_per_batch = 4096  # padded tokens per batch side (source or target), all hosts
     data.sentences_per_batch = 0  # exactly this many sentences per batch (all hosts); 0: by tokens
     data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
-    data.pack = False  # pack several pairs per row of max_length tokens (Transformer only)
+    data.pack = False  # pack several pairs per row of max_length tokens (families that pack)
 
     config.train = train = ml_collections.ConfigDict()
     train.steps = 100_000  # optimizer updates
@@ -310,7 +326,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     Raises:
       ConfigError: one line naming the offending key and what would fix it.
     """
-    _choice(config, "model.name", MODEL_NAMES)
+    _choice(config, "model.name", tuple(_families()))
     _choice(config, "data.source", DATA_SOURCES)
     _choice(config, "data.tokenizer", TOKENIZERS)
     _choice(config, "data.synthetic_lengths", SYNTHETIC_LENGTHS)
@@ -318,7 +334,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "train.schedule", SCHEDULES)
     _choice(config, "train.dtype", DTYPES)
     for key, value in flatten(config):
-        if key.startswith("model."):  # the model sections: checked by their schema, below
+        if key.startswith("model."):  # each family checks its own section, below
             continue
         if key.endswith(("_size", "steps")):
             if key in ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps"):
@@ -327,7 +343,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                 _require(value > 0, f"config.{key}={value} must be positive")
         if key.endswith("every_minutes"):
             _require(value >= 0, f"config.{key}={value} must be >= 0 (0: off)")
-        if key.endswith("dropout_rate") or key == "train.label_smoothing":
+        if key == "train.label_smoothing":
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
     _require(
         config.decode.min_rows >= 0,
@@ -360,11 +376,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         f"config.data.max_length_ratio={data.max_length_ratio} must be 0 (no limit) or >= 1",
     )
     _require(
-        not data.pack or config.model.name == "transformer",
-        "config.data.pack=True needs model.name='transformer' (RNNsearch reads each row as one "
-        "sentence); set data.pack=False",
-    )
-    _require(
         3 <= data.synthetic_min_words <= data.synthetic_max_words,
         f"config.data.synthetic_min_words={data.synthetic_min_words} and synthetic_max_words="
         f"{data.synthetic_max_words} need 3 <= min <= max",
@@ -381,11 +392,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if data.source == "text":
         _require(bool(data.dir), "config.data.dir is empty; data.source='text' needs a folder")
     _require(data.src_lang != data.tgt_lang, "config.data.src_lang equals data.tgt_lang")
-    _require(
-        data.shared_vocab or not config.model[config.model.name].share_embeddings,
-        f"config.model.{config.model.name}.share_embeddings needs data.shared_vocab=True",
-    )
-    _check_model_sections(config)
+    for family in _families().values():  # its section, its rules, packing, shared embeddings
+        try:
+            family.check(config)
+        except ValueError as error:  # one line, naming the key inside the config
+            raise ConfigError(f"config.{error}") from None
     _validate_processes(config.mesh)
     _validate_rules(config.mesh)
     _require(
@@ -393,9 +404,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
     )
     return config
-
-
-MESH_AXES = ("data", "fsdp", "tensor")
 
 
 def _validate_rules(mesh: ml_collections.ConfigDict) -> None:
@@ -413,17 +421,6 @@ def _validate_rules(mesh: ml_collections.ConfigDict) -> None:
             len(set(axes)) == len(axes),
             f"config.mesh.rules.{name}={value!r} names a mesh axis twice",
         )
-
-
-def _check_model_sections(config: ml_collections.ConfigDict) -> None:
-    """Each ``model.<family>`` section against its dataclass (``seq2seq.models.schema``)."""
-    from seq2seq.models import check_model_sections
-    from seq2seq.models.schema import FieldError
-
-    try:
-        check_model_sections(config)
-    except FieldError as error:
-        raise ConfigError(f"config.{error}") from None
 
 
 def _validate_processes(mesh: ml_collections.ConfigDict) -> None:

@@ -35,12 +35,20 @@ from seq2seq import cli
 from seq2seq.bench import measure
 from seq2seq.bench.profile import profile_benchmark
 from seq2seq.config import ConfigError, validate
-from seq2seq.models import compute_dtype
+from seq2seq.models import MODELS, ModelFamily, compute_dtype
 from seq2seq.run_directory import RunDirectory
 
 COMMANDS = ("matmul", "train", "decode", "data", "profile", "all")
 REPO = Path(__file__).resolve().parents[2]
-BENCH_CONFIGS = (REPO / "configs" / "bench_small.py", REPO / "configs" / "bench_small_rnnsearch.py")
+
+
+def bench_families() -> list[ModelFamily]:
+    """The registered families the bench measures (those with targets), in registry order."""
+    return [family for family in MODELS.values() if family.bench is not None]
+
+
+def bench_config_path(family: ModelFamily) -> Path:
+    return REPO / "configs" / f"{family.bench.config}.py"
 
 
 def _format(value: object) -> str:
@@ -63,32 +71,33 @@ def _met(value: float, bound: float) -> str:
 
 
 def _train_targets(result: dict) -> dict:
-    if result["model"] != "transformer":
+    """The family's training targets: its MFU and speed-up over the linen yardstick, if set."""
+    bench = MODELS[result["model"]].bench
+    if bench is None:
         return {}
-    return {
-        "mfu": _met(result["mfu"], measure.TARGET_TRAIN_MFU),
-        "speedup_over_linen": _met(result["speedup_over_linen"], measure.TARGET_SPEEDUP_OVER_LINEN),
-    }
+    bounds = {"mfu": bench.train_mfu, "speedup_over_linen": bench.speedup_over_linen}
+    return {key: _met(result[key], bound) for key, bound in bounds.items() if bound is not None}
 
 
 def _decode_targets(result: dict) -> dict:
-    targets = (
-        measure.TARGET_SPLIT_DECODE_SENTENCES_PER_S
-        if "split" in result
-        else measure.TARGET_DECODE_SENTENCES_PER_S
-    )
-    bound = targets.get(result["model"])
-    beam = {"transformer": 4, "rnnsearch": 5}[result["model"]]
-    if bound is None or result["beam_size"] != beam:
+    """The family's decoding target, stated at its beam (none at another beam)."""
+    bench = MODELS[result["model"]].bench
+    if bench is None or result["beam_size"] != bench.beam_size:
         return {}
-    return {"sentences_per_s": _met(result["sentences_per_s"], bound) + f" (beam {beam})"}
+    bound = (
+        bench.split_decode_sentences_per_s if "split" in result else bench.decode_sentences_per_s
+    )
+    return {
+        "sentences_per_s": _met(result["sentences_per_s"], bound) + f" (beam {bench.beam_size})"
+    }
 
 
 def _all(settings: dict) -> dict:
-    """Every benchmark on the bench configs, in one process; the summary against the targets."""
+    """Every benchmark on each bench family's config, in one process; the summary against the
+    targets. The input pipeline is measured on the first family's config."""
     from seq2seq.config import load_config_file
 
-    configs = [load_config_file(path) for path in BENCH_CONFIGS]
+    configs = [load_config_file(bench_config_path(family)) for family in bench_families()]
     results = {
         "matmul_float32": measure.matmul_peak("float32"),
         "matmul_bfloat16": measure.matmul_peak("bfloat16"),
@@ -106,7 +115,9 @@ def _all(settings: dict) -> dict:
             output_length=settings["output_length"],
             repeats=settings["repeats"],
         )
-    results["data_transformer"] = measure.data_benchmark(configs[0], settings["batches"])
+    results[f"data_{configs[0].model.name}"] = measure.data_benchmark(
+        configs[0], settings["batches"]
+    )
     return results
 
 
@@ -172,39 +183,48 @@ def _profile_dir(path: str | None, config_path: str) -> Path:
     return directory
 
 
+def _train_rows(family: ModelFamily, train: dict) -> list[tuple[str, object, str]]:
+    """The summary's rows for one family's training step, named by its bench config."""
+    stem, targets = family.bench.config, _train_targets(train)
+    rows = [
+        (f"{stem} step (ms)", train["step_ms"], ""),
+        (f"{stem} target tokens/s", train["tokens_per_s"], ""),
+        (f"{stem} MFU", train["mfu"], targets.get("mfu", "")),
+    ]
+    if "speedup_over_linen" in train:
+        rows.append(
+            (
+                f"{stem} speed-up over a plain linen Transformer (x)",
+                train["speedup_over_linen"],
+                targets.get("speedup_over_linen", ""),
+            )
+        )
+    return rows + [(f"{stem} compile (s)", train["compile_s"], "")]
+
+
 def summary(results: dict) -> str:
     """The figures of ``all`` beside the issue's targets, as a markdown table."""
-    train_t, train_r = results["train_transformer"], results["train_rnnsearch"]
-    decode_t, decode_r = results["decode_transformer"], results["decode_rnnsearch"]
-    data = results["data_transformer"]
-    ratio = data["tokens_per_s"] / train_t["tokens_per_s"]
-    target_t = measure.TARGET_DECODE_SENTENCES_PER_S
+    families = [family for family in bench_families() if f"train_{family.name}" in results]
     rows = [
         ("matmul peak float32 (GFLOP/s)", results["matmul_float32"]["peak_gflops"], ""),
         ("matmul peak bfloat16 (GFLOP/s)", results["matmul_bfloat16"]["peak_gflops"], ""),
-        ("bench_small step (ms)", train_t["step_ms"], ""),
-        ("bench_small target tokens/s", train_t["tokens_per_s"], ""),
-        ("bench_small MFU", train_t["mfu"], _met(train_t["mfu"], measure.TARGET_TRAIN_MFU)),
-        (
-            "bench_small speed-up over a plain linen Transformer (x)",
-            train_t["speedup_over_linen"],
-            _met(train_t["speedup_over_linen"], measure.TARGET_SPEEDUP_OVER_LINEN),
-        ),
-        ("bench_small compile (s)", train_t["compile_s"], ""),
-        ("bench_small_rnnsearch step (ms)", train_r["step_ms"], ""),
-        ("bench_small_rnnsearch target tokens/s", train_r["tokens_per_s"], ""),
-        ("bench_small_rnnsearch MFU", train_r["mfu"], ""),
-        ("bench_small_rnnsearch compile (s)", train_r["compile_s"], ""),
-        (
-            f"Transformer beam {decode_t['beam_size']} sentences/s",
-            decode_t["sentences_per_s"],
-            _met(decode_t["sentences_per_s"], target_t["transformer"]),
-        ),
-        (
-            f"RNNsearch beam {decode_r['beam_size']} sentences/s",
-            decode_r["sentences_per_s"],
-            _met(decode_r["sentences_per_s"], target_t["rnnsearch"]),
-        ),
+    ]
+    for family in families:
+        rows += _train_rows(family, results[f"train_{family.name}"])
+    for family in families:
+        decode = results[f"decode_{family.name}"]
+        bound = _met(decode["sentences_per_s"], family.bench.decode_sentences_per_s)
+        rows.append(
+            (
+                f"{family.title} beam {decode['beam_size']} sentences/s",
+                decode["sentences_per_s"],
+                bound,
+            )
+        )
+    data_name = families[0].name  # the input pipeline, beside what its family's training reads
+    data = results[f"data_{data_name}"]
+    ratio = data["tokens_per_s"] / results[f"train_{data_name}"]["tokens_per_s"]
+    rows += [
         ("input pipeline target tokens/s", data["tokens_per_s"], ""),
         (
             "input pipeline / training consumption",

@@ -28,7 +28,7 @@ from seq2seq.data.encoded import encode_corpus, filter_pairs
 from seq2seq.data.pipeline import build_tokenizer, make_batches
 from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.search_parts import cache_reorder, output_limits
-from seq2seq.models import compute_dtype, count_params, train_flops
+from seq2seq.models import compute_dtype, count_params, model_family, train_flops
 from seq2seq.models.base import Seq2SeqModel
 from seq2seq.training import sharding
 from seq2seq.training.step import make_train_step
@@ -38,12 +38,8 @@ from seq2seq.vocabulary import EOS_ID, PAD_ID
 FIRST_WORD_ID = 4  # ids below are PAD, UNK, BOS and EOS (seq2seq.vocabulary)
 MATMUL_SIZES = (512, 1024, 2048)  # square n x n @ n x n; the largest usually runs fastest
 
-# The targets on the 2-core development CPU (printed beside the measured figures).
-TARGET_TRAIN_MFU = 0.60
-TARGET_SPEEDUP_OVER_LINEN = 1.3  # step time of the plain linen Transformer over the project's
-TARGET_DECODE_SENTENCES_PER_S = {"transformer": 40.0, "rnnsearch": 90.0}
-# A trained Multi30k run decoding its 1,000 test sentences (Transformer beam 4, RNNsearch beam 5).
-TARGET_SPLIT_DECODE_SENTENCES_PER_S = {"transformer": 80.0, "rnnsearch": 200.0}
+# The targets on the 2-core development CPU (printed beside the measured figures); each
+# family's own are in its registry entry (``seq2seq.models.registry.BenchTargets``).
 TARGET_DATA_MULTIPLE = 10.0  # input pipeline tokens/s over what training consumes
 
 
@@ -229,7 +225,8 @@ def train_benchmark(
     peaks = [peak["peak_gflops"]]
     peaks.append(matmul_peak(compute_dtype(config), tuple(peak["gflops_by_size"]))["peak_gflops"])
     linen = {}
-    if config.model.name == "transformer":
+    bench = model_family(config).bench
+    if bench is not None and bench.speedup_over_linen is not None:  # the family has a yardstick
         vocab = config.data.vocab_size
         linen_seconds = _linen_step_seconds(config, vocab, compiled.host_batch, steps, warmup)
         linen = {

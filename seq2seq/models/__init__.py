@@ -1,53 +1,29 @@
-"""Models: the Transformer and RNNsearch, interchangeable behind ``Seq2SeqModel``."""
+"""Models: the Transformer and RNNsearch, interchangeable behind ``Seq2SeqModel``; each family's
+entry in ``seq2seq.models.registry`` holds what differs between them."""
 
 from __future__ import annotations
-
-import dataclasses
-from collections.abc import Callable
 
 import jax
 import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq.models import schema
 from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Dropout, Seq2SeqModel
-from seq2seq.models.flops import (
-    TRAIN_FORWARD_MULTIPLE,
-    rnnsearch_forward_flops,
-    transformer_forward_flops,
+from seq2seq.models.flops import TRAIN_FORWARD_MULTIPLE
+from seq2seq.models.registry import (
+    FAMILIES,
+    MODELS,
+    BenchTargets,
+    ModelFamily,
+    register,
+    unregister,
 )
 from seq2seq.models.rnnsearch import RNNSearch, RNNSearchConfig
 from seq2seq.models.transformer import Transformer, TransformerConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelFamily:
-    """What differs between model families, registered once so no caller branches on a name.
-
-    Everything else (encode, decode with a cache, attention weights in ``aux``) is the shared
-    ``Seq2SeqModel`` contract.
-    """
-
-    model_class: type
-    config_class: type
-    # (config.model.<name>, vocabulary, source length(s), target length(s)) -> forward FLOPs
-    forward_flops: Callable[..., object]
-    # the width that scales the Transformer schedule (Eq. 3): d_model, or the decoder state
-    schedule_width: Callable[[ml_collections.ConfigDict], int]
-
-
-MODELS = {
-    "transformer": ModelFamily(
-        Transformer, TransformerConfig, transformer_forward_flops, lambda t: t.d_model
-    ),
-    "rnnsearch": ModelFamily(
-        RNNSearch, RNNSearchConfig, rnnsearch_forward_flops, lambda r: r.decoder_hidden_size
-    ),
-}
-
-
 def model_family(config: ml_collections.ConfigDict) -> ModelFamily:
+    """The registry's entry for ``config.model.name``."""
     return MODELS[config.model.name]
 
 
@@ -89,7 +65,9 @@ def compute_dtype(config: ml_collections.ConfigDict) -> str:
 __all__ = [
     "BOS_ID",
     "EOS_ID",
+    "FAMILIES",
     "MODELS",
+    "BenchTargets",
     "ModelFamily",
     "PAD_ID",
     "UNK_ID",
@@ -100,14 +78,15 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "build_model",
-    "check_model_sections",
     "compute_dtype",
     "count_params",
     "model_config",
     "model_family",
     "model_section",
+    "register",
     "schedule_width",
     "train_flops",
+    "unregister",
 ]
 
 
@@ -116,36 +95,16 @@ def model_config(
     source_vocab_size: int,
     target_vocab_size: int,
     dtype: str | None = None,
-) -> TransformerConfig | RNNSearchConfig:
+) -> object:
     """The chosen family's typed config: its ``config.model.<name>`` section, the vocabulary
     sizes and the compute dtype, by default ``compute_dtype(config)`` (checked by the dataclass:
     ``schema.FieldError`` names a field)."""
-    return model_family(config).config_class(
-        source_vocab_size=source_vocab_size,
-        target_vocab_size=target_vocab_size,
-        dtype=compute_dtype(config) if dtype is None else dtype,
-        **model_section(config).to_dict(),
+    return model_family(config).typed_config(
+        model_section(config),
+        source_vocab_size,
+        target_vocab_size,
+        compute_dtype(config) if dtype is None else dtype,
     )
-
-
-def check_model_sections(config: ml_collections.ConfigDict) -> None:
-    """Every family's ``config.model.<name>`` against its schema: each field alone, and for the
-    chosen family its own rules too, with the vocabulary the config sets (``data.vocab_size``).
-
-    Raises:
-      FieldError: prefixed with the section, e.g. ``model.rnnsearch.init='xavier' is not ...``.
-    """
-    for name, family in MODELS.items():
-        try:
-            if name == config.model.name:
-                # Not resolved: checking a config must not start JAX's backend before a
-                # multi-process run joins its job, and no rule reads the dtype.
-                vocab = config.data.vocab_size
-                model_config(config, vocab, vocab, dtype=config.train.dtype)
-            else:
-                schema.check_fields(family.config_class, config.model[name].to_dict())
-        except schema.FieldError as error:
-            raise error.within(f"model.{name}") from None
 
 
 def build_model(

@@ -25,12 +25,11 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from seq2seq.config import default_config
+from seq2seq.config import MESH_AXES, default_config
 from seq2seq.logical_axes import names_of, partition_spec
 
 logger = logging.getLogger(__name__)
 
-MESH_AXES = ("data", "fsdp", "tensor")
 HEARTBEAT_TIMEOUT_SECONDS = 30
 
 
