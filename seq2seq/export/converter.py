@@ -30,7 +30,7 @@ import numpy as np
 from ctranslate2.specs import common_spec, transformer_spec
 
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.models import Transformer
+from seq2seq.models import MODELS, Transformer
 from seq2seq.models.transformer import sinusoidal_positions
 
 QUANTIZATIONS = ("float32", "int16", "int8")
@@ -91,9 +91,10 @@ def position_table(model: Transformer, length: int) -> np.ndarray:
 
 def check_exportable(model_name: str, config) -> None:
     """Raises ValueError, one line, for a model CTranslate2's Transformer cannot express."""
-    if model_name != "transformer":
+    if not MODELS[model_name].ctranslate2_export:
+        exportable = " or ".join(n for n, family in MODELS.items() if family.ctranslate2_export)
         raise ValueError(
-            f"CTranslate2 has no {model_name} model; only a Transformer run can be exported"
+            f"CTranslate2 has no {model_name} model; only a {exportable} run can be exported"
         )
     if not config.d_k == config.d_v == config.d_model // config.num_heads:
         raise ValueError(
