@@ -17,6 +17,8 @@ from one sequence; cross-attention takes queries from the decoder and keys and v
 encoder.
 
 Masks are boolean, ``True`` where a query may attend to a key, broadcastable to [B, H, T, S].
+A ``Mask`` (built by ``sequence_mask``) carries one in two forms: that dense array, and, where
+the mask is only each row's length and causality, the lengths a fused GPU kernel reads instead.
 
 In beam search several hypotheses of one sentence read the same encoder keys and values: a
 decoder step then has ``B * N`` query rows (N per sentence, consecutive) against ``B`` key rows,
@@ -24,12 +26,14 @@ and ``group_rows`` lays those queries out as N positions of one sentence, so the
 copied per hypothesis nor reordered as the beams change.
 
 The equations themselves are functions on arrays in ``seq2seq.attention_equations`` (named here
-too, ``attention.masked_softmax``); this module holds the masks, the choice between the explicit
-and the fused Eq. 1, and the layers.
+too, ``attention.masked_softmax``); this module holds the masks, the choice of how Eq. 1 is
+computed (``choose_implementation``: the explicit equations, the CPU path of
+``seq2seq.cpu_attention``, cuDNN's kernel by ``seq2seq.gpu_attention``, or XLA's), and the layers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import jax
@@ -45,11 +49,13 @@ from seq2seq.attention_equations import (
 from seq2seq.attention_equations import dot_product_scores as dot_product_scores  # re-exported
 from seq2seq.cpu_attention import grouped_attention
 from seq2seq.dropout import dropout
+from seq2seq.gpu_attention import attention_by_lengths, cudnn_takes
 from seq2seq.linear import Linear, project
 from seq2seq.logical_axes import constrain, param
 
 Array = jax.Array
 Scoring = Literal["additive", "dot", "general", "scaled_dot"]
+Implementation = Literal["explicit", "cpu", "cudnn", "xla"]
 
 # ---------------------------------------------------------------------------------------------
 # Masks
@@ -103,6 +109,57 @@ def combine_masks(*masks: Array | None) -> Array | None:
     return combined
 
 
+@dataclasses.dataclass(frozen=True)
+class Mask:
+    """One attention mask in the forms the implementations of Eq. 1 read (``sequence_mask``).
+
+    ``dense`` is read by the explicit equations, the CPU path and XLA. Where the mask is only
+    each row's real length (one example, then padding) and, in a decoder, causality, the lengths
+    and ``causal`` say the same without a [B, T, S] array: the form cuDNN's kernel reads.
+    """
+
+    dense: Array  # [B, 1, T, S] bool, True where a query may read a key
+    query_lengths: Array | None  # [B] int32 real queries per row; None when rows are packed
+    key_lengths: Array | None  # [B] int32 real keys per row; None when rows are packed
+    causal: bool  # query t reads keys s <= t only (in the lengths form; ``dense`` has it too)
+
+
+def sequence_mask(
+    query_segments: Array, key_segments: Array, *, causal: bool = False, packed: bool = True
+) -> Mask:
+    """``segment_mask`` (and ``causal_mask`` if ``causal``), as a ``Mask``.
+
+    Args:
+      query_segments: [B, T] int, segment id of each query position (0 is padding).
+      key_segments: [B, S] int, segment id of each key position (0 is padding).
+      causal: a decoder's self-attention (T = S).
+      packed: query rows may hold several examples. If False each query row is one example
+        (segment 1) then padding, and it reads segment 1 of its key row, which packing puts
+        first: the mask is then a query and a key length per row, and ``Mask`` carries them.
+
+    Returns:
+      The mask, ``dense`` [B, 1, T, S].
+    """
+    if query_segments.ndim != 2 or key_segments.shape[:1] != query_segments.shape[:1]:
+        raise ValueError(
+            f"segments must be [B, T] and [B, S] for one batch B, got {query_segments.shape} "
+            f"and {key_segments.shape}"
+        )
+    length = query_segments.shape[1]
+    if causal and key_segments.shape[1] != length:
+        raise ValueError(f"a causal mask needs as many keys as queries, got {key_segments.shape}")
+    dense = segment_mask(query_segments, key_segments)
+    if causal:
+        dense = dense & causal_mask(length)
+    if packed:
+        return Mask(dense, None, None, causal)
+    key_lengths = jnp.sum(key_segments == 1, axis=1, dtype=jnp.int32)
+    query_lengths = jnp.sum(query_segments == 1, axis=1, dtype=jnp.int32)
+    # A query with no key to read reads nothing (a zero output), as the dense mask gives it.
+    query_lengths = jnp.where(key_lengths > 0, query_lengths, 0)
+    return Mask(dense, query_lengths, key_lengths, causal)
+
+
 def group_rows(queries: Array, sentences: int) -> Array:
     """[B * N, ...] query rows -> [B, N, ...]: the N hypotheses of each of ``sentences`` = B."""
     if queries.shape[0] % sentences:
@@ -110,16 +167,77 @@ def group_rows(queries: Array, sentences: int) -> Array:
     return queries.reshape(sentences, queries.shape[0] // sentences, *queries.shape[1:])
 
 
-def _attention_fused(queries: Array, keys: Array, values: Array, mask: Array | None) -> Array:
-    """Eq. 1 by ``jax.nn.dot_product_attention``: a GPU's fused flash-attention kernel."""
-    return jax.nn.dot_product_attention(queries, keys, values, mask=mask)
+# ---------------------------------------------------------------------------------------------
+# Eq. 1, and the choice of how to compute it
+# ---------------------------------------------------------------------------------------------
+
+
+def attention_platform() -> str:
+    """The platform programs traced now run on: ``jax.default_backend()``'s name, with a GPU
+    named "cuda" or "rocm" (cuDNN is CUDA's).
+
+    Asked at trace time, of the default backend only: a process without a CPU backend
+    (``JAX_PLATFORMS=cuda``) never asks for one. A program exported for another platform
+    keeps the choice made for this one.
+    """
+    platform = jax.default_backend()
+    if platform == "gpu":
+        version = jax.devices()[0].client.platform_version.lower()
+        return "cuda" if "cuda" in version else "rocm"
+    return platform
+
+
+def choose_implementation(
+    queries: Array,
+    keys: Array,
+    values: Array,
+    mask: Array | Mask | None,
+    *,
+    platform: str,
+    fused: bool = True,
+    weights_or_dropout: bool = False,
+    heads_first: bool = False,
+) -> Implementation:
+    """The one place that decides how Eq. 1 is computed; all four compute the same at every
+    query that reads a key (a padding query that reads none gets zeros from the first three,
+    the mean of the values from "xla"; nothing reads it).
+
+    * "explicit" (scores, masked softmax, weighted values; the reference): the only one that
+      returns the weights or drops some out, the one a decoding cache's head-major keys are
+      read by, and the one for d_v != d_k (``jax.nn.dot_product_attention`` needs them equal);
+      also wherever ``fused`` is False.
+    * "cpu": on a CPU, ``seq2seq.cpu_attention`` (a written-out backward, sentences grouped
+      over the cores).
+    * "cudnn": on an NVIDIA GPU, cuDNN's flash attention (``seq2seq.gpu_attention``), for
+      inputs it takes (bfloat16 or float16, ``cudnn_takes``) and a mask it can read as lengths
+      (a ``Mask`` of unpacked rows, or none).
+    * "xla": ``jax.nn.dot_product_attention`` with the dense mask: other GPUs, float32, packed
+      rows, TPUs.
+
+    Args:
+      queries, keys, values: as ``scaled_dot_product_attention`` takes them.
+      mask: as ``scaled_dot_product_attention`` takes it.
+      platform: from ``attention_platform``.
+      fused: allow the fused implementations.
+      weights_or_dropout: the weights are returned or dropped out.
+      heads_first: keys and values are head-major (a decoding cache).
+    """
+    equal_widths = values.shape[-1] == queries.shape[-1]
+    if not fused or weights_or_dropout or heads_first or not equal_widths:
+        return "explicit"
+    if platform == "cpu":
+        return "cpu"
+    lengths_form = mask is None or (isinstance(mask, Mask) and mask.key_lengths is not None)
+    if platform == "cuda" and lengths_form and cudnn_takes(queries, keys, values):
+        return "cudnn"
+    return "xla"
 
 
 def scaled_dot_product_attention(
     queries: Array,
     keys: Array,
     values: Array,
-    mask: Array | None = None,
+    mask: Array | Mask | None = None,
     *,
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
@@ -129,24 +247,23 @@ def scaled_dot_product_attention(
 ) -> tuple[Array, Array | None]:
     """Vaswani et al. 2017, Eq. 1: ``Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V``.
 
-    Two implementations of one equation. The fused one is ``jax.nn.dot_product_attention``, which
-    lets a GPU use its flash-attention kernel, and on a CPU ``seq2seq.cpu_attention`` (the
-    explicit equation with a hand-written backward, run on groups of sentences side by side);
-    the explicit one (scores, masked softmax, weighted values) is the reference, and the one
-    that can return the weights or drop some of them out.
-    The fused path is taken only when neither is asked for (and d_v = d_k, which it requires), so
-    results never depend on which ran.
+    One equation, computed as ``choose_implementation`` decides for the platform this is traced
+    on: the explicit equations (the reference, the one that can return the weights or drop some
+    out), or a fused implementation (on a CPU ``seq2seq.cpu_attention``, on an NVIDIA GPU
+    cuDNN's kernel, elsewhere ``jax.nn.dot_product_attention``). Results never depend on which
+    ran beyond rounding.
 
     Args:
       queries: [B, T, H, K].
       keys: [B, S, H, K].
       values: [B, S, H, E].
-      mask: bool, broadcastable to [B, H, T, S]; True where attention is allowed.
+      mask: bool, broadcastable to [B, H, T, S], True where attention is allowed; or a ``Mask``
+        (which a GPU may read as lengths); None for no mask.
       dropout_rate: dropout on the attention weights (Vaswani et al. 2017 apply none; the
         Tensor2Tensor code does).
       dropout_rng: PRNG key for that dropout; None means no dropout.
       return_weights: also return the [B, H, T, S] weights.
-      fused: allow the fused implementation.
+      fused: allow the fused implementations.
       heads_first: keys and values are [B, H, S, K] and [B, H, S, E] (a decoding cache's layout;
         always the explicit implementation).
 
@@ -154,22 +271,38 @@ def scaled_dot_product_attention(
       ([B, T, H, E] outputs, [B, H, T, S] weights or None).
     """
     use_dropout = dropout_rate > 0.0 and dropout_rng is not None
-    # jax.nn.dot_product_attention needs d_v = d_k; Table 3 (B) varies d_k alone.
-    fused = fused and values.shape[-1] == queries.shape[-1] and not heads_first
-    if fused and not (return_weights or use_dropout):
-        if mask is not None:
-            mask = jnp.broadcast_to(mask, mask.shape[:2] + (queries.shape[1], keys.shape[1]))
-        outputs = jax.lax.platform_dependent(
-            queries, keys, values, mask, cpu=grouped_attention, default=_attention_fused
+    implementation = choose_implementation(
+        queries,
+        keys,
+        values,
+        mask,
+        platform=attention_platform(),
+        fused=fused,
+        weights_or_dropout=return_weights or use_dropout,
+        heads_first=heads_first,
+    )
+    if implementation == "cudnn":
+        if mask is None:
+            return attention_by_lengths(queries, keys, values, None, None, causal=False), None
+        outputs = attention_by_lengths(
+            queries, keys, values, mask.query_lengths, mask.key_lengths, causal=mask.causal
         )
         return outputs, None
-    weights = masked_softmax(
-        scaled_dot_product_scores(queries, keys, heads_first=heads_first), mask
-    )
-    if use_dropout:
-        weights = dropout(weights, dropout_rate, dropout_rng)
-    outputs = weighted_values(weights, values, heads_first=heads_first)
-    return outputs, (weights if return_weights else None)
+    dense = mask.dense if isinstance(mask, Mask) else mask
+    if implementation == "explicit":
+        weights = masked_softmax(
+            scaled_dot_product_scores(queries, keys, heads_first=heads_first), dense
+        )
+        if use_dropout:
+            weights = dropout(weights, dropout_rate, dropout_rng)
+        outputs = weighted_values(weights, values, heads_first=heads_first)
+        return outputs, (weights if return_weights else None)
+    if dense is not None:
+        dense = jnp.broadcast_to(dense, dense.shape[:2] + (queries.shape[1], keys.shape[1]))
+    if implementation == "cpu":
+        return grouped_attention(queries, keys, values, dense), None
+    outputs = jax.nn.dot_product_attention(queries, keys, values, mask=dense, implementation="xla")
+    return outputs, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,7 +369,7 @@ class MultiHeadAttention(nnx.Module):
         queries: Array,
         keys: Array,
         values: Array,
-        mask: Array | None,
+        mask: Array | Mask | None,
         *,
         dropout_rng: Array | None = None,
         return_weights: bool = False,
@@ -265,7 +398,7 @@ class MultiHeadAttention(nnx.Module):
         self,
         query_inputs: Array,
         key_value_inputs: Array,
-        mask: Array | None = None,
+        mask: Array | Mask | None = None,
         *,
         dropout_rng: Array | None = None,
         return_weights: bool = False,

@@ -112,13 +112,15 @@ def test_grouped_cpu_attention_equals_one_group_values_and_gradients():
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-def test_a_gpu_program_keeps_jax_nn_dot_product_attention():
-    """Lowered for CUDA (no GPU needed), the fused path is ``jax.nn.dot_product_attention``'s
-    own program, gradient included; the hand-written backward is the CPU's alone."""
+def test_a_float32_gpu_program_keeps_jax_nn_dot_product_attention(monkeypatch):
+    """Traced for an NVIDIA GPU in float32 (which cuDNN's kernel does not take) and lowered for
+    CUDA (no GPU needed), the fused path is ``jax.nn.dot_product_attention``'s own program,
+    gradient included; the hand-written backward is the CPU's alone."""
     q = _random(0, 2, 5, 4, 8)
     mask = jnp.ones((2, 1, 5, 5), bool)
 
     def products(attend, platform):
+        monkeypatch.setattr(attention, "attention_platform", lambda: platform)
         gradient = jax.jit(jax.grad(lambda q: jnp.sum(attend(q))))
         module = jax.export.export(gradient, platforms=[platform])(q).mlir_module()
         return module.count("stablehlo.dot_general")

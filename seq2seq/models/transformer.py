@@ -16,13 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.attention import (
-    MultiHeadAttention,
-    causal_mask,
-    combine_masks,
-    group_rows,
-    segment_mask,
-)
+from seq2seq.attention import Mask, MultiHeadAttention, group_rows, sequence_mask
 from seq2seq.linear import Linear
 from seq2seq.logical_axes import constrain, lookup, metadata
 from seq2seq.models.base import (
@@ -204,7 +198,7 @@ class EncoderLayer(nnx.Module):
         self.attention_sublayer = SubLayer(config, rngs=rngs)
         self.feed_forward_sublayer = SubLayer(config, rngs=rngs)
 
-    def __call__(self, x: Array, mask: Array, dropout: Dropout | None) -> Array:
+    def __call__(self, x: Array, mask: Mask, dropout: Dropout | None) -> Array:
         x, _ = self.attention_sublayer(
             x, lambda h: self.self_attention(h, h, mask, dropout_rng=_key(dropout)), dropout
         )
@@ -227,9 +221,9 @@ class DecoderLayer(nnx.Module):
         self,
         x: Array,
         self_keys_values: tuple[Array, Array] | None,
-        self_mask: Array,
+        self_mask: Array | Mask,
         cross_keys_values: tuple[Array, Array],
-        cross_mask: Array,
+        cross_mask: Array | Mask,
         dropout: Dropout | None,
         return_attention: bool,
     ) -> tuple[Array, Array | None]:
@@ -389,7 +383,8 @@ class Transformer(EncoderDecoder):
             (source != PAD_ID).astype(jnp.int32) if source_segments is None else source_segments
         )
         x = self._embed(self.source_embedding, source, positions_from_segments(segments), dropout)
-        mask = segment_mask(segments, segments)  # [B, 1, S, S]
+        # [B, 1, S, S], and source lengths where the rows are not packed
+        mask = sequence_mask(segments, segments, packed=source_segments is not None)
         x, _ = run_layers(
             self.encoder_layers,
             x,
@@ -459,9 +454,9 @@ class Transformer(EncoderDecoder):
         x = self._embed(
             self.target_embedding, target_inputs, positions_from_segments(segments), dropout
         )
-        length = target_inputs.shape[1]
-        self_mask = combine_masks(segment_mask(segments, segments), causal_mask(length))
-        cross_mask = segment_mask(segments, encoded["segments"])  # [B, 1, T, S]
+        packed = target_segments is not None  # else target lengths, and source lengths too
+        self_mask = sequence_mask(segments, segments, causal=True, packed=packed)  # [B, 1, T, T]
+        cross_mask = sequence_mask(segments, encoded["segments"], packed=packed)  # [B, 1, T, S]
 
         def apply(layer, x, dropout):
             cross_kv = layer.cross_attention.project_keys_values(encoded["memory"])
