@@ -20,7 +20,6 @@ import numpy as np
 from seq2seq.compare import frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.compare.frontier_figure import plot_frontier
-from seq2seq.config import flatten
 from seq2seq.evaluation import significance
 from seq2seq.report.tables import markdown_table
 
@@ -52,27 +51,33 @@ def _run_row(run: RunRecord) -> dict:
     }
 
 
+# Model fields that say how large a size is (a Transformer's widths and depths, RNNsearch's
+# widths): the sizes table lists them for every size, whatever the family.
+SIZE_FIELDS = ("d_model", "d_ff", "num_heads", "layers", "size")
+
+
 def _size_rows(runs: Sequence[RunRecord]) -> list[dict]:
-    """Each size once: its family, FLOPs per step for 20-token pairs filling the batch, and the
-    config keys where it differs from the family's other sizes."""
+    """Each size once: its family, seeds, widths and depths, peak rate and warm-up, and its
+    training FLOPs per step (the mean over its runs)."""
     rows = []
     for name, members in frontier.by_config(runs).items():
-        values = dict(flatten(members[0].config))
-        siblings = [dict(flatten(r.config)) for r in runs if r.family == members[0].family]
-        keys = sorted(
-            key
-            for key, value in values.items()
-            if key.startswith(("model.", "train.learning_rate", "train.warmup_steps"))
-            and any(other.get(key) != value for other in siblings)
-        )
+        config = members[0].config
+        section = config.model[config.model.name]
+        widths = [
+            f"{key} {value}"
+            for key, value in section.items()
+            if isinstance(value, int)
+            and not isinstance(value, bool)
+            and any(field in key for field in SIZE_FIELDS)
+        ]
         rows.append(
             {
                 "size": name,
                 "family": members[0].family,
                 "seeds": len(members),
-                "overrides": ", ".join(f"{key.rsplit('.', 1)[-1]} {values[key]}" for key in keys)
-                or "—",
-                "flops_per_step": np.mean([_per_step(r) for r in members]),
+                "model": ", ".join(widths),
+                "rate": f"{config.train.learning_rate:g} after {config.train.warmup_steps:,}",
+                "flops_per_step": float(np.mean([_per_step(r) for r in members])),
             }
         )
     return rows
@@ -267,8 +272,8 @@ def render(data: dict) -> str:
         lines.append(
             f"- Best converged `{best['family']}`: `{best['size']}` ({best['seeds']} seed(s)), "
             f"test BLEU {best['test_bleu']:.2f}, after {best['flops']:.2g} training FLOPs, "
-            f"{best['steps']:,.0f} steps, {best['minutes']:.0f} training minutes "
-            f"({best['minutes'] / 60:.1f} h on 2 CPU cores)."
+            f"{best['steps']:,.0f} steps and {best['minutes']:.0f} training minutes "
+            f"({best['minutes'] / 60:.1f} h) on the machine that trained it."
         )
     lines += [
         "",
@@ -285,7 +290,8 @@ def render(data: dict) -> str:
                 ("size", "size", ""),
                 ("family", "family", ""),
                 ("seeds", "seeds", ""),
-                ("overrides", "differs from the family's other sizes in", ""),
+                ("model", "widths and depths", ""),
+                ("rate", "peak rate after warm-up steps", ""),
                 ("flops_per_step", "training FLOPs / step", ".3g"),
             ],
         ),
