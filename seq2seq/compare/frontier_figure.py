@@ -89,6 +89,7 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
             )
     if any(r.test_bleu is not None for r in runs):  # a log axis needs a point
         test.set_xscale("log")
+        test.xaxis.set_minor_formatter(NullFormatter())
     test.set_xlabel("training FLOPs at the run's end")
     test.set_ylabel("test BLEU (scored checkpoint)")
     test.grid(alpha=0.3)
