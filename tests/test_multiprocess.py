@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from seq2seq.evaluation.translator import restore_model
+from seq2seq.evaluation.restore import restore_model
 from seq2seq.run_directory import RunDirectory
 from tests.conftest import REPO, subprocess_env, train_command
 
