@@ -94,7 +94,7 @@ def default_config() -> ml_collections.ConfigDict:
     data.tokenizer_sample_size = 1_000_000  # sentence pairs sampled (seeded) to train the tokenizer
     data.max_length = 64  # longest training sentence kept (tokens, either side, EOS included)
     data.max_length_ratio = 9.0  # drop pairs with longer/shorter side (tokens) above this; 0: never
-    data.tokens_per_batch = 4096  # padded tokens per batch side (source or target), all hosts
+    data.tokens_per_batch = 4096  # real (non-padding) tokens per batch side, at most; all hosts
     data.sentences_per_batch = 0  # exactly this many sentences per batch (all hosts); 0: by tokens
     data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
     data.pack = False  # pack several pairs per row of max_length tokens (families that pack)

@@ -17,8 +17,8 @@ from seq2seq.data.batching import (
     plan_epoch,
 )
 from seq2seq.data.encoded import EncodedCorpus, filter_pairs
-from seq2seq.data.packing import packed_batches
-from seq2seq.data.pipeline import padding_share
+from seq2seq.data.packing import PackedBatches, first_fit
+from seq2seq.data.pipeline import padding_share, real_tokens
 from seq2seq.evaluation.validation import _loss_batches
 from seq2seq.models import build_model
 from seq2seq.models.base import EOS_ID, shift_right
@@ -48,21 +48,25 @@ def pair_ids(batch: dict[str, np.ndarray]) -> list[int]:
 
 
 def bucketed(corpus, seed=0, tokens=96, multiple=1, host=0, hosts=1):
-    spec = BucketSpec(16, bucket_width=4, tokens_per_batch=tokens, batch_multiple=multiple)
-    return BucketedBatches(corpus, np.arange(len(corpus)), spec, seed, host, hosts)
+    spec = BucketSpec(16, bucket_width=4, tokens_per_batch=tokens)
+    return BucketedBatches(corpus, np.arange(len(corpus)), spec, seed, host, hosts, multiple)
 
 
 def exact(corpus, seed=0, sentences=8, multiple=1, host=0, hosts=1):
-    spec = BucketSpec(
-        16, 4, tokens_per_batch=0, batch_multiple=multiple, sentences_per_batch=sentences
-    )
-    return BucketedBatches(corpus, np.arange(len(corpus)), spec, seed, host, hosts)
+    spec = BucketSpec(16, 4, tokens_per_batch=0, sentences_per_batch=sentences)
+    return BucketedBatches(corpus, np.arange(len(corpus)), spec, seed, host, hosts, multiple)
 
 
-def packed(corpus, seed=0, rows=4, host=0, hosts=1):
-    indices = np.arange(len(corpus))
-    return packed_batches(
-        corpus, indices, row_length=16, rows=rows, seed=seed, shard_index=host, shard_count=hosts
+def packed(corpus, seed=0, tokens=56, multiple=1, host=0, hosts=1):
+    return PackedBatches(
+        corpus,
+        np.arange(len(corpus)),
+        row_length=16,
+        tokens_per_batch=tokens,
+        seed=seed,
+        shard_index=host,
+        shard_count=hosts,
+        row_multiple=multiple,
     )
 
 
@@ -81,13 +85,14 @@ def assert_same_batches(first, second):
 def test_bucketed_epoch_holds_every_pair_once_within_budget():
     corpus = make_corpus(70, 16)
     dataset = bucketed(corpus)
-    epoch = len(plan_epoch(dataset.lengths, dataset.spec, 0, 0))
+    epoch = len(dataset.plan(0))
     batches = draw(iter(dataset), epoch)
     seen = [i for batch in batches for i in pair_ids(batch)]
     assert sorted(seen) == list(range(70))
     for batch in batches:
         rows, length = batch["source"].shape
-        assert length % 4 == 0 and rows * length <= 96
+        assert length % 4 == 0 and rows == dataset.spec.batch_size(length)
+        assert max(real_tokens(batch, "source"), real_tokens(batch, "target")) <= 96
         used = np.flatnonzero(np.any(batch["source"] > 0, axis=0) | np.any(batch["target"] > 0, 0))
         assert length - 4 <= used.max() < length  # the smallest bucket that fits
         for row, i in zip(batch["source"], pair_ids(batch), strict=False):
@@ -97,8 +102,7 @@ def test_bucketed_epoch_holds_every_pair_once_within_budget():
 def test_epochs_are_reshuffled_and_seeds_differ():
     corpus = make_corpus(70, 16)
     dataset = bucketed(corpus)
-    lengths = dataset.lengths
-    plans = [plan_epoch(lengths, dataset.spec, 0, 0), plan_epoch(lengths, dataset.spec, 0, 1)]
+    plans = [dataset.plan(0), dataset.plan(1)]
     assert [b.members.tolist() for b in plans[0]] != [b.members.tolist() for b in plans[1]]
     assert_same_batches(draw(iter(bucketed(corpus)), 5), draw(iter(bucketed(corpus)), 5))
     other = draw(iter(bucketed(corpus, seed=1)), 5)
@@ -124,27 +128,28 @@ def test_restored_state_resumes_the_identical_stream_across_epochs(make):
 
 def test_packed_rows_hold_whole_pairs_with_matching_segments():
     corpus = make_corpus(60, 16, seed=1)
-    batches = draw(iter(packed(corpus, rows=4)), 6)
+    dataset = packed(corpus)
+    rows = dataset.rows
+    batches = draw(iter(dataset), 6)
     counts = collections.Counter()
     for batch in batches:
-        assert batch["source"].shape == (4, 16) and batch["source_segments"].shape == (4, 16)
+        assert batch["source"].shape == batch["source_segments"].shape == (rows, 16)
         for side in ("source", "target"):
             tokens, segments = batch[side], batch[f"{side}_segments"]
             np.testing.assert_array_equal(tokens > 0, segments > 0)
             for row_tokens, row_segments in zip(tokens, segments, strict=True):
                 used = row_segments[row_segments > 0]
                 assert np.all(np.diff(used) >= 0) and np.all(row_segments[len(used) :] == 0)
-                assert used.tolist() == sorted(used.tolist()) and set(used) == set(
-                    range(1, used.max() + 1)
-                )
-                for segment in range(1, used.max() + 1):
+                assert used.tolist() == sorted(used.tolist())
+                assert set(used.tolist()) == set(range(1, used.max(initial=0) + 1))
+                for segment in range(1, used.max(initial=0) + 1):
                     ids = row_tokens[row_segments == segment]
                     pair = ids[0] - FIRST_ID
                     expected = corpus.source(pair) if side == "source" else corpus.target(pair)
                     np.testing.assert_array_equal(ids, expected)
                     counts[side, pair] += 1
         # Segment k of the source and of the target are the same pair.
-        for row in range(4):
+        for row in range(rows):
             for segment in range(1, batch["source_segments"][row].max() + 1):
                 source_first = batch["source"][row][batch["source_segments"][row] == segment][0]
                 target_first = batch["target"][row][batch["target_segments"][row] == segment][0]
@@ -156,7 +161,8 @@ def test_packed_rows_hold_whole_pairs_with_matching_segments():
 def test_packed_attention_never_crosses_pairs():
     """A pair's logits in a packed row equal its logits alone in a row of its own."""
     corpus = make_corpus(12, 8, seed=2, vocab=24)
-    batch = next(iter(packed(corpus, rows=2)))
+    dataset = packed(corpus, tokens=32)
+    batch = next(iter(dataset))
     model = build_model(tiny_config("transformer"), 40, 40, seed=0)
 
     @nnx.jit
@@ -171,7 +177,7 @@ def test_packed_attention_never_crosses_pairs():
     )
     places = [  # (row, segment, pair) of every packed pair
         (row, segment, batch["target"][row][batch["target_segments"][row] == segment][0] - FIRST_ID)
-        for row in range(2)
+        for row in range(dataset.rows)
         for segment in range(1, batch["target_segments"][row].max() + 1)
     ]
     assert len(places) > 2  # some row holds several pairs
@@ -212,14 +218,14 @@ def test_hosts_split_each_global_batch_between_them():
             np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), batch[key])
 
 
-def test_packing_hosts_read_disjoint_pairs():
+def test_hosts_split_each_packed_global_batch_between_them():
     corpus = make_corpus(40, 16, seed=5)
-    seen = [
-        {i for b in draw(iter(packed(corpus, host=h, hosts=2)), 3) for i in pair_ids(b)}
-        for h in (0, 1)
-    ]
-    assert seen[0] and seen[1] and not seen[0] & seen[1]
-    assert seen[0] | seen[1] <= set(range(40))
+    whole = draw(iter(packed(corpus, multiple=2)), 6)
+    halves = [draw(iter(packed(corpus, multiple=2, host=h, hosts=2)), 6) for h in (0, 1)]
+    for batch, first, second in zip(whole, *halves, strict=True):
+        assert pair_ids(first) and pair_ids(second)  # both hosts read pairs of every batch
+        for key in batch:
+            np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), batch[key])
 
 
 def test_filters_count_each_dropped_pair_under_its_first_reason():
@@ -303,7 +309,7 @@ def test_planner_groups_a_hand_made_corpus_in_the_order_given_or_sorted():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_shuffled_plan_holds_each_example_once_in_batches_that_fit(seed, sentences):
     lengths = np.random.default_rng(seed).integers(1, 30, 203)  # some over the longest, 24
-    spec = BucketSpec(24, 4, tokens_per_batch=96, batch_multiple=2, sentences_per_batch=sentences)
+    spec = BucketSpec(24, 4, tokens_per_batch=96, sentences_per_batch=sentences)
     plan = plan_batches(lengths, spec, np.random.default_rng(seed))
     members = np.concatenate([b.members for b in plan])
     assert len(members) == len(set(members.tolist()))
@@ -318,7 +324,7 @@ def test_shuffled_plan_holds_each_example_once_in_batches_that_fit(seed, sentenc
             assert np.all(
                 -(-np.minimum(lengths[batch.members], 24) // 4) * 4 == batch.padded_length
             )
-            size = max(2, 96 // batch.padded_length // 2 * 2)
+            size = 96 // batch.padded_length
             assert len(batch.members) <= size
             per_bucket[batch.padded_length] += len(batch.members) < size
     assert max(per_bucket.values(), default=0) <= 1
@@ -357,3 +363,73 @@ def test_validation_loss_batches_hold_each_pair_once_in_corpus_order_per_bucket(
         ((1, 12), [1]), ((1, 12), [4]), ((1, 12), [8])
     ]  # fmt: skip
     np.testing.assert_array_equal(batches[-1]["source"][0], examples[8][0][:12])  # truncated
+
+
+# -- The same batches on any mesh; budgets in real tokens ----------------------------------------
+
+
+@pytest.mark.parametrize("make", [bucketed, packed], ids=["bucketed", "packed"])
+def test_devices_and_hosts_only_add_empty_rows_to_the_same_batches(make):
+    corpus = make_corpus(90, 16, seed=9)
+    alone = draw(iter(make(corpus)), 12)
+    padded = 0
+    for multiple in (3, 8):
+        spread = draw(iter(make(corpus, multiple=multiple)), 12)
+        for one, many in zip(alone, spread, strict=True):
+            rows = one["source"].shape[0]
+            assert many["source"].shape[0] == -(-rows // multiple) * multiple
+            padded += many["source"].shape[0] > rows
+            for key in one:
+                np.testing.assert_array_equal(many[key][:rows], one[key], err_msg=key)
+                assert not many[key][rows:].any(), "an added row holds tokens"
+    assert padded  # some batches were padded with empty rows
+    halves = [draw(iter(make(corpus, multiple=8, host=h, hosts=2)), 12) for h in (0, 1)]
+    for whole, first, second in zip(spread, *halves, strict=True):
+        for key in whole:
+            np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), whole[key])
+
+
+def first_epoch(dataset) -> list[dict[str, np.ndarray]]:
+    """The batches of a bucketed or packed dataset's first epoch."""
+    iterator = iter(dataset)
+    if isinstance(dataset, BucketedBatches):
+        return draw(iterator, len(dataset.plan(0)))
+    batches = []
+    while iterator.get_state()["pair"] < len(dataset.indices):
+        batches.append(next(iterator))
+    return batches
+
+
+@pytest.mark.parametrize("make", [bucketed, packed], ids=["bucketed", "packed"])
+def test_batches_hold_up_to_the_budget_in_real_tokens_per_side(make):
+    corpus = make_corpus(400, 16, seed=10)
+    batches = first_epoch(make(corpus, tokens=96))
+    assert sum(len(pair_ids(b)) for b in batches) == 400
+    fullest = [max(real_tokens(b, "source"), real_tokens(b, "target")) for b in batches]
+    assert max(fullest) <= 96
+    # The next pair (16 tokens at most) would have gone over: only the last batch of each bucket
+    # (4 of them) or of the packed epoch holds less.
+    short = sum(tokens <= 96 - 16 for tokens in fullest)
+    assert short <= (4 if make is bucketed else 1), fullest
+
+
+def test_budget_cuts_a_hand_made_bucket_by_real_tokens_and_rows():
+    # One bucket (4); real (source, target) tokens; budget 10 tokens per side.
+    sides = np.array([[3, 4], [4, 2], [2, 2], [4, 4], [1, 3]])
+    lengths = sides.max(axis=1)
+    unbounded = BucketSpec(8, 4, tokens_per_batch=10, bucket_rows=(99, 99))
+    # Sources 3+4+2 = 9 and targets 4+2+2 = 8; a fourth pair would bring the source to 13.
+    assert as_pairs(plan_batches(lengths, unbounded, sides=sides)) == [(4, [0, 1, 2]), (4, [3, 4])]
+    two_rows = BucketSpec(8, 4, tokens_per_batch=10, bucket_rows=(2, 99))
+    assert as_pairs(plan_batches(lengths, two_rows, sides=sides)) == [
+        (4, [0, 1]), (4, [2, 3]), (4, [4])
+    ]  # fmt: skip
+    assert as_pairs(plan_batches(lengths, two_rows)) == [(4, [0, 1]), (4, [2, 3]), (4, [4])]
+
+
+def test_first_fit_places_pairs_in_the_first_row_with_room_on_both_sides():
+    sides = np.array([[5, 3], [4, 6], [6, 2], [3, 3]])
+    # Pair 1 (4, 6) misses row 0's room (3, 5); pair 2 (6, 2) fits neither row of two.
+    assert first_fit(sides, row_length=8, rows=2, tokens=100) == [0, 1]
+    assert first_fit(sides, row_length=8, rows=3, tokens=100) == [0, 1, 2, 0]
+    assert first_fit(sides, row_length=8, rows=3, tokens=14) == [0, 1]  # sources 5 + 4 + 6 > 14

@@ -1,5 +1,6 @@
 """From a config to batches: filter counts in the log, config checks, the Multi30k configs."""
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 
 from seq2seq.config import ConfigError, load_config_file, validate
 from seq2seq.data.encoded import filter_pairs
-from seq2seq.data.pipeline import build_training_data, load_pairs
+from seq2seq.data.pipeline import build_training_data, load_pairs, real_tokens
 from seq2seq.data.sources import DataError
 from tests.conftest import REPO, tiny_config
 
@@ -167,3 +168,33 @@ def test_long_synthetic_sentences_refuse_a_max_length_that_drops_them(tmp_path):
     config.data.max_length = 62  # holds every source sentence, not every (longer) target
     with pytest.raises(DataError, match=r"drops \d+ synthetic pairs.*set it to at least 6\d "):
         build_training_data(config, tmp_path / "run")
+
+
+def _real_tokens(config, tokenizer_dir: Path, batches: int = 200) -> np.ndarray:
+    """[batches, 2] real (source, target) tokens of the first training batches of ``config``."""
+    data = build_training_data(config, tokenizer_dir)
+    drawn = itertools.islice(iter(data.batches), batches)
+    return np.array([[real_tokens(b, "source"), real_tokens(b, "target")] for b in drawn])
+
+
+def _assert_near_the_budget(tokens: np.ndarray, budget: int) -> None:
+    """Each batch holds up to ``budget`` real tokens per side, and its fuller side nearly that
+    (a short batch closes each bucket's share of an epoch)."""
+    fullest = tokens.max(axis=1)
+    assert fullest.max() <= budget
+    assert np.mean(fullest) >= 0.95 * budget, np.mean(fullest)
+    assert np.mean(fullest >= 0.95 * budget) >= 0.9, np.sort(fullest)[:20]
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["bucketed", "packed"])
+def test_batches_hold_the_budget_in_real_tokens_on_the_synthetic_task(tmp_path, pack):
+    config = load_config_file(REPO / "configs/quickstart_transformer.py")
+    config.data.pack = pack
+    _assert_near_the_budget(_real_tokens(config, tmp_path), config.data.tokens_per_batch)
+
+
+@pytest.mark.parametrize("path", CONFIGS)
+def test_batches_hold_the_budget_in_real_tokens_on_multi30k(multi30k, tmp_path_factory, path):
+    config = load_config_file(REPO / path)
+    tokenizer_dir = tmp_path_factory.getbasetemp() / "multi30k_tokenizer"  # one for both configs
+    _assert_near_the_budget(_real_tokens(config, tokenizer_dir), config.data.tokens_per_batch)

@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 from seq2seq.data import sources
 from seq2seq.data.batching import BucketedBatches, BucketSpec
 from seq2seq.data.encoded import EncodedCorpus, encode_corpus, filter_pairs
-from seq2seq.data.packing import packed_batches
+from seq2seq.data.packing import PackedBatches
 from seq2seq.data.sources import DataError, ParallelCorpus
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, sample_indices, train_tokenizer
 from seq2seq.vocabulary import PAD_ID
@@ -73,15 +73,16 @@ def _train_tokenizer(
     )
 
 
+def real_tokens(batch: dict[str, np.ndarray], side: str) -> int:
+    """Real (non-padding) tokens of one side (``"source"`` or ``"target"``) of a batch."""
+    segments = batch.get(f"{side}_segments")
+    return int(np.count_nonzero(batch[side] != PAD_ID if segments is None else segments))
+
+
 def padding_share(batch: dict[str, np.ndarray]) -> float:
     """Fraction of padded positions in a batch (both sides), packed or not."""
-    real, total = 0, 0
-    for side in ("source", "target"):
-        segments = batch.get(f"{side}_segments")
-        tokens = batch[side] != PAD_ID if segments is None else segments > 0
-        real += int(np.count_nonzero(tokens))
-        total += tokens.size
-    return 1.0 - real / total
+    real = real_tokens(batch, "source") + real_tokens(batch, "target")
+    return 1.0 - real / (batch["source"].size + batch["target"].size)
 
 
 def _examples_per_row(batch: dict[str, np.ndarray]) -> float:
@@ -92,11 +93,15 @@ def _examples_per_row(batch: dict[str, np.ndarray]) -> float:
 
 
 def report_efficiency(batches: grain.IterDataset, count: int = REPORT_BATCHES) -> dict[str, float]:
-    """Mean padding share and examples per row of the first ``count`` batches."""
+    """Mean padding share, examples per row, rows and real tokens per side of the first
+    ``count`` batches (this host's rows)."""
     first = list(itertools.islice(iter(batches), count))
     return {
         "padding_share": float(np.mean([padding_share(b) for b in first])),
         "examples_per_row": float(np.mean([_examples_per_row(b) for b in first])),
+        "rows": float(np.mean([b["source"].shape[0] for b in first])),
+        "source_tokens": float(np.mean([real_tokens(b, "source") for b in first])),
+        "target_tokens": float(np.mean([real_tokens(b, "target") for b in first])),
     }
 
 
@@ -106,27 +111,29 @@ def make_batches(
     indices: np.ndarray,
     batch_multiple: int = 1,
 ) -> grain.IterDataset:
-    """Bucketed or packed (``config.data.pack``) batches of this host's share of the data."""
+    """Bucketed or packed (``config.data.pack``) batches: this host's rows of global batches
+    that every mesh plans alike, padded with empty rows to a multiple of ``batch_multiple`` and
+    of the hosts."""
     data = config.data
     hosts, host = jax.process_count(), jax.process_index()
+    row_multiple = math.lcm(batch_multiple, hosts)
     spec = BucketSpec(
         max_length=data.max_length,
         bucket_width=data.bucket_width,
         tokens_per_batch=data.tokens_per_batch,
-        batch_multiple=math.lcm(batch_multiple, hosts),
         sentences_per_batch=data.sentences_per_batch,
     )
     if not data.pack:
-        return BucketedBatches(corpus, indices, spec, config.seed, host, hosts)
-    row_length = spec.padded_max_length
-    return packed_batches(
+        return BucketedBatches(corpus, indices, spec, config.seed, host, hosts, row_multiple)
+    return PackedBatches(
         corpus,
         indices,
-        row_length=row_length,
-        rows=spec.batch_size(row_length) // hosts,
+        row_length=spec.padded_max_length,
+        tokens_per_batch=data.tokens_per_batch,
         seed=config.seed,
         shard_index=host,
         shard_count=hosts,
+        row_multiple=row_multiple,
     )
 
 
@@ -138,7 +145,8 @@ def build_training_data(
     Args:
       config: the full config (reads ``config.data`` and ``config.seed``).
       tokenizer_dir: holds (or receives) the tokenizer.
-      batch_multiple: sentences per global batch are a multiple of this (data-parallel devices).
+      batch_multiple: rows of a global batch are padded up to a multiple of this (data-parallel
+        devices x gradient-accumulation steps); the batches themselves do not depend on it.
 
     Raises:
       DataError: the data is missing or unreadable, or no pair survives the filters.
@@ -169,10 +177,14 @@ def build_training_data(
     batches = make_batches(config, encoded, indices, batch_multiple)
     report = report_efficiency(batches)
     logger.info(
-        "%s batches: %.1f%% padding, %.2f examples per row (first %d batches)",
+        "%s batches: %.1f%% padding, %.2f examples per row, %.1f rows, %.0f source and %.0f "
+        "target real tokens (first %d batches, this host's rows)",
         "packed" if data.pack else "bucketed",
         100 * report["padding_share"],
         report["examples_per_row"],
+        report["rows"],
+        report["source_tokens"],
+        report["target_tokens"],
         REPORT_BATCHES,
     )
     return TrainingData(tokenizer, batches, counts)

@@ -18,7 +18,9 @@ def interval_record(step_metrics: list[dict], seconds: float, padding: list[floa
     """One logged line: the logged step's own loss, and means over the interval since the last.
 
     ``loss`` and ``nll`` are the last step's values, so a resumed run logs exactly the same
-    numbers as an uninterrupted one; the ``*_mean`` fields smooth over the interval.
+    numbers as an uninterrupted one; the ``*_mean`` fields smooth over the interval, and
+    ``source_tokens`` and ``target_tokens`` are the real (non-padding) tokens of a step's batch,
+    on average over the interval.
     """
     tokens = np.array([m["target_tokens"] for m in step_metrics], np.float64)
     weights = tokens / max(tokens.sum(), 1.0)
@@ -30,6 +32,8 @@ def interval_record(step_metrics: list[dict], seconds: float, padding: list[floa
         "nll_mean": float(np.dot(weights, [m["nll"] for m in step_metrics])),
         "learning_rate": float(last["learning_rate"]),
         "grad_norm": float(last["grad_norm"]),
+        "source_tokens": float(np.mean([m["source_tokens"] for m in step_metrics])),
+        "target_tokens": float(tokens.mean()),
         "target_tokens_per_second": float(tokens.sum() / max(seconds, 1e-9)),
         "step_seconds": seconds / len(step_metrics),
         "padding_share": float(np.mean(padding)),

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx, struct
 
-from seq2seq.models.base import Dropout, shift_right
+from seq2seq.models.base import PAD_ID, Dropout, shift_right
 from seq2seq.training import sharding
 from seq2seq.training.losses import CHUNK_TOKENS, projected_cross_entropy
 from seq2seq.training.sharding import AxisRules
@@ -174,6 +174,7 @@ def train_step(
         "loss": loss_sum / tokens,
         "nll": nll_sum / tokens,
         "target_tokens": tokens,
+        "source_tokens": jnp.sum(batch["source"] != PAD_ID).astype(jnp.float32),
         "grad_norm": optax.tree.norm(grads),
         "learning_rate": schedule(state.step),
     }
