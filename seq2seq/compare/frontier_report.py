@@ -295,6 +295,7 @@ def render(data: dict) -> str:
                 ("flops_per_step", "training FLOPs / step", ".3g"),
             ],
         ),
+        "",
         "## Runs",
         "",
         markdown_table(

@@ -47,7 +47,8 @@ SUITES = {
 
 
 # The frontier suite: each family at three sizes, a size being a named set of overrides of the
-# family's Multi30k config. Sizes span more than 8x in training FLOPs per step (tested). The
+# family's Multi30k config (every size states its widths, so the suite does not move when the
+# configs ship another size). Sizes span more than 8x in training FLOPs per step (tested). The
 # Transformer's peak rate follows Eq. 3's d_model^-0.5 from the medium size's 4e-3, except at
 # d_model 512, where that rule's 2.83e-3 diverged in the Table 3 replication (docs/results.md,
 # row C): there the peak is lower and the warm-up longer.
@@ -63,7 +64,16 @@ FRONTIER_SIZES: dict[str, dict[str, dict[str, object]]] = {
             "model.transformer.decoder_layers": 2,
             "train.learning_rate": 5.66e-3,
         },
-        "medium": {},  # the config itself: d_model 256, 3 + 3 layers
+        "medium": {
+            "model.transformer.d_model": 256,
+            "model.transformer.d_ff": 1024,
+            "model.transformer.num_heads": 4,
+            "model.transformer.d_k": 64,
+            "model.transformer.d_v": 64,
+            "model.transformer.encoder_layers": 3,
+            "model.transformer.decoder_layers": 3,
+            "train.learning_rate": 4e-3,
+        },
         "large": {
             "model.transformer.d_model": 512,
             "model.transformer.d_ff": 2048,
@@ -87,7 +97,16 @@ FRONTIER_SIZES: dict[str, dict[str, dict[str, object]]] = {
                 "maxout_size",
             )
         },
-        "medium": {},  # the config itself: every width 256
+        "medium": {
+            f"model.rnnsearch.{key}": 256
+            for key in (
+                "embedding_size",
+                "encoder_hidden_size",
+                "decoder_hidden_size",
+                "alignment_size",
+                "maxout_size",
+            )
+        },
         "large": {
             f"model.rnnsearch.{key}": 512
             for key in (
@@ -115,8 +134,14 @@ FRONTIER_COMMON: dict[str, dict[str, object]] = {
         "train.label_smoothing": 0.1,
         "train.time_budget_minutes": 0.0,
         "train.steps": cap,
+        # The frontier's runs had batches of 2,048 (Transformer) and 1,024 (RNNsearch) padded
+        # tokens per side: about these numbers of real tokens, as tokens_per_batch counts now.
+        "data.tokens_per_batch": tokens,
     }
-    for family, every, cap in (("transformer", 250, 40_000), ("rnnsearch", 500, 60_000))
+    for family, every, cap, tokens in (
+        ("transformer", 250, 40_000, 1_920),
+        ("rnnsearch", 500, 60_000, 800),
+    )
 }
 
 
