@@ -52,6 +52,20 @@ SUITES = {
 # Transformer's peak rate follows Eq. 3's d_model^-0.5 from the medium size's 4e-3, except at
 # d_model 512, where that rule's 2.83e-3 diverged in the Table 3 replication (docs/results.md,
 # row C): there the peak is lower and the warm-up longer.
+RNNSEARCH_WIDTHS = (
+    "embedding_size",
+    "encoder_hidden_size",
+    "decoder_hidden_size",
+    "alignment_size",
+    "maxout_size",
+)
+
+
+def _rnnsearch_width(width: int) -> dict[str, object]:
+    """An RNNsearch size: every width (embedding, each GRU, alignment, maxout) the same."""
+    return {f"model.rnnsearch.{key}": width for key in RNNSEARCH_WIDTHS}
+
+
 FRONTIER_SIZES: dict[str, dict[str, dict[str, object]]] = {
     "transformer": {
         "small": {
@@ -87,36 +101,9 @@ FRONTIER_SIZES: dict[str, dict[str, dict[str, object]]] = {
         },
     },
     "rnnsearch": {
-        "small": {
-            f"model.rnnsearch.{key}": 128
-            for key in (
-                "embedding_size",
-                "encoder_hidden_size",
-                "decoder_hidden_size",
-                "alignment_size",
-                "maxout_size",
-            )
-        },
-        "medium": {
-            f"model.rnnsearch.{key}": 256
-            for key in (
-                "embedding_size",
-                "encoder_hidden_size",
-                "decoder_hidden_size",
-                "alignment_size",
-                "maxout_size",
-            )
-        },
-        "large": {
-            f"model.rnnsearch.{key}": 512
-            for key in (
-                "embedding_size",
-                "encoder_hidden_size",
-                "decoder_hidden_size",
-                "alignment_size",
-                "maxout_size",
-            )
-        },
+        "small": _rnnsearch_width(128),
+        "medium": _rnnsearch_width(256),
+        "large": _rnnsearch_width(512),
     },
 }
 FRONTIER_CONFIGS = {"transformer": "multi30k_transformer", "rnnsearch": "multi30k_rnnsearch"}
