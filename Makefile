@@ -10,7 +10,7 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart test bench lint format clean lock lock-upgrade
+.PHONY: quickstart test bench device-wheels device-bench lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -45,6 +45,29 @@ test: $(STAMP)
 # beside their targets (the measured runs: docs/benchmarks.md). A few minutes on 2 CPU cores.
 bench: $(STAMP)
 	$(PYTHON) -m seq2seq.bench all
+
+# The paper configs on an accelerator (seq2seq/bench/device.py; docs/benchmarks.md, "On an
+# accelerator"). Its image has JAX for its GPU but no internet: `make device-wheels`, run where
+# pip can download, saves the lock's versions of the packages the image lacks as wheels for its
+# Python in .whl/; `make device-bench`, run there, installs them beside the image's packages and
+# runs every part in about 9 minutes, writing device_bench.json and .md to $(DEVICE_OUT).
+DEVICE_WHEELS := grain array-record portpicker sacremoses ml-collections
+DEVICE_PYTHON ?= python3
+DEVICE_SITE   ?= /tmp/seq2seq-site
+DEVICE_OUT    ?= $(if $(OUT),$(OUT),device-bench)
+DEVICE_MINUTES ?= 9
+WHEEL_PLATFORM := --python-version 3.12 --implementation cp --only-binary=:all: \
+	$(foreach n,28 27 24 17,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64
+
+device-wheels: $(STAMP)
+	$(PYTHON) -m pip download --quiet --no-deps $(WHEEL_PLATFORM) -d .whl \
+		$(foreach p,$(DEVICE_WHEELS),$(shell grep -i -m1 '^$(p)==' $(LOCK) | cut -d' ' -f1))
+
+device-bench:
+	$(DEVICE_PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
+		--upgrade --target $(DEVICE_SITE) .whl/*.whl
+	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.device --out $(DEVICE_OUT) \
+		--minutes $(DEVICE_MINUTES)
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check . && $(PYTHON) -m ruff format --check .

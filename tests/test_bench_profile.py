@@ -51,6 +51,20 @@ def test_kinds_sum_operation_time_and_gaps_count_as_no_operation():
     assert (top["name"], top["calls"], top["source"]) == ("dot.1", 1.0, "jit(f)/dot_general")
 
 
+def test_gpu_kernels_count_for_the_operation_they_ran():
+    # A GPU trace names each event after its kernel; the HLO operation rides in args.hlo_op.
+    kinds = {"fusion.7": ("products", "jit(step)/dot_general"), "loop.3": ("element-wise", "")}
+    events = [
+        {"ph": "X", "name": "sm90_xmma_gemm_bf16", "ts": 0, "dur": 8, "args": {"hlo_op": "fusion.7"}},
+        {"ph": "X", "name": "loop_add_fusion", "ts": 8, "dur": 2, "args": {"hlo_op": "loop.3"}},
+        {"ph": "X", "name": "cudaLaunchKernel", "ts": 0, "dur": 1, "args": {"correlation_id": 4}},
+    ]
+    figures = summarise(events, kinds, steps=1)
+    assert figures["by_kind_ms"]["products"] == pytest.approx(8e-3)
+    assert figures["by_kind_ms"]["element-wise"] == pytest.approx(2e-3)
+    assert [op["name"] for op in figures["operations"]] == ["fusion.7", "loop.3"]
+
+
 def _profile(*flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "seq2seq.bench", "profile", *TINY_TRAIN, *flags],

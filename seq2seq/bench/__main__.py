@@ -11,6 +11,7 @@
     python -m seq2seq.bench data --config configs/bench_small.py
     python -m seq2seq.bench profile --config configs/bench_small.py [--profile_dir DIR]
     python -m seq2seq.bench all        # every one of them on the bench configs (make bench)
+    python -m seq2seq.bench.device --out DIR   # the paper configs on an accelerator (make device-bench)
 
 ``--json`` prints one JSON line instead of the table. JAX's persistent compilation cache is
 switched off unless ``--persistent_cache``, so compile times are real ones.
@@ -242,6 +243,11 @@ def run() -> None:
     as_json = flags.DEFINE_bool("json", False, "Print one JSON line instead of the table.")
     steps = flags.DEFINE_integer("steps", 20, "train: timed steps (after the warm-up).")
     warmup = flags.DEFINE_integer("warmup", 3, "train: untimed steps after compiling.")
+    yardstick = flags.DEFINE_bool(
+        "yardstick",
+        True,
+        "train: also time the plain linen Transformer on the same batch (its own compile).",
+    )
     meshes = flags.DEFINE_list(
         "meshes",
         [],
@@ -314,7 +320,9 @@ def run() -> None:
         elif command == "train":
             train_config = config()
             peak = measure.matmul_peak(compute_dtype(train_config), sizes)
-            result = measure.train_benchmark(train_config, steps.value, warmup.value, peak)
+            result = measure.train_benchmark(
+                train_config, steps.value, warmup.value, peak, yardstick=yardstick.value
+            )
             table = _table(f"train {result['model']}", result, _train_targets(result))
         elif command == "decode" and split.value:
             if not workdir.value:

@@ -202,7 +202,11 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
 
 
 def train_benchmark(
-    config: ml_collections.ConfigDict, steps: int = 20, warmup: int = 3, peak: dict | None = None
+    config: ml_collections.ConfigDict,
+    steps: int = 20,
+    warmup: int = 3,
+    peak: dict | None = None,
+    yardstick: bool = True,
 ) -> dict:
     """Steady-state training step of ``config`` on synthetic batches of its configured shape.
 
@@ -211,7 +215,8 @@ def train_benchmark(
 
     MFU's denominator is the better of two matmul peaks, ``peak`` (or one measured first) and
     one measured after the steps at the same sizes: a busy moment during one measurement lowers
-    the peak and would raise MFU.
+    the peak and would raise MFU. ``yardstick=False`` leaves out the linen Transformer's step
+    (a second compile, minutes long for the paper-sized models on an accelerator).
     """
     reset_peak_memory()
     peak = peak or matmul_peak(compute_dtype(config))
@@ -226,7 +231,7 @@ def train_benchmark(
     peaks.append(matmul_peak(compute_dtype(config), tuple(peak["gflops_by_size"]))["peak_gflops"])
     linen = {}
     bench = model_family(config).bench
-    if bench is not None and bench.speedup_over_linen is not None:  # the family has a yardstick
+    if yardstick and bench is not None and bench.speedup_over_linen is not None:
         vocab = config.data.vocab_size
         linen_seconds = _linen_step_seconds(config, vocab, compiled.host_batch, steps, warmup)
         linen = {
@@ -235,6 +240,7 @@ def train_benchmark(
         }
     return {
         "model": config.model.name,
+        "device_kind": compiled.mesh.devices.flat[0].device_kind,
         "params": count_params(state.params),
         "devices": compiled.mesh.size,
         "batch": list(compiled.host_batch["target"].shape),

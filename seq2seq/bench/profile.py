@@ -162,13 +162,21 @@ def _trace_events(trace_dir: Path) -> list[dict]:
         return json.load(f)["traceEvents"]
 
 
+def operation_name(event: dict, kinds: dict[str, tuple[str, str]]) -> str | None:
+    """The HLO operation a trace event ran, or None: a CPU trace names the operation itself; a
+    GPU kernel's event is named after the kernel and carries the operation as ``args.hlo_op``."""
+    if event.get("ph") != "X" or "dur" not in event:
+        return None
+    for name in (event.get("name"), event.get("args", {}).get("hlo_op")):
+        if name in kinds:
+            return name
+    return None
+
+
 def summarise(events: list[dict], kinds: dict[str, tuple[str, str]], steps: int) -> dict:
     """Per-step milliseconds by kind and by operation, from a trace's complete ("X") events."""
-    spans = [
-        (e["ts"], e["ts"] + e["dur"], e["name"])
-        for e in events
-        if e.get("ph") == "X" and "dur" in e and e.get("name") in kinds
-    ]
+    named = ((event, operation_name(event, kinds)) for event in events)
+    spans = [(e["ts"], e["ts"] + e["dur"], name) for e, name in named if name is not None]
     if not spans:
         raise RuntimeError("the trace holds no operation of the compiled step")
     by_kind = dict.fromkeys(KINDS, 0.0)
@@ -238,6 +246,7 @@ def profile_benchmark(
         "model": config.model.name,
         "steps_profiled": steps,
         "step_ms": 1e3 * seconds / steps,
+        "compile_s": compiled.compile_seconds,  # a hit when the persistent cache holds the step
         **figures,
         "trace_dir": str(trace_dir),
         "hlo_file": str(hlo_file),

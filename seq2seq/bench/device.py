@@ -1,0 +1,257 @@
+"""The paper configs on an accelerator, in one command (``make device-bench``)::
+
+    python -m seq2seq.bench.device --out DIR [--minutes 8.5]
+
+Each part is its own process (``python -m seq2seq.bench ... --json``), so that a failure or a
+timeout leaves the other parts' figures, in the order of what matters most:
+
+1. Transformer-big's training step in bfloat16: step time, MFU against the matmul peak measured
+   in the same process, compile time, peak device memory;
+2. beam search (beam 4) with Transformer-base on 256 sentences, and its compile time;
+3. Transformer-base's training step; 4. RNNsearch-50's;
+5. the fused-attention tests that need a GPU (``tests/test_fused_attention.py``: cuDNN against
+   the equations) and the step traced with the CPU backend failing;
+6. Transformer-big under ``bench profile``: a restart's compile (the first part filled the
+   persistent cache) and where the step's time goes, by kind of operation;
+7. Transformer-big with XLA's Triton GEMMs off (cuBLAS for every product), beside part 1.
+
+This process never loads JAX: it would take the accelerator's memory from its parts. A part
+starts only while enough of ``--minutes`` is left and gets no more than what is left.
+``DIR/device_bench.json`` is written after every part; ``DIR/device_bench.md`` at the end holds
+the figures beside issue 41's targets. How to bring the packages the accelerator's image lacks:
+docs/benchmarks.md, "On an accelerator".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+from absl import app, flags
+
+REPO = Path(__file__).resolve().parents[2]
+BIG = "configs/wmt14_ende_transformer_big.py"
+BASE = "configs/wmt14_ende_transformer_base.py"
+RNNSEARCH = "configs/wmt14_enfr_rnnsearch50.py"
+PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "optax")
+MIN_PART_SECONDS = 45  # a part is not started with less than this left
+
+# Issue 41's targets on one H100: (part, figure, bound, "min" or "max").
+TARGETS = (
+    ("train_big", "mfu", 0.50, "min"),
+    ("train_big", "compile_s", 60.0, "max"),
+    ("train_base", "compile_s", 60.0, "max"),
+    ("train_rnnsearch50", "compile_s", 60.0, "max"),
+    ("decode_base", "compile_s", 30.0, "max"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One process: ``python -m ARGS`` with ``env`` added, at most ``limit_s`` seconds."""
+
+    name: str
+    args: tuple[str, ...]
+    limit_s: float
+    env: tuple[tuple[str, str], ...] = ()
+    pytest: bool = False  # its figures are pytest's counts, not a JSON line
+
+
+def _bench(command: str, config: str, *flags_: str) -> tuple[str, ...]:
+    return ("seq2seq.bench", command, f"--config={config}", "--json", *flags_)
+
+
+def parts(cache: Path, tests: str = "tests/test_fused_attention.py") -> list[Part]:
+    """The parts in order. Parts 1-6 share one persistent compilation cache, empty at the start
+    (so every first compile is a real one, and part 6's is a restart's); part 7 has its own."""
+    shared = (("JAX_COMPILATION_CACHE_DIR", str(cache / "shared")),)
+    train = ("--persistent_cache", "--noyardstick", "--steps=10", "--warmup=3")
+    big = ("--matmul_sizes=4096,8192", *train)
+    cublas_only = (
+        ("JAX_COMPILATION_CACHE_DIR", str(cache / "cublas")),
+        ("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false"),
+    )
+    return [
+        Part("train_big", _bench("train", BIG, *big), 240, shared),
+        Part(
+            "decode_base",
+            _bench("decode", BASE, "--persistent_cache", "--beam_size=4", "--sentences=256"),
+            150,
+            shared,
+        ),
+        Part("train_base", _bench("train", BASE, *big), 150, shared),
+        Part("train_rnnsearch50", _bench("train", RNNSEARCH, *big), 150, shared),
+        Part(
+            "tests",
+            ("pytest", "-q", "-p", "no:cacheprovider", tests, "-k", "cudnn or without_a_cpu"),
+            150,
+            pytest=True,
+        ),
+        Part(
+            "profile_big",
+            _bench("profile", BIG, "--persistent_cache", f"--profile_dir={cache / 'profile'}"),
+            120,
+            shared,
+        ),
+        Part("train_big_cublas", _bench("train", BIG, *big), 240, cublas_only),
+    ]
+
+
+def pytest_counts(output: str) -> dict[str, int]:
+    """``{"passed": 9, "skipped": 1, ...}`` from pytest's last summary line."""
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", summary)}
+
+
+def run_part(part: Part, seconds_left: float) -> dict:
+    """Runs ``part`` for at most ``seconds_left`` (and its own limit); its figures, or why not."""
+    limit = min(part.limit_s, seconds_left)
+    if limit < MIN_PART_SECONDS:
+        return {"status": "skipped", "reason": f"{seconds_left:.0f} s of the budget left"}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", *part.args],
+            cwd=REPO,
+            env={**os.environ, **dict(part.env)},
+            capture_output=True,
+            text=True,
+            timeout=limit,
+        )
+    except subprocess.TimeoutExpired as expired:
+        tail = (expired.stderr or b"") + (expired.stdout or b"")
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return {"status": "timeout", "seconds": limit, "stderr_tail": tail[-2000:]}
+    seconds = time.perf_counter() - start
+    if part.pytest:
+        counts = pytest_counts(done.stdout)
+        status = "ok" if done.returncode == 0 else "failed"
+        return {"status": status, "seconds": seconds, **counts, "tail": done.stdout[-3000:]}
+    if done.returncode != 0:
+        return {"status": "failed", "seconds": seconds, "stderr_tail": done.stderr[-3000:]}
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    if part.name.startswith("profile"):
+        figures["operations"] = figures["operations"][:25]
+    return {"status": "ok", "seconds": seconds, **figures}
+
+
+def environment() -> dict:
+    """Package versions, the accelerator as nvidia-smi names it, and the commit, where known."""
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+
+    def output(*command: str) -> str | None:
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=30, cwd=REPO)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    gpu_query = "--query-gpu=name,driver_version,memory.total"
+    return {
+        "packages": versions,
+        "gpu": output("nvidia-smi", gpu_query, "--format=csv,noheader"),
+        "commit": output("git", "rev-parse", "--short", "HEAD"),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _figure(results: dict, part: str, key: str) -> float | None:
+    value = results.get(part, {}).get(key)
+    return value if isinstance(value, (int, float)) else None
+
+
+def target_rows(results: dict) -> list[tuple[str, str, str, str]]:
+    """(part, figure, measured, "<= bound: met" / "NOT met" / "not measured") per target."""
+    rows = []
+    for part, key, bound, sense in TARGETS:
+        value = _figure(results, part, key)
+        sign = ">=" if sense == "min" else "<="
+        if value is None:
+            status = results.get(part, {}).get("status", "not run")
+            verdict = f"{sign} {bound:g}: not measured ({status})"
+            rows.append((part, key, "-", verdict))
+            continue
+        met = value >= bound if sense == "min" else value <= bound
+        rows.append((part, key, f"{value:.3g}", f"{sign} {bound:g}: {'met' if met else 'NOT met'}"))
+    return rows
+
+
+_SHOWN = (
+    "status", "device_kind", "dtype", "batch", "params", "step_ms", "tokens_per_s",
+    "achieved_gflops", "peak_gflops", "mfu", "compile_s", "peak_memory_mb", "sentences_per_s",
+    "batch_s", "passed", "failed", "skipped", "seconds",
+)  # fmt: skip
+
+
+def markdown(results: dict) -> str:
+    """The targets table, then each part's main figures, then the profile's kinds."""
+    lines = [
+        f"device bench: {results['environment'].get('gpu')}, packages "
+        + ", ".join(f"{k} {v}" for k, v in results["environment"]["packages"].items()),
+        "",
+        "| part | figure | measured | target |",
+        "|---|---|---:|---|",
+    ]
+    lines += [f"| {' | '.join(row)} |" for row in target_rows(results)]
+    for name, figures in results.items():
+        if name == "environment":
+            continue
+        lines += ["", f"**{name}**", "", "| figure | value |", "|---|---:|"]
+        lines += [f"| {key} | {figures[key]} |" for key in _SHOWN if key in figures]
+        if "by_kind_ms" in figures:
+            lines += [f"| {kind} (ms) | {ms:.2f} |" for kind, ms in figures["by_kind_ms"].items()]
+        for key in ("reason", "stderr_tail"):
+            if key in figures:
+                lines += ["", "```", figures[key][-1500:], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def bench(out: Path, minutes: float, selected: list[str] | None = None) -> dict:
+    """Runs the parts (those named in ``selected``, or all) within ``minutes``; writes DIR/."""
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.perf_counter() + 60 * minutes
+    results = {"environment": environment()}
+    with tempfile.TemporaryDirectory(prefix="seq2seq-device-bench-") as cache:
+        for part in parts(Path(cache)):
+            if selected and part.name not in selected:
+                continue
+            print(f"device bench: {part.name} ...", file=sys.stderr, flush=True)
+            results[part.name] = run_part(part, deadline - time.perf_counter())
+            print(f"device bench: {part.name} {results[part.name]['status']}", file=sys.stderr)
+            (out / "device_bench.json").write_text(json.dumps(results, indent=1))
+    (out / "device_bench.md").write_text(markdown(results))
+    return results
+
+
+def main() -> None:
+    out = flags.DEFINE_string("out", "device-bench", "Folder for device_bench.json and .md.")
+    minutes = flags.DEFINE_float("minutes", 8.5, "Wall-clock budget for all the parts.")
+    only = flags.DEFINE_list("parts", [], "Run only these parts (default: all), by name.")
+
+    def run(argv: list[str]) -> None:
+        known = [part.name for part in parts(Path("."))]
+        unknown = sorted(set(only.value) - set(known))
+        if unknown:
+            print(f"error: unknown --parts {unknown}; choose from {', '.join(known)}", file=sys.stderr)
+            sys.exit(1)
+        results = bench(Path(out.value), minutes.value, only.value or None)
+        print(markdown(results))
+
+    app.run(run)
+
+
+if __name__ == "__main__":
+    main()
