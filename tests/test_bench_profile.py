@@ -55,7 +55,7 @@ def test_gpu_kernels_count_for_the_operation_they_ran():
     # A GPU trace names each event after its kernel; the HLO operation rides in args.hlo_op.
     kinds = {"fusion.7": ("products", "jit(step)/dot_general"), "loop.3": ("element-wise", "")}
     events = [
-        {"ph": "X", "name": "sm90_xmma_gemm_bf16", "ts": 0, "dur": 8, "args": {"hlo_op": "fusion.7"}},
+        {"ph": "X", "name": "sm90_gemm_bf16", "ts": 0, "dur": 8, "args": {"hlo_op": "fusion.7"}},
         {"ph": "X", "name": "loop_add_fusion", "ts": 8, "dur": 2, "args": {"hlo_op": "loop.3"}},
         {"ph": "X", "name": "cudaLaunchKernel", "ts": 0, "dur": 1, "args": {"correlation_id": 4}},
     ]

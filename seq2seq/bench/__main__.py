@@ -11,7 +11,7 @@
     python -m seq2seq.bench data --config configs/bench_small.py
     python -m seq2seq.bench profile --config configs/bench_small.py [--profile_dir DIR]
     python -m seq2seq.bench all        # every one of them on the bench configs (make bench)
-    python -m seq2seq.bench.device --out DIR   # the paper configs on an accelerator (make device-bench)
+    python -m seq2seq.bench.device --out DIR  # paper configs on an accelerator (make device-bench)
 
 ``--json`` prints one JSON line instead of the table. JAX's persistent compilation cache is
 switched off unless ``--persistent_cache``, so compile times are real ones.

@@ -24,6 +24,7 @@ docs/benchmarks.md, "On an accelerator".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -147,10 +148,8 @@ def environment() -> dict:
     """Package versions, the accelerator as nvidia-smi names it, and the commit, where known."""
     versions = {}
     for package in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
 
     def output(*command: str) -> str | None:
         try:
@@ -245,7 +244,8 @@ def main() -> None:
         known = [part.name for part in parts(Path("."))]
         unknown = sorted(set(only.value) - set(known))
         if unknown:
-            print(f"error: unknown --parts {unknown}; choose from {', '.join(known)}", file=sys.stderr)
+            choices = ", ".join(known)
+            print(f"error: unknown --parts {unknown}; choose from {choices}", file=sys.stderr)
             sys.exit(1)
         results = bench(Path(out.value), minutes.value, only.value or None)
         print(markdown(results))
