@@ -88,9 +88,8 @@ def test_an_unknown_part_is_one_error_line():
     )  # fmt: skip
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "error: unknown --parts ['train_huge']; choose from " + ", ".join(
-            part.name for part in device.parts(REPO)
-        )
+        "error: unknown --parts ['train_huge']; choose from "
+        + ", ".join(part.name for part in device.parts(REPO))
     ]
 
 
