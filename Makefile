@@ -51,7 +51,7 @@ bench: $(STAMP)
 # pip can download, saves the lock's versions of the packages the image lacks as wheels for its
 # Python in .whl/; `make device-bench`, run there, installs them beside the image's packages and
 # runs every part in about 9 minutes, writing device_bench.json and .md to $(DEVICE_OUT).
-DEVICE_WHEELS := grain array-record portpicker sacremoses ml-collections
+DEVICE_WHEELS := grain array-record portpicker sacremoses ml-collections tensorboardx
 DEVICE_PYTHON ?= python3
 DEVICE_SITE   ?= /tmp/seq2seq-site
 DEVICE_OUT    ?= $(if $(OUT),$(OUT),device-bench)

@@ -27,7 +27,9 @@ def cudnn_takes(queries: Array, keys: Array, values: Array) -> bool:
     """Whether cuDNN's flash attention takes these inputs.
 
     One dtype for all three, bfloat16 or float16; equal key and value widths (d_k = d_v), a
-    multiple of 8 and at most ``CUDNN_MAX_HEAD_WIDTH``.
+    multiple of 8 and at most ``CUDNN_MAX_HEAD_WIDTH``; an even number of queries and of keys
+    (JAX refuses the kernel's backward pass with lengths for odd ones: "Unsupported sequence
+    length", seen on an H100 with jax 0.11.2).
 
     Args:
       queries: [B, T, H, K].
@@ -41,6 +43,8 @@ def cudnn_takes(queries: Array, keys: Array, values: Array) -> bool:
         and keys.shape[-1] == values.shape[-1] == width
         and width % 8 == 0
         and width <= CUDNN_MAX_HEAD_WIDTH
+        and queries.shape[1] % 2 == 0
+        and keys.shape[1] % 2 == 0
     )
 
 

@@ -77,7 +77,11 @@ def _train_targets(result: dict) -> dict:
     if bench is None:
         return {}
     bounds = {"mfu": bench.train_mfu, "speedup_over_linen": bench.speedup_over_linen}
-    return {key: _met(result[key], bound) for key, bound in bounds.items() if bound is not None}
+    return {
+        key: _met(result[key], bound)
+        for key, bound in bounds.items()
+        if bound is not None and key in result
+    }
 
 
 def _decode_targets(result: dict) -> dict:
