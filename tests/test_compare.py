@@ -10,7 +10,7 @@ import pytest
 
 from seq2seq import config as config_lib
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, runner
-from seq2seq.compare.report import provenance_warnings
+from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.suites import select_runs, table3_runs
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory

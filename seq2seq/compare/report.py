@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq import provenance
+from seq2seq.compare import report_sections
 from seq2seq.compare import tuning as tuning_lib
 from seq2seq.compare import verdict as verdict_lib
 from seq2seq.compare.runner import RunOutcome, Settings, describe_checkpoint_rule
-from seq2seq.report import figures, tables
+from seq2seq.report import figures
 
 logger = logging.getLogger(__name__)
 
@@ -42,36 +43,6 @@ NUMERIC_FIELDS = (
 # How the "ended" column says why a run stopped (its metrics.jsonl's last record).
 STOP_WORDS = {"converged": "converged", "cap": "at its cap"}
 
-COLUMNS = [
-    ("name", "run", ""),
-    ("status", "status", ""),
-    ("ended", "ended", ""),
-    ("bleu", "sacreBLEU", ".2f"),
-    ("tok_bleu", "tok. BLEU", ".2f"),
-    ("chrf", "chrF", ".2f"),
-    ("params", "params", lambda v: _each(v, lambda x: f"{x / 1e6:.2f}M")),
-    ("train_flops", "train FLOPs", lambda v: _each(v, lambda x: f"{x:.2e}")),
-    ("target_tokens_per_second", "tgt tok/s", ".0f"),
-    ("train_minutes", "train min", ".1f"),
-    ("steps", "steps", ".0f"),
-    ("best_validation_perplexity", "best val ppl", ".2f"),
-    ("decode_sentences_per_second", "decode sent/s", ".1f"),
-]
-
-
-def _columns(rows: Sequence[dict]) -> list:
-    """The table's columns; suites whose runs describe themselves (table3) get a "what" column."""
-    if any(row.get("description") for row in rows):
-        return [COLUMNS[0], ("description", "what", ""), *COLUMNS[1:]]
-    return COLUMNS
-
-
-def _each(value, formatter) -> str:
-    if isinstance(value, list):
-        present = [v for v in value if v is not None]
-        return " / ".join(formatter(v) for v in present) if present else tables.MISSING
-    return formatter(value)
-
 
 def run_row(outcome: RunOutcome) -> dict:
     """One run's numbers, each from the record that produced it."""
@@ -86,61 +57,57 @@ def run_row(outcome: RunOutcome) -> dict:
         "workdir": str(outcome.run.path),
     }
     records = outcome.run.read_metrics()
+    row.update(_training_figures(records))
+    if outcome.result:
+        row.update(_test_scores(outcome.result))
+    if outcome.config is not None and outcome.run.tokenizer_dir.exists():
+        row["params"] = _parameter_count(outcome)
+    if outcome.config is not None:
+        row["validation_points"] = sum(r.get("kind") == "validation" for r in records)
+    made_by = provenance.summary(outcome.run.path) if outcome.run.path.exists() else None
+    if made_by:
+        commit = (made_by["commit"] or "no git")[:10] + ("+dirty" if made_by["dirty"] else "")
+        row["provenance"] = made_by
+        row["made_by"] = f"{commit}, {made_by['device_kind']}, jax {made_by['jax']}"
+    return row
+
+
+def _training_figures(records: list[dict]) -> dict:
+    """Steps, minutes, FLOPs, tokens/s, how the run ended and its validation, from metrics.jsonl."""
+    figures_: dict = {}
     train_records = [r for r in records if r.get("kind") == "train"]
     validation = [r for r in records if r.get("kind") == "validation"]
     if train_records:
         last = records[-1]  # the final validation (when there is one) comes after the last log
         # The first interval includes compilation; later ones show the steady state.
         steady = train_records[1:] or train_records
-        row.update(
+        figures_.update(
             steps=max(r["step"] for r in records),
             train_minutes=last.get("elapsed_seconds", float("nan")) / 60,
             train_flops=last.get("train_flops"),
             target_tokens_per_second=statistics.mean(r["target_tokens_per_second"] for r in steady),
         )
     if records and records[-1].get("kind") == "stop":  # written once the run has ended
-        row["ended"] = STOP_WORDS.get(records[-1]["reason"], records[-1]["reason"])
+        figures_["ended"] = STOP_WORDS.get(records[-1]["reason"], records[-1]["reason"])
     if validation:
-        row["best_validation_perplexity"] = min(r["perplexity"] for r in validation)
-        row["last_validation_bleu"] = validation[-1].get("bleu")
-    result = outcome.result
-    if result:
-        row.update(
-            bleu=result["bleu"],
-            signature=result["signature"],
-            tok_bleu=result.get("tok_bleu"),
-            tok_bleu_method=result.get("tok_bleu_method"),
-            chrf=result.get("chrf"),
-            decode_sentences_per_second=result.get("sentences_per_second"),
-            test_sentences=result.get("n"),
-            split=result.get("split"),
-            checkpoint=result.get("checkpoint"),
-        )
-    if outcome.config is not None and outcome.run.tokenizer_dir.exists():
-        row["params"] = _parameter_count(outcome)
-    made_by = provenance.summary(outcome.run.path) if outcome.run.path.exists() else None
-    if outcome.config is not None:
-        row["validation_points"] = len(validation)
-    if made_by:
-        row["provenance"] = made_by
-        commit = (made_by["commit"] or "no git")[:10] + ("+dirty" if made_by["dirty"] else "")
-        row["made_by"] = f"{commit}, {made_by['device_kind']}, jax {made_by['jax']}"
-    return row
+        figures_["best_validation_perplexity"] = min(r["perplexity"] for r in validation)
+        figures_["last_validation_bleu"] = validation[-1].get("bleu")
+    return figures_
 
 
-def provenance_warnings(rows: Sequence[dict]) -> list[str]:
-    """Lines flagging runs made under different jax versions, devices or commits, or changed
-    between their own starts: numbers from such runs may not be comparable."""
-    made = [r for r in rows if r.get("provenance")]
-    warnings = []
-    for field, what in (("jax", "jax versions"), ("device_kind", "devices"), ("commit", "commits")):
-        values = sorted({str(r["provenance"][field]) for r in made})
-        if len(values) > 1:
-            warnings.append(f"runs were produced under different {what}: {', '.join(values)}")
-    for row in made:
-        for change in row["provenance"]["changed_during_run"]:
-            warnings.append(f"`{row['name']}` changed between its starts: {change}")
-    return warnings
+def _test_scores(result: dict) -> dict:
+    """The scores and decoding speed of the run's eval JSON."""
+    return {
+        "bleu": result["bleu"],
+        "signature": result["signature"],
+        "tok_bleu": result.get("tok_bleu"),
+        "tok_bleu_method": result.get("tok_bleu_method"),
+        "chrf": result.get("chrf"),
+        "decode_sentences_per_second": result.get("sentences_per_second"),
+        "test_sentences": result.get("n"),
+        "split": result.get("split"),
+        "checkpoint": result.get("checkpoint"),
+    }
 
 
 def _parameter_count(outcome: RunOutcome) -> int:
@@ -210,6 +177,99 @@ def summary_statistics(values: Sequence[float | None]) -> dict | None:
     }
 
 
+def _rows(outcomes: Sequence[RunOutcome], settings: Settings) -> list[dict]:
+    """Every run's row, with its config's name and its time off the training clock."""
+    rows = []
+    for outcome in outcomes:
+        row = run_row(outcome)
+        row["config_name"] = outcome.spec.name
+        row["off_the_clock"] = verdict_lib.run_costs(outcome, settings.slice_minutes)
+        rows.append(row)
+    return rows
+
+
+def _settings(settings: Settings) -> dict:
+    fields = ("budget_minutes", "budget_steps", "slice_minutes", "seeds", "beam_size", "alpha")
+    return {
+        "overrides": dict(settings.overrides),
+        **{field: getattr(settings, field) for field in fields},
+        "split": settings.split,
+        "max_test_sentences": settings.max_test_sentences,
+    }
+
+
+def _configs(rows: Sequence[dict]) -> list[dict]:
+    """One row per config (``aggregate``), with mean, std, max and n of each seeded field."""
+    return [
+        {
+            **row,
+            **{
+                f"{field}_stats": summary_statistics(row[field])
+                for field in NUMERIC_FIELDS
+                if isinstance(row.get(field), list)
+            },
+        }
+        for row in aggregate(rows)
+    ]
+
+
+def _review(
+    outcomes: Sequence[RunOutcome],
+    rows: Sequence[dict],
+    settings: Settings,
+    tuning: tuning_lib.Tuning | None,
+    tuned: Sequence[tuning_lib.ModelTuning] | None,
+) -> dict:
+    """The paired tests, the machines, the equal horizons and the fairness checks."""
+    return {
+        "verdicts": verdict_lib.verdicts(outcomes, settings.checkpoint),
+        "hardware": hardware(rows),
+        "horizons": verdict_lib.horizons(outcomes),
+        "splits": verdict_lib.splits_read(outcomes, tuned),
+        "hyperparameters": verdict_lib.differing_hyperparameters(
+            outcomes, tuning.keys if tuning is not None else []
+        ),
+        "tuning_minutes": {result.spec.name: result.train_minutes for result in tuned or ()},
+    }
+
+
+def build_report(
+    root: Path,
+    outcomes: Sequence[RunOutcome],
+    settings: Settings,
+    title: str,
+    tuning: tuning_lib.Tuning | None = None,
+    tuned: Sequence[tuning_lib.ModelTuning] | None = None,
+    winners: Sequence[str] = (),
+) -> dict:
+    """Everything the report states, gathered once (report.json); draws the figures under
+    ``root/figures``. With ``tuning`` and its results ``tuned``, their section and figure;
+    ``winners`` are the final runs copied from their winning trial (``tuning.reuse_winners``)."""
+    figure_dir = root / "figures"
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    rows = _rows(outcomes, settings)
+    figure_paths = _figures(root, figure_dir, outcomes)
+    tuned_here = tuning is not None and bool(tuned)
+    if tuned_here:
+        figure_paths["tuning"] = [tuning_lib.plot(tuning, tuned, figure_dir / "tuning_bleu.png")]
+    return {
+        "title": title,
+        "settings": _settings(settings),
+        "checkpoint_rule": {
+            "rule": settings.checkpoint,
+            "meaning": describe_checkpoint_rule(settings.checkpoint),
+        },
+        **_review(outcomes, rows, settings, tuning, tuned),
+        "tuning": tuning_lib.report_json(tuning, tuned) if tuned_here else None,
+        "copied_from_winning_trial": list(winners),
+        "runs": rows,
+        "configs": _configs(rows),
+        "figures": {
+            key: [str(p.relative_to(root)) for p in paths] for key, paths in figure_paths.items()
+        },
+    }
+
+
 def write_report(
     root: Path,
     outcomes: Sequence[RunOutcome],
@@ -219,88 +279,12 @@ def write_report(
     tuned: Sequence[tuning_lib.ModelTuning] | None = None,
     winners: Sequence[str] = (),
 ) -> Path:
-    """Writes ``report.md``, ``report.json`` and the figures under ``root``; returns the .md.
-
-    With ``tuning`` and its results ``tuned``, both get a tuning section and its figure;
-    ``winners`` are the final runs copied from their winning trial (``tuning.reuse_winners``).
-    """
-    figure_dir = root / "figures"
-    figure_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for outcome in outcomes:
-        row = run_row(outcome)
-        row["config_name"] = outcome.spec.name
-        rows.append(row)
-    for row, outcome in zip(rows, outcomes, strict=True):
-        row["off_the_clock"] = verdict_lib.run_costs(outcome, settings.slice_minutes)
-    table_rows = aggregate(rows)
-    figure_paths = _figures(root, figure_dir, outcomes)
-    tuned_keys = tuning.keys if tuning is not None else []
-    review = {
-        "verdicts": verdict_lib.verdicts(outcomes, settings.checkpoint),
-        "hardware": hardware(rows),
-        "horizons": verdict_lib.horizons(outcomes),
-        "splits": verdict_lib.splits_read(outcomes, tuned),
-        "hyperparameters": verdict_lib.differing_hyperparameters(outcomes, tuned_keys),
-        "tuning_minutes": {result.spec.name: result.train_minutes for result in tuned or ()},
-    }
-    if tuning is not None and tuned:
-        figure_paths["tuning"] = [tuning_lib.plot(tuning, tuned, figure_dir / "tuning_bleu.png")]
-    report_json = {
-        "title": title,
-        "settings": {
-            "overrides": dict(settings.overrides),
-            "budget_minutes": settings.budget_minutes,
-            "budget_steps": settings.budget_steps,
-            "slice_minutes": settings.slice_minutes,
-            "seeds": settings.seeds,
-            "beam_size": settings.beam_size,
-            "alpha": settings.alpha,
-            "split": settings.split,
-            "max_test_sentences": settings.max_test_sentences,
-        },
-        "checkpoint_rule": {
-            "rule": settings.checkpoint,
-            "meaning": describe_checkpoint_rule(settings.checkpoint),
-        },
-        **review,
-        "tuning": tuning_lib.report_json(tuning, tuned) if tuning is not None and tuned else None,
-        "copied_from_winning_trial": list(winners),
-        "runs": rows,
-        "configs": [
-            {
-                **row,
-                **{
-                    f"{field}_stats": summary_statistics(row[field])
-                    for field in NUMERIC_FIELDS
-                    if isinstance(row.get(field), list)
-                },
-            }
-            for row in table_rows
-        ],
-        "figures": {
-            key: [str(p.relative_to(root)) for p in paths] for key, paths in figure_paths.items()
-        },
-    }
-    (root / "report.json").write_text(json.dumps(report_json, indent=2, default=str) + "\n")
+    """Writes ``report.json``, then ``report.md`` rendered from it, and the figures under
+    ``root``; returns the .md (arguments as ``build_report``'s)."""
+    report = build_report(root, outcomes, settings, title, tuning, tuned, winners)
+    (root / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     path = root / "report.md"
-    tuning_lines = []
-    if tuning is not None and tuned:
-        figure = str(figure_paths["tuning"][0].relative_to(root))
-        tuning_lines = tuning_lib.report_lines(tuning, tuned, figure)
-        if winners:
-            tuning_lines += [
-                "",
-                f"The final runs {', '.join(f'`{name}`' for name in winners)} are their "
-                "config's winning trial, whose last rung trained to the final budget: copied, "
-                "not trained again. Chosen for its validation BLEU, such a run may score a "
-                "little higher on the test set than a fresh seed would; every config's seed "
-                "shares this.",
-            ]
-    review_lines = _review_lines(review, rows, settings)
-    path.write_text(
-        _markdown(title, table_rows, rows, settings, figure_paths, root, tuning_lines, review_lines)
-    )
+    path.write_text(report_sections.render(report))
     return path
 
 
@@ -317,112 +301,6 @@ def hardware(rows: Sequence[dict]) -> list[str]:
                 + f" (JAX device {made.get('device_kind')} x{made.get('device_count')})"
             )
     return sorted(machines)
-
-
-def _budget(settings: Settings) -> str:
-    if settings.budget_steps:
-        return f"{settings.budget_steps:,} training steps each (equal steps)"
-    if settings.budget_minutes:
-        return f"{settings.budget_minutes:g} training minutes each (equal time)"
-    return "each config's own steps or minutes"
-
-
-HORIZONS_HEADING = "## Equal horizons (validation curves)"
-
-
-def _review_lines(review: dict, rows: Sequence[dict], settings: Settings) -> list[str]:
-    """The verdict that opens report.md and the sections a reviewer reads next."""
-    lines = ["## Verdict", ""]
-    if review["verdicts"]:
-        for entry in review["verdicts"]:
-            lines += [f"- {entry['sentence']}", f"  In chrF: {entry['chrf_sentence']}"]
-        lines += ["", verdict_lib.family_sentence(review["verdicts"])]
-    else:
-        lines.append("- Fewer than two configs were scored on the same sentences: no test.")
-    machines = "; ".join(review["hardware"]) or "no provenance record"
-    lines += [
-        "",
-        f"Budget: {_budget(settings)}, on {machines}. A verdict under equal minutes is a "
-        "statement about that machine: the models' steps per minute differ from machine to "
-        "machine, so the curves are compared at equal steps and FLOPs too (below).",
-        "",
-    ]
-    if settings.slice_minutes:
-        lines += [
-            f"The runs trained side by side, taking turns of {settings.slice_minutes:g} "
-            "training minutes, so a slow spell of the machine touched each of them.",
-            "",
-        ]
-    lines += [HORIZONS_HEADING, ""]
-    names = [row["name"] for row in rows]
-    table = []
-    for horizon in review["horizons"]:
-        entry = {"axis": horizon["axis"], "horizon": f"{horizon['horizon']:.3g}"}
-        for name in names:
-            point = horizon["runs"].get(name)
-            entry[name] = (
-                f"{point['bleu']:.2f} (at {point['at']:.3g})"
-                if point and point["bleu"] is not None
-                else tables.MISSING
-            )
-        table.append(entry)
-    if table:
-        columns = [("axis", "at equal", ""), ("horizon", "horizon", "")]
-        columns += [(name, name, "") for name in names]
-        lines += [
-            "Validation BLEU (greedy, the configs' validation sentences) of each run at the "
-            "largest training time, step count and FLOP count that every run reached; each run's "
-            "last validation point at or before it, with where that point lay.",
-            "",
-            tables.markdown_table(table, columns),
-        ]
-    lines += ["## Fairness checks", "", verdict_lib.splits_sentence(review["splits"]), ""]
-    hyper = review["hyperparameters"]
-    if hyper:
-        keys = sorted({key for values in hyper.values() for key in values})
-        table = [{"run": name, **values} for name, values in hyper.items()]
-        lines += [
-            "Hyperparameters that differ between the runs (`*`: chosen by tuning):",
-            "",
-            tables.markdown_table(table, [("run", "run", ""), *[(k, k, "") for k in keys]]),
-        ]
-    if review["tuning_minutes"]:
-        spent = ", ".join(f"`{k}` {v:.1f}" for k, v in review["tuning_minutes"].items())
-        lines += [f"Training minutes spent on tuning, per config: {spent}.", ""]
-    costs = []
-    for row in rows:
-        cost = row.get("off_the_clock") or {}
-        speeds = cost.get("tokens_per_second_per_slice") or []
-        costs.append(
-            {
-                "run": row["name"],
-                "compile": cost.get("compile"),
-                "checkpoint": cost.get("checkpoint"),
-                "validation": cost.get("validation"),
-                "points": cost.get("validation_points"),
-                "slices": f"{min(speeds):.0f}-{max(speeds):.0f} ({len(speeds)})"
-                if speeds
-                else tables.MISSING,
-            }
-        )
-    lines += [
-        "Seconds spent off the training clock (compiling batch shapes, writing checkpoints, "
-        "validating), validation points (the candidates of `--checkpoint best`) and target "
-        "tokens/s per slice (slowest-fastest, slices):",
-        "",
-        tables.markdown_table(
-            costs,
-            [
-                ("run", "run", ""),
-                ("compile", "compile s", ".0f"),
-                ("checkpoint", "checkpoint s", ".0f"),
-                ("validation", "validation s", ".0f"),
-                ("points", "val points", "d"),
-                ("slices", "tgt tok/s per slice", ""),
-            ],
-        ),
-    ]
-    return lines
 
 
 def _figures(root: Path, figure_dir: Path, outcomes: Sequence[RunOutcome]) -> dict[str, list[Path]]:
@@ -459,80 +337,3 @@ def _alignments(outcome: RunOutcome, figure_dir: Path) -> list[Path]:
         outcome.run.path, beam_size=outcome.result["beam_size"], alpha=outcome.result["alpha"]
     )
     return figures.alignment_figures(translator, sentences, figure_dir, outcome.name)
-
-
-def _markdown(
-    title: str,
-    table_rows: Sequence[dict],
-    rows: Sequence[dict],
-    settings: Settings,
-    figure_paths: dict[str, list[Path]],
-    root: Path,
-    tuning_lines: Sequence[str] = (),
-    review_lines: Sequence[str] = (),
-) -> str:
-    def image(path: Path) -> str:
-        return f"![{path.stem}]({path.relative_to(root)})"
-
-    signatures = sorted({r["signature"] for r in rows if r.get("signature")})
-    details = list(review_lines)
-    split_at = details.index(HORIZONS_HEADING) if HORIZONS_HEADING in details else len(details)
-    verdict, details = details[:split_at], details[split_at:]
-    lines = [
-        f"# {title}",
-        "",
-        *verdict,
-        "## Scores",
-        "",
-        f"Decoding: beam {settings.beam_size}, alpha {settings.alpha}; split "
-        f"{settings.split or 'each config test split'}"
-        + (
-            f" (first {settings.max_test_sentences} sentences)"
-            if settings.max_test_sentences
-            else ""
-        )
-        + f"; checkpoint: {describe_checkpoint_rule(settings.checkpoint)}"
-        + f"; training: {_budget(settings)}; seeds per config: {settings.seeds}.",
-        "",
-        tables.markdown_table(table_rows, _columns(table_rows)),
-        "sacreBLEU signature: " + ("; ".join(signatures) if signatures else "(no run was scored)"),
-        "",
-        "Columns: test sacreBLEU (detokenized), the papers' tokenized BLEU, chrF, parameters, "
-        "analytic training FLOPs, mean target tokens/s after the first log interval, training "
-        "time (validation, compiling and checkpointing left out, counted across resumes), "
-        "optimizer steps, best validation perplexity, "
-        "test-set decoding speed (compile included). With several seeds: mean ± std (max).",
-        "",
-    ]
-    if settings.overrides:
-        overrides = ", ".join(f"{k}={v!r}" for k, v in settings.overrides)
-        lines += [f"Overrides applied to every run: {overrides}.", ""]
-    if settings.checkpoint != "latest":
-        scored = ", ".join(f"`{r['name']}` {r['checkpoint']}" for r in rows if r.get("checkpoint"))
-        lines += [f"Checkpoints scored: {scored or 'none'}.", ""]
-    lines += [*details, "", "## Provenance", ""]
-    lines += [f"- `{r['name']}`: {r.get('made_by', 'no provenance record')}" for r in rows]
-    lines += [f"- **warning**: {warning}" for warning in provenance_warnings(rows)]
-    lines.append("")
-    failed = [r for r in rows if r["status"] != "ok"]
-    if failed:
-        lines += ["## Failed runs", ""]
-        lines += [f"- `{r['name']}`: {r['status']}" for r in failed]
-        lines.append("")
-    lines += [*tuning_lines, "## Training curves", ""]
-    lines += [image(p) for p in figure_paths.get("curves", [])]
-    if "bleu_by_length" in figure_paths:
-        lines += ["", "## BLEU by source length (Bahdanau et al. 2015, Figure 2)", ""]
-        lines.append(image(figure_paths["bleu_by_length"][0]))
-    if figure_paths.get("alignments"):
-        lines += [
-            "",
-            "## Attention over the source (Bahdanau et al. 2015, Figure 3)",
-            "",
-            "Rows are the output tokens, columns the source tokens; white is weight 1. "
-            "RNNsearch has one additive attention; the Transformer one cross-attention per "
-            "layer and head, plus each layer's head average.",
-            "",
-        ]
-        lines += [image(p) for p in figure_paths["alignments"]]
-    return "\n".join(lines) + "\n"

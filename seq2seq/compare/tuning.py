@@ -46,7 +46,7 @@ import ml_collections
 from seq2seq import config as config_lib
 from seq2seq.compare.runner import Settings, check_reuse, run_config, train_in_slices
 from seq2seq.compare.suites import RunSpec
-from seq2seq.report import figures, tables
+from seq2seq.report import figures
 from seq2seq.run_directory import RunDirectory
 
 logger = logging.getLogger(__name__)
@@ -511,76 +511,3 @@ def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
                 lines[label] = scored
     figures.plot_tuning(lines, path, keys=tuning.keys)
     return path
-
-
-def report_lines(tuning: Tuning, results: Sequence[ModelTuning], figure: str | None) -> list[str]:
-    """The tuning section of report.md; ``figure`` is the figure's path relative to it."""
-    counts = sorted({len(result.trials) for result in results})
-    grid = "; ".join(f"`{key}` ∈ {{{', '.join(map(repr, values))}}}" for key, values in tuning.grid)
-    drawn = (
-        f"{tuning.samples} points drawn (seed {SAMPLE_SEED}, the same for every model) from "
-        if tuning.samples
-        else "every point of "
-    )
-    splits = sorted({result.split for result in results})
-    equal = (
-        f"every model got the same {counts[0]} trials, each with a budget of "
-        f"{tuning.minutes:g} training minutes (or its config's train.steps, if reached first)"
-        if len(counts) == 1
-        else "the sweep was interrupted: models have "
-        + ", ".join(f"{r.spec.name} {len(r.trials)}" for r in results)
-        + " trials so far (rerun to finish)"
-    )
-    if tuning.rungs > 1:
-        minutes = ", ".join(f"{tuning.rung_minutes(r):g}" for r in range(tuning.rungs))
-        equal += (
-            f"; then successive halving over {tuning.rungs} rungs ending at {minutes} training "
-            "minutes: after each rung the better half of every model's trials trained on"
-        )
-    lines = [
-        "## Tuning (chosen on the validation split)",
-        "",
-        f"Before the final runs each config trained on {drawn}the grid {grid}: {equal}. Each "
-        f"trial was scored by its own last validation record (greedy decoding, split "
-        f"{', '.join(f'`{s}`' for s in splits)}); the test split was never read while tuning. "
-        "The trial with the highest validation BLEU (ties: lower validation perplexity) gave "
-        "its values to the config's final runs, applied after the config file and the suite's "
-        "overrides.",
-        "",
-    ]
-    columns = [
-        ("model", "model", ""),
-        *[(key, key, "") for key in tuning.keys],
-        ("status", "status", ""),
-        ("validation_bleu", "val BLEU", ".2f"),
-        ("validation_perplexity", "val ppl", ".2f"),
-        ("validation_sentences", "val sentences", "d"),
-        ("step", "steps", "d"),
-        ("train_minutes", "train min", ".1f"),
-        ("rungs", "val BLEU per rung", ""),
-        ("peak_learning_rate", "peak lr (logged)", ".2e"),
-        ("chosen", "chosen", ""),
-    ]
-    rows = [_trial_row(result, trial) for result in results for trial in result.trials]
-    for row in rows:  # values as typed on the command line, not as formatted numbers
-        row.update({key: repr(row[key]) for key in tuning.keys})
-        row["rungs"] = " → ".join(
-            f"{bleu:.2f}" if bleu is not None else tables.MISSING for bleu in row["rung_bleu"]
-        )
-    lines.append(tables.markdown_table(rows, columns))
-    for result in results:
-        chosen = (
-            ", ".join(f"{key}={value!r}" for key, value in result.chosen)
-            if result.chosen is not None
-            else "none (no trial was scored): the config's own values"
-        )
-        lines.append(f"- `{result.spec.name}`: {chosen}")
-    lines.append("")
-    if figure:
-        against = (
-            f" against `{tuning.keys[0]}` (best over {', '.join(tuning.keys[1:])} at each value)"
-            if len(tuning.keys) > 1
-            else ""
-        )
-        lines += [f"Validation BLEU of every trial{against}:", "", f"![tuning]({figure})", ""]
-    return lines

@@ -1,0 +1,369 @@
+"""report.md, section by section, rendered from the data ``report.build_report`` gathered once
+(the same dict that is written as report.json): nothing here reads a run or recomputes a figure.
+
+The sections, in the order a reviewer reads them: the verdict, the scores, the curves compared
+at equal horizons, the fairness checks, provenance, failed runs, tuning, and the figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seq2seq.compare import verdict as verdict_lib
+from seq2seq.report import tables
+
+HORIZONS_HEADING = "## Equal horizons (validation curves)"
+COLUMNS = [
+    ("name", "run", ""),
+    ("status", "status", ""),
+    ("ended", "ended", ""),
+    ("bleu", "sacreBLEU", ".2f"),
+    ("tok_bleu", "tok. BLEU", ".2f"),
+    ("chrf", "chrF", ".2f"),
+    ("params", "params", lambda v: _each(v, lambda x: f"{x / 1e6:.2f}M")),
+    ("train_flops", "train FLOPs", lambda v: _each(v, lambda x: f"{x:.2e}")),
+    ("target_tokens_per_second", "tgt tok/s", ".0f"),
+    ("train_minutes", "train min", ".1f"),
+    ("steps", "steps", ".0f"),
+    ("best_validation_perplexity", "best val ppl", ".2f"),
+    ("decode_sentences_per_second", "decode sent/s", ".1f"),
+]
+
+
+def render(report: dict) -> str:
+    """The whole of report.md."""
+    lines = [f"# {report['title']}", ""]
+    for section in (verdict, scores, horizons, fairness, provenance, failed_runs, tuning, figures):
+        lines += section(report)
+    return "\n".join(lines) + "\n"
+
+
+def _each(value, formatter) -> str:
+    if isinstance(value, list):
+        present = [v for v in value if v is not None]
+        return " / ".join(formatter(v) for v in present) if present else tables.MISSING
+    return formatter(value)
+
+
+def _columns(rows: list[dict]) -> list:
+    """The table's columns; suites whose runs describe themselves (table3) get a "what" column."""
+    if any(row.get("description") for row in rows):
+        return [COLUMNS[0], ("description", "what", ""), *COLUMNS[1:]]
+    return COLUMNS
+
+
+def budget(settings: dict) -> str:
+    """The training budget every run had, in words."""
+    if settings["budget_steps"]:
+        return f"{settings['budget_steps']:,} training steps each (equal steps)"
+    if settings["budget_minutes"]:
+        return f"{settings['budget_minutes']:g} training minutes each (equal time)"
+    return "each config's own steps or minutes"
+
+
+def verdict(report: dict) -> list[str]:
+    """The paired tests' sentences, the family's sentence, and the budget they hold for."""
+    settings = report["settings"]
+    lines = ["## Verdict", ""]
+    if report["verdicts"]:
+        for entry in report["verdicts"]:
+            lines += [f"- {entry['sentence']}", f"  In chrF: {entry['chrf_sentence']}"]
+        lines += ["", verdict_lib.family_sentence(report["verdicts"])]
+    else:
+        lines.append("- Fewer than two configs were scored on the same sentences: no test.")
+    machines = "; ".join(report["hardware"]) or "no provenance record"
+    lines += [
+        "",
+        f"Budget: {budget(settings)}, on {machines}. A verdict under equal minutes is a "
+        "statement about that machine: the models' steps per minute differ from machine to "
+        "machine, so the curves are compared at equal steps and FLOPs too (below).",
+        "",
+    ]
+    if settings["slice_minutes"]:
+        lines += [
+            f"The runs trained side by side, taking turns of {settings['slice_minutes']:g} "
+            "training minutes, so a slow spell of the machine touched each of them.",
+            "",
+        ]
+    return lines
+
+
+def _decoding(report: dict) -> str:
+    settings = report["settings"]
+    first = settings["max_test_sentences"]
+    return (
+        f"Decoding: beam {settings['beam_size']}, alpha {settings['alpha']}; split "
+        f"{settings['split'] or 'each config test split'}"
+        + (f" (first {first} sentences)" if first else "")
+        + f"; checkpoint: {report['checkpoint_rule']['meaning']}"
+        + f"; training: {budget(settings)}; seeds per config: {settings['seeds']}."
+    )
+
+
+def scores(report: dict) -> list[str]:
+    """Every config's test scores and costs (mean ± std (max) over seeds), and what was scored."""
+    runs, configs = report["runs"], report["configs"]
+    signatures = sorted({r["signature"] for r in runs if r.get("signature")})
+    lines = [
+        "## Scores",
+        "",
+        _decoding(report),
+        "",
+        tables.markdown_table(configs, _columns(configs)),
+        "sacreBLEU signature: " + ("; ".join(signatures) if signatures else "(no run was scored)"),
+        "",
+        "Columns: test sacreBLEU (detokenized), the papers' tokenized BLEU, chrF, parameters, "
+        "analytic training FLOPs, mean target tokens/s after the first log interval, training "
+        "time (validation, compiling and checkpointing left out, counted across resumes), "
+        "optimizer steps, best validation perplexity, "
+        "test-set decoding speed (compile included). With several seeds: mean ± std (max).",
+        "",
+    ]
+    overrides = report["settings"]["overrides"]
+    if overrides:
+        applied = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+        lines += [f"Overrides applied to every run: {applied}.", ""]
+    if report["checkpoint_rule"]["rule"] != "latest":
+        scored = ", ".join(f"`{r['name']}` {r['checkpoint']}" for r in runs if r.get("checkpoint"))
+        lines += [f"Checkpoints scored: {scored or 'none'}.", ""]
+    return lines
+
+
+def horizons(report: dict) -> list[str]:
+    """Validation BLEU of every run at the largest time, step and FLOP count all reached."""
+    names = [row["name"] for row in report["runs"]]
+    table = []
+    for horizon in report["horizons"]:
+        entry = {"axis": horizon["axis"], "horizon": f"{horizon['horizon']:.3g}"}
+        for name in names:
+            point = horizon["runs"].get(name)
+            entry[name] = (
+                f"{point['bleu']:.2f} (at {point['at']:.3g})"
+                if point and point["bleu"] is not None
+                else tables.MISSING
+            )
+        table.append(entry)
+    if not table:
+        return [HORIZONS_HEADING, ""]
+    columns = [("axis", "at equal", ""), ("horizon", "horizon", "")]
+    columns += [(name, name, "") for name in names]
+    return [
+        HORIZONS_HEADING,
+        "",
+        "Validation BLEU (greedy, the configs' validation sentences) of each run at the "
+        "largest training time, step count and FLOP count that every run reached; each run's "
+        "last validation point at or before it, with where that point lay.",
+        "",
+        tables.markdown_table(table, columns),
+    ]
+
+
+def fairness(report: dict) -> list[str]:
+    """Splits read, hyperparameters that differ, tuning minutes, and time off the clock."""
+    lines = ["## Fairness checks", "", verdict_lib.splits_sentence(report["splits"]), ""]
+    hyper = report["hyperparameters"]
+    if hyper:
+        keys = sorted({key for values in hyper.values() for key in values})
+        table = [{"run": name, **values} for name, values in hyper.items()]
+        lines += [
+            "Hyperparameters that differ between the runs (`*`: chosen by tuning):",
+            "",
+            tables.markdown_table(table, [("run", "run", ""), *[(k, k, "") for k in keys]]),
+        ]
+    if report["tuning_minutes"]:
+        spent = ", ".join(f"`{k}` {v:.1f}" for k, v in report["tuning_minutes"].items())
+        lines += [f"Training minutes spent on tuning, per config: {spent}.", ""]
+    return lines + _off_the_clock(report["runs"])
+
+
+def _off_the_clock(runs: list[dict]) -> list[str]:
+    costs = []
+    for row in runs:
+        cost = row.get("off_the_clock") or {}
+        speeds = cost.get("tokens_per_second_per_slice") or []
+        slices = f"{min(speeds):.0f}-{max(speeds):.0f} ({len(speeds)})" if speeds else None
+        costs.append(
+            {
+                "run": row["name"],
+                "compile": cost.get("compile"),
+                "checkpoint": cost.get("checkpoint"),
+                "validation": cost.get("validation"),
+                "points": cost.get("validation_points"),
+                "slices": slices or tables.MISSING,
+            }
+        )
+    columns = [
+        ("run", "run", ""),
+        ("compile", "compile s", ".0f"),
+        ("checkpoint", "checkpoint s", ".0f"),
+        ("validation", "validation s", ".0f"),
+        ("points", "val points", "d"),
+        ("slices", "tgt tok/s per slice", ""),
+    ]
+    return [
+        "Seconds spent off the training clock (compiling batch shapes, writing checkpoints, "
+        "validating), validation points (the candidates of `--checkpoint best`) and target "
+        "tokens/s per slice (slowest-fastest, slices):",
+        "",
+        tables.markdown_table(costs, columns),
+    ]
+
+
+def provenance_warnings(runs: list[dict]) -> list[str]:
+    """Lines flagging runs made under different jax versions, devices or commits, or changed
+    between their own starts: numbers from such runs may not be comparable."""
+    made = [r for r in runs if r.get("provenance")]
+    warnings = []
+    for field, what in (("jax", "jax versions"), ("device_kind", "devices"), ("commit", "commits")):
+        values = sorted({str(r["provenance"][field]) for r in made})
+        if len(values) > 1:
+            warnings.append(f"runs were produced under different {what}: {', '.join(values)}")
+    for row in made:
+        for change in row["provenance"]["changed_during_run"]:
+            warnings.append(f"`{row['name']}` changed between its starts: {change}")
+    return warnings
+
+
+def provenance(report: dict) -> list[str]:
+    """What made each run (commit, device, jax), and warnings where they differ."""
+    runs = report["runs"]
+    lines = ["", "## Provenance", ""]
+    lines += [f"- `{r['name']}`: {r.get('made_by', 'no provenance record')}" for r in runs]
+    lines += [f"- **warning**: {warning}" for warning in provenance_warnings(runs)]
+    return lines + [""]
+
+
+def failed_runs(report: dict) -> list[str]:
+    failed = [r for r in report["runs"] if r["status"] != "ok"]
+    if not failed:
+        return []
+    return ["## Failed runs", "", *[f"- `{r['name']}`: {r['status']}" for r in failed], ""]
+
+
+def _tuning_method(data: dict) -> str:
+    """How the configs were tuned: the grid, the trials' budgets, the halving."""
+    counts = sorted(set(data["trials_per_model"].values()))
+    if len(counts) == 1:
+        method = (
+            f"every model got the same {counts[0]} trials, each with a budget of "
+            f"{data['minutes_per_trial']:g} training minutes (or its config's train.steps, if "
+            "reached first)"
+        )
+    else:
+        so_far = ", ".join(f"{name} {n}" for name, n in data["trials_per_model"].items())
+        method = f"the sweep was interrupted: models have {so_far} trials so far (rerun to finish)"
+    if data["rungs"] > 1:
+        minutes = ", ".join(f"{m:g}" for m in data["rung_minutes"])
+        method += (
+            f"; then successive halving over {data['rungs']} rungs ending at {minutes} training "
+            "minutes: after each rung the better half of every model's trials trained on"
+        )
+    return method
+
+
+def _tuning_intro(data: dict) -> list[str]:
+    grid = "; ".join(
+        f"`{key}` ∈ {{{', '.join(map(repr, values))}}}" for key, values in data["grid"].items()
+    )
+    drawn = (
+        f"{data['samples']} points drawn (seed {data['sample_seed']}, the same for every model) "
+        "from "
+        if data["samples"]
+        else "every point of "
+    )
+    splits = sorted({model["validation_split"] for model in data["models"]})
+    return [
+        "## Tuning (chosen on the validation split)",
+        "",
+        f"Before the final runs each config trained on {drawn}the grid {grid}: "
+        f"{_tuning_method(data)}. Each trial was scored by its own last validation record "
+        f"(greedy decoding, split {', '.join(f'`{s}`' for s in splits)}); the test split was "
+        "never read while tuning. The trial with the highest validation BLEU (ties: lower "
+        "validation perplexity) gave its values to the config's final runs, applied after the "
+        "config file and the suite's overrides.",
+        "",
+    ]
+
+
+def _trials_table(data: dict) -> str:
+    keys = list(data["grid"])
+    columns = [
+        ("model", "model", ""),
+        *[(key, key, "") for key in keys],
+        ("status", "status", ""),
+        ("validation_bleu", "val BLEU", ".2f"),
+        ("validation_perplexity", "val ppl", ".2f"),
+        ("validation_sentences", "val sentences", "d"),
+        ("step", "steps", "d"),
+        ("train_minutes", "train min", ".1f"),
+        ("rungs", "val BLEU per rung", ""),
+        ("peak_learning_rate", "peak lr (logged)", ".2e"),
+        ("chosen", "chosen", ""),
+    ]
+    rows = []
+    for trial in (trial for model in data["models"] for trial in model["trials"]):
+        rungs = (f"{b:.2f}" if b is not None else tables.MISSING for b in trial["rung_bleu"])
+        # values as typed on the command line, not as formatted numbers
+        rows.append({**trial, **{k: repr(trial[k]) for k in keys}, "rungs": " → ".join(rungs)})
+    return tables.markdown_table(rows, columns)
+
+
+def tuning(report: dict) -> list[str]:
+    """How each config's values were chosen on validation, every trial, and the choices."""
+    data = report["tuning"]
+    if not data:
+        return []
+    lines = [*_tuning_intro(data), _trials_table(data)]
+    for model in data["models"]:
+        chosen = model["chosen"]
+        described = (
+            ", ".join(f"{key}={value!r}" for key, value in chosen.items())
+            if chosen is not None
+            else "none (no trial was scored): the config's own values"
+        )
+        lines.append(f"- `{model['name']}`: {described}")
+    lines.append("")
+    keys = list(data["grid"])
+    for figure in report["figures"].get("tuning", []):
+        against = (
+            f" against `{keys[0]}` (best over {', '.join(keys[1:])} at each value)"
+            if len(keys) > 1
+            else ""
+        )
+        lines += [f"Validation BLEU of every trial{against}:", "", f"![tuning]({figure})", ""]
+    winners = report["copied_from_winning_trial"]
+    if winners:
+        lines += [
+            "",
+            f"The final runs {', '.join(f'`{name}`' for name in winners)} are their "
+            "config's winning trial, whose last rung trained to the final budget: copied, "
+            "not trained again. Chosen for its validation BLEU, such a run may score a "
+            "little higher on the test set than a fresh seed would; every config's seed "
+            "shares this.",
+        ]
+    return lines
+
+
+def _image(path: str) -> str:
+    return f"![{Path(path).stem}]({path})"
+
+
+def figures(report: dict) -> list[str]:
+    """Training curves, BLEU by source length and attention heatmaps, as images."""
+    paths = report["figures"]
+    lines = ["## Training curves", "", *[_image(p) for p in paths.get("curves", [])]]
+    if "bleu_by_length" in paths:
+        lines += ["", "## BLEU by source length (Bahdanau et al. 2015, Figure 2)", ""]
+        lines.append(_image(paths["bleu_by_length"][0]))
+    if paths.get("alignments"):
+        lines += [
+            "",
+            "## Attention over the source (Bahdanau et al. 2015, Figure 3)",
+            "",
+            "Rows are the output tokens, columns the source tokens; white is weight 1. "
+            "RNNsearch has one additive attention; the Transformer one cross-attention per "
+            "layer and head, plus each layer's head average.",
+            "",
+            *[_image(p) for p in paths["alignments"]],
+        ]
+    return lines
