@@ -4,6 +4,7 @@
       config.json        the config the run trained with (``save_config`` / ``load_config``)
       provenance.json    code, packages and devices behind every start and resume
       tokenizer/         SentencePiece model(s), trained once and reused by resumes and eval
+      encoded/           the training split tokenized once, memory-mapped by later starts
       checkpoints/       orbax checkpoints (state, data position, elapsed training time)
       metrics.jsonl      one JSON object per logged step or validation
       tensorboard/       the same metrics as TensorBoard events
@@ -55,6 +56,11 @@ class RunDirectory:
     @property
     def tokenizer_dir(self) -> Path:
         return self.path / "tokenizer"
+
+    @property
+    def encoded_dir(self) -> Path:
+        """The training split, tokenized once (``seq2seq.data.encoded``), for later starts."""
+        return self.path / "encoded"
 
     @property
     def checkpoints_dir(self) -> Path:

@@ -29,14 +29,15 @@ def _entries(directory: Path) -> set[str]:
     return {path.name for path in directory.iterdir() if path.name.endswith("-cache")}
 
 
-def _train(workdir: Path, environment: dict[str, str]) -> None:
+def _train(workdir: Path, environment: dict[str, str], steps: int = 2) -> str:
     command = train_command(
-        workdir, "transformer", "--config.train.steps=2", "--config.eval.every_minutes=0"
+        workdir, "transformer", f"--config.train.steps={steps}", "--config.eval.every_minutes=0"
     )
     result = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr
 
 
 @pytest.mark.slow
@@ -50,10 +51,15 @@ def test_a_second_start_compiles_nothing_new(tmp_path):
     _train(tmp_path / "off", {**environment, "JAX_ENABLE_COMPILATION_CACHE": "false"})
     assert not _entries(cache), "the cache was written although it was turned off"
 
-    _train(tmp_path / "first", environment)
+    assert "encoded before" not in _train(tmp_path / "first", environment)
     first = _entries(cache)
     assert any(name.startswith("jit_search-") for name in first), sorted(first)  # beam search
     assert len(first) >= 10, sorted(first)  # the training step, validation and initialisation
 
     _train(tmp_path / "second", environment)
     assert _entries(cache) == first, "the second start compiled programs the first had kept"
+
+    # Resumed, the run does not tokenize again: its encoded split is read from disk. (Steps 3
+    # and 4 may draw batches of a new shape, whose step is compiled once, then kept.)
+    log = _train(tmp_path / "first", environment, steps=4)
+    assert "training split encoded before" in log, log[-3000:]

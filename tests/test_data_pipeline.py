@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from seq2seq.config import ConfigError, load_config_file, validate
+from seq2seq.data import pipeline
 from seq2seq.data.encoded import filter_pairs
 from seq2seq.data.pipeline import build_training_data, load_pairs, real_tokens
 from seq2seq.data.sources import DataError
@@ -198,3 +199,40 @@ def test_batches_hold_the_budget_in_real_tokens_on_multi30k(multi30k, tmp_path_f
     config = load_config_file(REPO / path)
     tokenizer_dir = tmp_path_factory.getbasetemp() / "multi30k_tokenizer"  # one for both configs
     _assert_near_the_budget(_real_tokens(config, tokenizer_dir), config.data.tokens_per_batch)
+
+
+def _first_batches(data, count=3):
+    batches = iter(data.batches)
+    return [next(batches) for _ in range(count)]
+
+
+def test_a_second_start_reads_the_encoded_split_from_disk_not_the_corpus(tmp_path, monkeypatch):
+    folder = tmp_path / "text"
+    folder.mkdir()
+    _write_corpus(
+        folder, [(f"the dog {i % 7} runs far", f"der hund {i % 7} läuft") for i in range(60)]
+    )
+    config = _text_config(folder)
+    run, encoded_dir = tmp_path / "run" / "tokenizer", tmp_path / "run" / "encoded"
+    first = build_training_data(config, run, encoded_dir=encoded_dir)
+    (written,) = encoded_dir.iterdir()
+    assert written.name.startswith("train-") and (written / "target_offsets.npy").exists()
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the corpus was read again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline.sources, "open_corpus", no_reading)
+        patch.setattr(pipeline, "encode_corpus", no_reading)
+        again = build_training_data(config, run, encoded_dir=encoded_dir)
+    assert again.counts == first.counts
+    for a, b in zip(_first_batches(first), _first_batches(again), strict=True):
+        assert all(np.array_equal(a[key], b[key]) for key in a)
+
+    config.data.max_train_examples = 30  # another corpus: encoded afresh, beside the first
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "encode_corpus", no_reading)
+        with pytest.raises(AssertionError, match="read again"):
+            build_training_data(config, run, encoded_dir=encoded_dir)
+    assert build_training_data(config, run, encoded_dir=encoded_dir).counts["read"] == 30
+    assert len(list(encoded_dir.iterdir())) == 2

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import logging
 import math
 from pathlib import Path
@@ -16,7 +18,13 @@ from jax.experimental import multihost_utils
 
 from seq2seq.data import sources
 from seq2seq.data.batching import BucketedBatches, BucketSpec
-from seq2seq.data.encoded import EncodedCorpus, encode_corpus, filter_pairs
+from seq2seq.data.encoded import (
+    EncodedCorpus,
+    encode_corpus,
+    filter_pairs,
+    load_encoded,
+    save_encoded,
+)
 from seq2seq.data.packing import PackedBatches
 from seq2seq.data.sources import DataError, ParallelCorpus
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, sample_indices, train_tokenizer
@@ -137,8 +145,49 @@ def make_batches(
     )
 
 
+def encoded_corpus_key(config: ml_collections.ConfigDict, tokenizer_dir: Path) -> str:
+    """Names the training split as encoded by the tokenizer in ``tokenizer_dir``: a hash of the
+    whole data section, the seed (which orders and samples the pairs) and the tokenizer's files.
+    Any change to them names another corpus, so a stale encoding is never read."""
+    digest = hashlib.sha256()
+    digest.update(
+        json.dumps([config.data.to_dict(), config.seed], sort_keys=True, default=str).encode()
+    )
+    for path in sorted(tokenizer_dir.iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    return f"{config.data.train_split}-{digest.hexdigest()[:16]}"
+
+
+def _training_corpus(
+    config: ml_collections.ConfigDict, tokenizer_dir: Path, encoded_dir: Path | None
+) -> tuple[Tokenizer, EncodedCorpus]:
+    """The tokenizer and the encoded training split: read from ``encoded_dir`` when an earlier
+    start wrote them there (nothing is read or tokenized again), else read, tokenized and
+    written there."""
+    tokenizer = load_tokenizer(tokenizer_dir) if encoded_dir is not None else None
+    if tokenizer is not None:
+        encoded = load_encoded(encoded_dir / encoded_corpus_key(config, tokenizer_dir))
+        if encoded is not None:
+            if jax.process_count() > 1:  # the same collective as build_tokenizer's
+                multihost_utils.sync_global_devices("seq2seq: tokenizer saved")
+            logger.info("training split encoded before: %d pairs read from disk", len(encoded))
+            return tokenizer, encoded
+    data = config.data
+    corpus = sources.open_corpus(
+        data, data.train_split, seed=config.seed, limit=data.max_train_examples
+    )
+    tokenizer = build_tokenizer(config, tokenizer_dir, corpus)
+    encoded = encode_corpus(corpus, tokenizer)
+    if encoded_dir is not None:
+        encoded = save_encoded(encoded, encoded_dir / encoded_corpus_key(config, tokenizer_dir))
+    return tokenizer, encoded
+
+
 def build_training_data(
-    config: ml_collections.ConfigDict, tokenizer_dir: Path, batch_multiple: int = 1
+    config: ml_collections.ConfigDict,
+    tokenizer_dir: Path,
+    batch_multiple: int = 1,
+    encoded_dir: Path | None = None,
 ) -> TrainingData:
     """Reads, tokenizes, filters and batches the training split; logs what was dropped and why.
 
@@ -147,16 +196,14 @@ def build_training_data(
       tokenizer_dir: holds (or receives) the tokenizer.
       batch_multiple: rows of a global batch are padded up to a multiple of this (data-parallel
         devices x gradient-accumulation steps); the batches themselves do not depend on it.
+      encoded_dir: keeps the encoded training split for later starts (a run's
+        ``encoded_dir``); None encodes it afresh each time.
 
     Raises:
       DataError: the data is missing or unreadable, or no pair survives the filters.
     """
     data = config.data
-    corpus = sources.open_corpus(
-        data, data.train_split, seed=config.seed, limit=data.max_train_examples
-    )
-    tokenizer = build_tokenizer(config, tokenizer_dir, corpus)
-    encoded = encode_corpus(corpus, tokenizer)
+    tokenizer, encoded = _training_corpus(config, tokenizer_dir, encoded_dir)
     indices, dropped = filter_pairs(
         encoded.source_lengths, encoded.target_lengths, data.max_length, data.max_length_ratio
     )

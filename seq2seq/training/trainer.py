@@ -185,7 +185,9 @@ def _build_loop(
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     multiple = sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
-    data = build_training_data(config, run.tokenizer_dir, batch_multiple=multiple)
+    data = build_training_data(
+        config, run.tokenizer_dir, batch_multiple=multiple, encoded_dir=run.encoded_dir
+    )
     vocab = data.tokenizer.target_vocab_size
     state, schedule = create_state(config, data.tokenizer.source_vocab_size, vocab)
     state_shardings = sharding.state_sharding(mesh, state, rules)
