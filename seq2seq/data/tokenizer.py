@@ -155,7 +155,10 @@ def _train_model(sentences: Sequence[str], model_type: str, vocab_size: int) -> 
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
-        num_threads=2,
+        # Every core this process may use: WMT-sized samples take minutes, and the other hosts
+        # of a run wait for it. BPE counts are integers, so its vocabulary is the same on any
+        # number of cores; unigram's EM sums floats per thread and may round differently.
+        num_threads=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
         minloglevel=2,
     )
     return model.getvalue()
