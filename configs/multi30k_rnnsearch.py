@@ -32,11 +32,8 @@ def get_config():
     r.maxout_size = 256  # the paper: 500
     r.dropout_rate = 0.3  # on embeddings and maxout output (tuned: 0.1, 0.2, 0.3)
     r.share_embeddings = True  # one table for both languages' shared subwords
-    # Appendix B.1's N(0, 0.01^2) weights. With Adam at a peak of 1e-3 they learn several times
-    # slower than fan-in scaled ones (measured on 2 CPU cores, 8 minutes: 7.8 sacreBLEU against
-    # 28.9), but at 3e-3 they scored 31.6 after 8 minutes and 38.4 after 25 (beam 5): a larger
-    # step closes the gap. "modern" at 3e-3 or more is not measured on Multi30k (on the
-    # quickstart task it learns far faster: see quickstart_rnnsearch.py).
+    # Appendix B.1's N(0, 0.01^2) weights: slow under Adam at a peak of 1e-3, caught up at the
+    # peak this config uses (docs/results.md, "RNNsearch's initialisation").
     r.init = "paper"
 
     data = config.data

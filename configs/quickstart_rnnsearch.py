@@ -22,9 +22,9 @@ def get_config():
     r.alignment_size = 192
     r.maxout_size = 128
     r.share_embeddings = True
-    # Fan-in scaled weights, not Appendix B.1's N(0, 0.01^2): measured with this config on 2
-    # busy CPU cores, 400 steps reach validation BLEU 90.8 (perplexity 1.15) with "modern" and
-    # 0.5 (perplexity 12.9) with "paper", whose tiny weights leave Adam a long way to go.
+    # Fan-in scaled weights, not Appendix B.1's N(0, 0.01^2), whose tiny weights leave Adam a
+    # long way to go in a quickstart's few hundred steps (docs/results.md, "RNNsearch's
+    # initialisation").
     r.init = "modern"
 
     config.data.source = "synthetic"

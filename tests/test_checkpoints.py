@@ -1,6 +1,6 @@
 """Checkpoint retention: the newest ``keep`` plus the best by validation BLEU."""
 
-from seq2seq.training.checkpoints import Checkpoints
+from seq2seq.checkpoints import Checkpoints
 from seq2seq.training.trainer import create_state
 from tests.conftest import tiny_config
 

@@ -1,7 +1,7 @@
 """A trained model from its run directory: the tokenizer, the chosen checkpoint's parameters.
 
 Evaluation, translation, the comparison and the benchmarks read runs through this module, the
-one place of evaluation that opens a run's checkpoints (``seq2seq.training.checkpoints``). Only
+one place of evaluation that opens a run's checkpoints (``seq2seq.checkpoints``). Only
 parameters are read: no optimizer state is built or restored.
 """
 
@@ -16,10 +16,10 @@ import numpy as np
 from flax import nnx
 
 from seq2seq.checkpoint_rule import CheckpointChoice, resolve
+from seq2seq.checkpoints import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
 from seq2seq.models import build_model
 from seq2seq.run_directory import RunDirectory
-from seq2seq.training.checkpoints import Checkpoints
 
 
 def choose_checkpoints(

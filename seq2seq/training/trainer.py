@@ -23,6 +23,7 @@ from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from seq2seq import provenance
+from seq2seq.checkpoints import Checkpoints
 from seq2seq.data.pipeline import build_training_data, padding_share
 from seq2seq.models import (
     build_model,
@@ -33,7 +34,6 @@ from seq2seq.models import (
 )
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training import sharding
-from seq2seq.training.checkpoints import Checkpoints
 from seq2seq.training.clock import TrainingClock
 from seq2seq.training.logs import MetricsWriter, interval_record, short_line
 from seq2seq.training.schedules import build_optimizer, build_schedule

@@ -3,8 +3,8 @@
 Each checkpoint holds parameters, optimizer state, step and RNG key (``state``) and, as JSON
 (``data``), the data iterator's position and the training time and FLOPs spent so far, so a
 restored run continues exactly where it stopped and a time budget counts across interruptions.
-Evaluation
-reads the parameters alone (``restore_params``), never the optimizer state.
+Training saves and restores whole states; evaluation reads the parameters alone
+(``restore_params``), never the optimizer state, and so never imports training.
 Saving is asynchronous: training goes on while the arrays are written. Orbax writes into a
 temporary folder and renames it when complete, so a crash mid-save leaves no half checkpoint;
 a checkpoint damaged later is skipped, with a warning, in favour of the previous one.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -22,7 +22,8 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from orbax.checkpoint import checkpoint_managers as policies
 
-from seq2seq.training.step import TrainState
+if TYPE_CHECKING:  # only for annotations: evaluation imports this module, not training
+    from seq2seq.training.step import TrainState
 
 logger = logging.getLogger(__name__)
 
