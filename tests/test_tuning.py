@@ -202,6 +202,54 @@ def test_bad_tune_flags_are_refused_in_one_line(flags, minutes, samples, message
 
 
 @pytest.mark.parametrize(
+    "minutes, steps, message",
+    [
+        (5, 100, "not both"),
+        (None, 0, "at least 1 step"),
+    ],
+)
+def test_a_budget_in_steps_or_minutes_never_both(minutes, steps, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        make_tuning(["train.learning_rate=1,2"], minutes, steps=steps)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match="tune another key"):
+        make_tuning(["train.steps=10,20"], None, steps=5)
+
+
+STEPS_CONFIG = """
+from tests.conftest import tiny_config
+
+
+def get_config():
+    config = tiny_config("{model}")
+    config.train.steps = 100_000  # each rung's steps end the trials
+    config.train.time_budget_minutes = 30.0  # the config's own cap: steps decide instead
+    config.train.log_every_steps = 2
+    config.checkpoint.every_steps = 0
+    config.eval.num_examples = 4
+    config.decode.max_extra_length = 5
+    return config
+"""
+
+
+@pytest.mark.slow
+def test_trials_in_steps_are_scored_at_their_rungs_step(tmp_path):
+    path = tmp_path / "tiny_transformer.py"
+    path.write_text(STEPS_CONFIG.format(model="transformer"))
+    plan = make_tuning(["train.learning_rate=0.5,4.0"], None, rungs=2, steps=6)
+    (result,) = tuning.tune([RunSpec("tiny_transformer", path)], Settings(slice_minutes=0), plan,
+                            tmp_path / "work")  # fmt: skip
+    steps = sorted(trial.step for trial in result.trials)
+    assert steps == [6, 12], "the better trial trains on to rung 2's 12 steps, the other stops at 6"
+    for trial in result.trials:
+        assert trial.run.read_metrics()[-1]["step"] == trial.step  # scored where it ended
+        assert len(trial.rungs) == (2 if trial.step == 12 else 1)
+    assert result.chosen == next(t.point for t in result.trials if t.step == 12)
+    summary = tuning.report_json(plan, [result])
+    assert summary["budget_unit"] == "steps" and summary["rung_minutes"] == [6.0, 12.0]
+
+
+@pytest.mark.parametrize(
     "arguments, message",
     [
         (["--tune", "train.warmup_steps=1.5,3", "--tune_minutes", "1"], "not an integer"),

@@ -100,14 +100,20 @@ def run() -> None:
         "(repeat for more keys) and keep its best point by validation BLEU.",
     )
     tune_minutes = flags.DEFINE_float("tune_minutes", None, "Training minutes of every trial.")
+    tune_steps = flags.DEFINE_integer(
+        "tune_steps",
+        None,
+        "Training steps of every trial, instead of --tune_minutes: equal trials at every model "
+        "size (e.g. the frontier's), each past its warm-up.",
+    )
     tune_samples = flags.DEFINE_integer(
         "tune_samples", 0, "Train N points drawn from the grid (fixed seed); 0: every point."
     )
     tune_rungs = flags.DEFINE_integer(
         "tune_rungs",
         1,
-        "Successive halving: after --tune_minutes, the better half of each config's trials "
-        "trains on to twice the minutes, for this many rungs; 1: every trial once.",
+        "Successive halving: after --tune_minutes (or --tune_steps), the better half of each "
+        "config's trials trains on to twice that, for this many rungs; 1: every trial once.",
     )
     try:  # a config-dict flag reads its --config.KEY=VALUE overrides as it is defined
         config_flags.DEFINE_config_dict(
@@ -147,7 +153,9 @@ def run() -> None:
             max_test_sentences=max_test.value,
             checkpoint=checkpoint.value,
         )
-        tuning = make_tuning(tune.value, tune_minutes.value, tune_samples.value, tune_rungs.value)
+        tuning = make_tuning(
+            tune.value, tune_minutes.value, tune_samples.value, tune_rungs.value, tune_steps.value
+        )
         outcomes, report = compare(specs, Path(workdir.value), settings, title, tuning)
         finished = [o for o in outcomes if o.status == "ok" and o.result is not None]
         if save_records.value:

@@ -243,7 +243,13 @@ def failed_runs(report: dict) -> list[str]:
 def _tuning_method(data: dict) -> str:
     """How the configs were tuned: the grid, the trials' budgets, the halving."""
     counts = sorted(set(data["trials_per_model"].values()))
-    if len(counts) == 1:
+    unit = data.get("budget_unit", "minutes")
+    if len(counts) == 1 and unit == "steps":
+        method = (
+            f"every model got the same {counts[0]} trials, each with a budget of "
+            f"{data['minutes_per_trial']:g} training steps"
+        )
+    elif len(counts) == 1:
         method = (
             f"every model got the same {counts[0]} trials, each with a budget of "
             f"{data['minutes_per_trial']:g} training minutes (or its config's train.steps, if "
@@ -256,7 +262,7 @@ def _tuning_method(data: dict) -> str:
         minutes = ", ".join(f"{m:g}" for m in data["rung_minutes"])
         method += (
             f"; then successive halving over {data['rungs']} rungs ending at {minutes} training "
-            "minutes: after each rung the better half of every model's trials trained on"
+            f"{unit}: after each rung the better half of every model's trials trained on"
         )
     return method
 

@@ -53,8 +53,8 @@ logger = logging.getLogger(__name__)
 
 SAMPLE_SEED = 0  # draws the --tune_samples points (the same for every model and every rerun)
 TUNING_DIR = "tuning"  # trials live in WORKDIR/tuning/<config name>/<point>
-# Set by the trial budget itself; a --tune of it would make the budgets unequal.
-UNTUNABLE = frozenset({"train.time_budget_minutes"})
+# Set by the trial budget itself; a --tune of them would make the budgets unequal.
+UNTUNABLE = frozenset({"train.time_budget_minutes", "train.steps"})
 WINNER_MARK = "winning_trial.txt"  # in a final run copied from its winning trial: the trial
 
 Point = tuple[tuple[str, object], ...]  # (dotted key, value) per swept key, in grid order
@@ -65,12 +65,15 @@ class Tuning:
     """The grid every config of a comparison is tuned over, and each trial's budget."""
 
     grid: tuple[tuple[str, tuple[object, ...]], ...]  # (dotted key, its values), --tune order
-    minutes: float  # training minutes of every trial at the first rung (doubled at each rung)
+    minutes: float  # every trial's budget at the first rung, in ``unit`` (doubled at each rung)
     samples: int = 0  # 0: every point of the grid; N: N points drawn with SAMPLE_SEED
     rungs: int = 1  # successive-halving rungs; 1: every trial trains ``minutes`` and is scored
+    # "minutes" of training (--tune_minutes), or "steps" (--tune_steps): the same trials at
+    # every model size, whatever each size's speed, e.g. all past the longest warm-up.
+    unit: str = "minutes"
 
     def rung_minutes(self, rung: int) -> float:
-        """The training minutes of a trial that reaches ``rung`` (0-based)."""
+        """The budget, in ``unit``, of a trial that reaches ``rung`` (0-based)."""
         return self.minutes * 2**rung
 
     @property
@@ -130,7 +133,7 @@ def parse_tune_flag(text: str) -> tuple[str, tuple[object, ...]]:
         raise config_lib.ConfigError(f"--tune: {config_lib.unknown_key_message(key, schema)}")
     if key in UNTUNABLE:
         raise config_lib.ConfigError(
-            f"--tune {key}: every trial trains for --tune_minutes; tune another key"
+            f"--tune {key}: every trial trains for --tune_minutes or --tune_steps; tune another key"
         )
     texts = [value.strip() for value in listed.split(",") if value.strip()]
     if not texts:
@@ -165,29 +168,39 @@ def _point_for(point: Point, config: ml_collections.ConfigDict) -> Point:
 
 
 def make_tuning(
-    flags: Sequence[str], minutes: float | None, samples: int = 0, rungs: int = 1
+    flags: Sequence[str],
+    minutes: float | None,
+    samples: int = 0,
+    rungs: int = 1,
+    steps: int | None = None,
 ) -> Tuning | None:
-    """The ``Tuning`` of ``--tune`` flags, ``--tune_minutes``, ``--tune_samples`` and
-    ``--tune_rungs``; None without ``--tune``.
+    """The ``Tuning`` of ``--tune`` flags, ``--tune_minutes`` or ``--tune_steps``,
+    ``--tune_samples`` and ``--tune_rungs``; None without ``--tune``.
 
     Raises:
       ConfigError: a bad flag, or a combination that cannot run (one line).
     """
     if not flags:
-        if minutes is not None or samples or rungs != 1:
+        if minutes is not None or steps is not None or samples or rungs != 1:
             raise config_lib.ConfigError(
-                "--tune_minutes, --tune_samples and --tune_rungs need --tune KEY=V1,V2,... "
-                "(what to tune)"
+                "--tune_minutes, --tune_steps, --tune_samples and --tune_rungs need --tune "
+                "KEY=V1,V2,... (what to tune)"
             )
         return None
+    if minutes is not None and steps is not None:
+        raise config_lib.ConfigError(
+            "give --tune_minutes or --tune_steps, not both: every trial gets one kind of budget"
+        )
     grid = [parse_tune_flag(flag) for flag in flags]
     keys = [key for key, _ in grid]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
         raise config_lib.ConfigError(f"--tune {repeated[0]} is given twice; list its values once")
-    if minutes is None or minutes <= 0:
+    if steps is not None and steps < 1:
+        raise config_lib.ConfigError(f"--tune_steps {steps}: give at least 1 step per trial")
+    if steps is None and (minutes is None or minutes <= 0):
         raise config_lib.ConfigError(
-            "--tune needs --tune_minutes M > 0: the training time of every trial (equal budgets)"
+            "--tune needs --tune_minutes M > 0 or --tune_steps N: every trial's equal budget"
         )
     size = 1
     for _, values in grid:
@@ -203,6 +216,8 @@ def make_tuning(
             f"--tune_rungs {rungs}: {points} trials per model can be halved at most "
             f"{max(points.bit_length() - 1, 0)} times; use 1 to {points.bit_length()} rungs"
         )
+    if steps is not None:
+        return Tuning(tuple(grid), float(steps), samples, rungs, unit="steps")
     return Tuning(tuple(grid), float(minutes), samples, rungs)
 
 
@@ -273,11 +288,11 @@ class ModelTuning:
         return dataclasses.replace(self.spec, overrides=(*self.spec.overrides, *overrides))
 
 
-def _score(trial: Trial, minutes: float) -> None:
+def _score(trial: Trial, minutes: float, unit: str = "minutes") -> None:
     """Fills the trial's numbers from its own ``metrics.jsonl``, as they stood at ``minutes``
-    training minutes: the first validation at or after that time is the one written when a
-    budget of ``minutes`` ran out (later ones belong to a later rung); a run that ended earlier,
-    by its steps, is scored by its last."""
+    training minutes (or steps, by ``unit``): the first validation at or after that point is the
+    one written when a budget of ``minutes`` ran out (later ones belong to a later rung); a run
+    that ended earlier (its steps, or early stopping) is scored by its last."""
     records = trial.run.read_metrics()
     trained = [record for record in records if record.get("kind") == "train"]
     validations = [record for record in records if record.get("kind") == "validation"]
@@ -288,7 +303,10 @@ def _score(trial: Trial, minutes: float) -> None:
         if trial.status == "ok":
             trial.status, trial.reason = "unscored", "no validation record in metrics.jsonl"
         return
-    later = [r for r in validations if r.get("elapsed_seconds", 0.0) >= minutes * 60]
+    if unit == "steps":
+        later = [r for r in validations if r["step"] >= minutes]
+    else:
+        later = [r for r in validations if r.get("elapsed_seconds", 0.0) >= minutes * 60]
     record = later[0] if later else validations[-1]
     trial.train_minutes = max(trial.train_minutes or 0.0, record.get("elapsed_seconds", 0) / 60)
     trial.step = record["step"]
@@ -313,16 +331,24 @@ def make_trial(spec: RunSpec, point: Point, settings: Settings, root: Path) -> T
     return trial
 
 
-def run_trials(trials: Sequence[Trial], minutes: float, slice_minutes: float) -> bool:
-    """Trains ``trials`` (every config's) side by side to ``minutes`` training minutes each and
-    scores them at that time; a failure is recorded, not raised. True when preempted."""
+def run_trials(
+    trials: Sequence[Trial], minutes: float, slice_minutes: float, unit: str = "minutes"
+) -> bool:
+    """Trains ``trials`` (every config's) side by side to ``minutes`` training minutes each (or
+    steps, by ``unit``) and scores them there; a failure is recorded, not raised. True when
+    preempted."""
     for trial in trials:
-        if trial.config is not None:
+        if trial.config is None:
+            continue
+        if unit == "steps":
+            trial.config.train.steps = int(minutes)
+            trial.config.train.time_budget_minutes = 0.0
+        else:
             trial.config.train.time_budget_minutes = minutes
     if train_in_slices(trials, slice_minutes):
         return True
     for trial in trials:
-        _score(trial, minutes)
+        _score(trial, minutes, unit)
     return False
 
 
@@ -351,9 +377,10 @@ def reuse_winners(
     Returns:
       The names of the runs copied, now and by earlier invocations of the same comparison.
     """
-    if settings.budget_steps is not None or settings.budget_minutes != tuning.rung_minutes(
-        tuning.rungs - 1
-    ):
+    last = tuning.rung_minutes(tuning.rungs - 1)
+    final = settings.budget_steps if tuning.unit == "steps" else settings.budget_minutes
+    other = settings.budget_minutes if tuning.unit == "steps" else settings.budget_steps
+    if other is not None or final != last:
         return []
     copied = []
     for result in results:
@@ -423,13 +450,14 @@ def tune(
         minutes = tuning.rung_minutes(rung)
         running = [trial for result in results for trial in survivors[id(result)]]
         logger.info(
-            "== tuning, rung %d of %d: %d trials to %g training minutes",
+            "== tuning, rung %d of %d: %d trials to %g training %s",
             rung + 1,
             tuning.rungs,
             len(running),
             minutes,
+            tuning.unit,
         )
-        if run_trials(running, minutes, settings.slice_minutes):
+        if run_trials(running, minutes, settings.slice_minutes, tuning.unit):
             return results
         if rung + 1 < tuning.rungs:
             for result in results:  # the better half goes on (the same count for every model)
@@ -472,6 +500,7 @@ def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
     return {
         "grid": {key: list(values) for key, values in tuning.grid},
         "minutes_per_trial": tuning.minutes,
+        "budget_unit": tuning.unit,
         "rungs": tuning.rungs,
         "rung_minutes": [tuning.rung_minutes(rung) for rung in range(tuning.rungs)],
         "samples": tuning.samples or None,
@@ -506,7 +535,8 @@ def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
             ]
             label = result.spec.name
             if tuning.rungs > 1:
-                label += f", {tuning.rung_minutes(rung):g} min"
+                unit = "min" if tuning.unit == "minutes" else "steps"
+                label += f", {tuning.rung_minutes(rung):g} {unit}"
             if scored:
                 lines[label] = scored
     figures.plot_tuning(lines, path, keys=tuning.keys)
