@@ -124,3 +124,24 @@ def test_the_loop_keeps_two_steps_in_flight_and_fetches_metrics_at_log_steps(tmp
     # Before step n is dispatched (n - 1 already are), the loop waits for step n - 2 only.
     assert all(before - waited == 1 for before, waited in waits)
     assert set(fetches) == {4, 8, 12}  # metrics come back to the host at log steps only
+
+
+@pytest.mark.slow
+def test_a_slice_ends_with_a_checkpoint_and_no_final_validation_then_resumes(tmp_path):
+    from seq2seq.compare.runner import PauseAt  # the comparison's own reason to stop a run
+
+    config = tiny_config("transformer")
+    config.train.steps = 100_000
+    config.train.time_budget_minutes = 0.2
+    config.checkpoint.every_steps = 1_000
+    pause = PauseAt(0.05)
+    sliced = train(config, tmp_path, preemption=pause)
+    assert pause.paused and sliced.preempted and not sliced.stop_reason
+    assert 3 <= sliced.elapsed_seconds < 12  # stopped at its 3 s mark, not the 12 s budget
+    run = RunDirectory(tmp_path)
+    assert [r["kind"] for r in run.read_metrics()].count("stop") == 0  # not ended: resumable
+
+    finished = train(config, tmp_path)  # the next slice, to the budget
+    assert finished.step > sliced.step and finished.stop_reason
+    assert finished.elapsed_seconds > config.train.time_budget_minutes * 60
+    assert run.read_metrics()[-1]["kind"] == "stop"

@@ -229,6 +229,11 @@ def test_a_second_start_reads_the_encoded_split_from_disk_not_the_corpus(tmp_pat
     for a, b in zip(_first_batches(first), _first_batches(again), strict=True):
         assert all(np.array_equal(a[key], b[key]) for key in a)
 
+    config.data.pack = True  # the same corpus batched another way: read from disk again
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "encode_corpus", no_reading)
+        assert build_training_data(config, run, encoded_dir=encoded_dir).counts == first.counts
+    config.data.pack = False
     config.data.max_train_examples = 30  # another corpus: encoded afresh, beside the first
     with monkeypatch.context() as patch:
         patch.setattr(pipeline, "encode_corpus", no_reading)

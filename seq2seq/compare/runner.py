@@ -28,7 +28,7 @@ from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training.stopping import CONVERGED
-from seq2seq.training.trainer import train
+from seq2seq.training.trainer import Preemption, train
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +223,27 @@ def _finished(job) -> bool:
     )
 
 
+class PauseAt(Preemption):
+    """A slice's end: the run saves and stops at ``minutes`` training minutes (counted across
+    resumes) as if preempted, without its final validation, and the next slice resumes it.
+    SIGTERM still stops it as it stops any run."""
+
+    timed = True
+    message = "paused: saved step %d; the next slice resumes it"
+    log_level = logging.INFO
+
+    def __init__(self, minutes: float):
+        super().__init__()
+        self.seconds = minutes * 60
+        self.paused = False
+
+    def reached(self, step: int, elapsed_seconds: float = 0.0) -> bool:
+        if not self.requested and elapsed_seconds >= self.seconds:
+            logger.info("paused at %.2f training minutes (step %d)", elapsed_seconds / 60, step)
+            self.requested = self.paused = True
+        return super().reached(step, elapsed_seconds)
+
+
 def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
     """Trains every job whose status is "ok" to its end, in round-robin slices.
 
@@ -254,18 +275,19 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
                 job.run.path.name,
                 f" to {pause:g} min (slice {round_index})" if pause is not None else "",
             )
+            stop = PauseAt(pause) if pause is not None else Preemption()
             try:
-                summary = train(job.config, job.run, make_validate_fn, pause_at_minutes=pause)
+                summary = train(job.config, job.run, make_validate_fn, preemption=stop)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as error:  # one failed run must not end the comparison
                 _fail(job, error)
                 continue
-            if summary.preempted:
+            if isinstance(stop, PauseAt) and stop.paused:
+                unfinished.append(job)
+            elif summary.preempted:
                 job.status, job.reason = "preempted", "stopped by SIGTERM; rerun to resume"
                 return True
-            if summary.paused:
-                unfinished.append(job)
         active = unfinished
         round_index += 1
     return False

@@ -145,14 +145,28 @@ def make_batches(
     )
 
 
+# Keys of the data section read only after encoding (by the filters and the batch planner): a
+# change to them batches the same encoded corpus differently.
+AFTER_ENCODING = frozenset(
+    {
+        "max_length",
+        "max_length_ratio",
+        "tokens_per_batch",
+        "sentences_per_batch",
+        "bucket_width",
+        "pack",
+    }
+)
+
+
 def encoded_corpus_key(config: ml_collections.ConfigDict, tokenizer_dir: Path) -> str:
     """Names the training split as encoded by the tokenizer in ``tokenizer_dir``: a hash of the
-    whole data section, the seed (which orders and samples the pairs) and the tokenizer's files.
-    Any change to them names another corpus, so a stale encoding is never read."""
+    data section (but the keys read after encoding, ``AFTER_ENCODING``), the seed (which orders
+    and samples the pairs) and the tokenizer's files. Any change to them names another corpus,
+    so a stale encoding is never read."""
+    reading = {k: v for k, v in config.data.to_dict().items() if k not in AFTER_ENCODING}
     digest = hashlib.sha256()
-    digest.update(
-        json.dumps([config.data.to_dict(), config.seed], sort_keys=True, default=str).encode()
-    )
+    digest.update(json.dumps([reading, config.seed], sort_keys=True, default=str).encode())
     for path in sorted(tokenizer_dir.iterdir()):
         digest.update(path.name.encode() + path.read_bytes())
     return f"{config.data.train_split}-{digest.hexdigest()[:16]}"

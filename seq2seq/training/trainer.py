@@ -61,7 +61,6 @@ class RunSummary:
     preempted: bool = False
     elapsed_seconds: float = 0.0  # training time across all resumes (what the budget counts)
     train_flops: float = 0.0  # analytic training FLOPs across all resumes
-    paused: bool = False  # stopped at ``pause_at_minutes``, before the budget: resume to go on
     stop_reason: str = ""  # CONVERGED or CAPPED once the run has ended; "" if paused or preempted
 
 
@@ -80,7 +79,15 @@ class Preemption:
     by ``jax.distributed.initialize``) catches SIGTERM on any process and tells the others;
     ``reached(step)`` then turns true on every process at one agreed step, where they save one
     checkpoint together and stop.
+
+    A caller may stop a run for reasons of its own in the same way (the comparison's slices,
+    ``seq2seq.compare.runner.PauseAt``): a subclass that reads the training time sets ``timed``
+    (every process then reads one clock) and its ``reached`` also turns true at its time.
     """
+
+    timed = False  # whether ``reached`` reads the training time (one clock for all processes)
+    message = "SIGTERM: saved step %d; rerun to resume"  # logged once the run has stopped
+    log_level = logging.WARNING
 
     def __init__(self):
         self.requested = False
@@ -96,8 +103,9 @@ class Preemption:
         del signum, frame
         self.requested = True
 
-    def reached(self, step: int) -> bool:
-        """Whether to save and stop after ``step``; every process must call it at every step."""
+    def reached(self, step: int, elapsed_seconds: float = 0.0) -> bool:
+        """Whether to save and stop after ``step``, at ``elapsed_seconds`` of training; every
+        process must call it at every step."""
         if self._shared and not self.requested:
             self.requested = multihost_utils.reached_preemption_sync_point(step)
         return self.requested
@@ -111,7 +119,7 @@ def train(
     config: ml_collections.ConfigDict,
     workdir: Path | RunDirectory,
     make_validate: MakeValidateFn | None = None,
-    pause_at_minutes: float | None = None,
+    preemption: Preemption | None = None,
 ) -> RunSummary:
     """Trains (or resumes) the configured model in ``workdir`` and writes a final checkpoint.
 
@@ -122,9 +130,9 @@ def train(
         BLEU), called every ``config.eval.every_steps`` steps or ``every_minutes`` training
         minutes, and at the end; its "bleu" picks the best checkpoint. Passed in by entry
         points, so training never imports evaluation.
-      pause_at_minutes: stop once this much training time is spent (counted across resumes),
-        with a checkpoint but without the final validation, as if preempted; a later call
-        continues. How a comparison interleaves its runs in slices.
+      preemption: what stops the run early with a checkpoint but without the final validation,
+        so that a later call continues it: SIGTERM (the default ``Preemption``), or a caller's
+        own reason (a comparison's slices).
     """
     run = workdir if isinstance(workdir, RunDirectory) else RunDirectory(workdir)
     mesh_config = config.mesh
@@ -133,14 +141,14 @@ def train(
             mesh_config.coordinator_address, mesh_config.num_processes, mesh_config.process_id
         )
     with sharding.stop_every_process_on_error():
-        return _train(config, run, make_validate, pause_at_minutes)
+        return _train(config, run, make_validate, preemption or Preemption())
 
 
 def _train(
     config: ml_collections.ConfigDict,
     run: RunDirectory,
     make_validate: MakeValidateFn | None,
-    pause_at_minutes: float | None,
+    preemption: Preemption,
 ) -> RunSummary:
     primary = jax.process_index() == 0  # the one process that writes the run's files
     run.create().save_config(config, write=primary)
@@ -148,13 +156,12 @@ def _train(
         # versions, devices, commit and compute dtype of this (re)start
         provenance.record_start(run.path, compute_dtype=compute_dtype(config))
     loop, state, params = _build_loop(config, run, make_validate, primary)
-    pause_seconds = math.inf if pause_at_minutes is None else pause_at_minutes * 60
     try:
-        with Preemption() as preemption:
-            state = loop.run(state, preemption, pause_seconds)
+        with preemption:
+            state = loop.run(state, preemption)
         if preemption.requested:
-            logger.warning("SIGTERM: saved step %d; rerun to resume", int(state.step))
-        elif not loop.paused:
+            logger.log(preemption.log_level, preemption.message, int(state.step))
+        else:
             loop.save(state, final=True)
             loop.record_stop(state)
     finally:
@@ -169,7 +176,6 @@ def _train(
         preemption.requested,
         elapsed_seconds=progress["elapsed_seconds"],
         train_flops=progress["train_flops"],
-        paused=loop.paused,
         stop_reason=loop.stop_reason,
     )
 
@@ -269,7 +275,6 @@ class _Loop:
         self.loss = math.nan
         self.seconds = 0.0  # this session's training time (validation left out)
         self.steps_run = 0  # steps trained in this session
-        self.paused = False  # stopped at the pause time, before the budget
         self.stop_reason = ""  # set by ``record_stop`` once the run has ended
         self._seen_shapes: set[tuple] = set()  # batch shapes compiled in this session
         self._validated_step = -1  # the step of this session's last validation
@@ -286,15 +291,13 @@ class _Loop:
         self.flops = float(saved.get("train_flops", 0.0))
         self.stopping.restore(saved.get("early_stopping", {}))
 
-    def run(
-        self, state: TrainState, preemption: Preemption, pause_seconds: float = math.inf
-    ) -> TrainState:
+    def run(self, state: TrainState, preemption: Preemption) -> TrainState:
         train = self.config.train
         budget = train.time_budget_minutes * 60 or math.inf
-        if math.isfinite(pause_seconds):  # a pause is a time too: one clock for all processes
+        if preemption.timed:  # a stop at a time: one clock for all processes
             self.clock.shared = jax.process_count() > 1
         self.clock.start()
-        if self._nothing_to_train(int(state.step), budget, pause_seconds):
+        if self._nothing_to_train(budget):
             return state
         progress = tqdm(
             total=train.steps,
@@ -309,22 +312,19 @@ class _Loop:
             if step % train.log_every_steps == 0 or step == train.steps:
                 self._log(step, progress)  # only on schedule, so resumed logs match exactly
             self._validate_or_save(state, step, before, now)
-            if self._should_stop(state, step, now, budget, pause_seconds, preemption):
+            if self._should_stop(state, step, now, budget, preemption):
                 break
         progress.close()
         self.seconds = self.clock.session_seconds()
         return state
 
-    def _nothing_to_train(self, step: int, budget: float, pause_seconds: float) -> bool:
-        """Whether an earlier session already spent the budget, converged or reached the pause."""
+    def _nothing_to_train(self, budget: float) -> bool:
+        """Whether an earlier session already spent the budget or converged."""
         if self.clock.elapsed >= budget:
             logger.info("time budget of %.1f min already spent", budget / 60)
             return True
         if self.stopping.converged:
             logger.info("converged before (best at step %d)", self.stopping.best_step)
-            return True
-        if self.clock.elapsed >= pause_seconds and step < self.config.train.steps:
-            self.paused = True
             return True
         return False
 
@@ -336,11 +336,11 @@ class _Loop:
         elif _due(step, checkpoint.every_steps, before, now, checkpoint.every_minutes):
             self.save(state)
 
-    def _should_stop(self, state, step, now, budget, pause_seconds, preemption) -> bool:
-        """Whether the loop ends after ``step``: preempted (saved here), converged or out of
-        time (the final save follows in ``train``), or paused (saved here)."""
-        if preemption.reached(step):  # save now, skip the final validation: time is short
-            self.save(state)
+    def _should_stop(self, state, step, now, budget, preemption) -> bool:
+        """Whether the loop ends after ``step``: preempted (saved here), or converged or out of
+        time (the final save follows in ``train``)."""
+        if preemption.reached(step, now):
+            self.save(state)  # save now, skip the final validation: time is short
             return True
         if self.stopping.converged:
             logger.info(
@@ -353,11 +353,6 @@ class _Loop:
             return True
         if now > budget:
             logger.info("time budget of %.1f min reached at step %d", budget / 60, step)
-            return True
-        if now >= pause_seconds and step < self.config.train.steps:
-            logger.info("paused at %.2f training minutes (step %d)", now / 60, step)
-            self.save(state)
-            self.paused = True
             return True
         return False
 
