@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq.compare.report import write_report
+from seq2seq.compare.report import build_report, write_report
 from seq2seq.compare.runner import (
     RunOutcome,
     Settings,
@@ -89,7 +89,8 @@ def compare(
             "preempted",
             stopped[0].reason,
         )
-        return [outcome], write_report(workdir, [outcome], settings, title, tuning, tuned)
+        report = build_report(workdir, [outcome], settings, title, tuning, tuned)
+        return [outcome], write_report(workdir, report)
     if tuned:
         specs = [result.tuned_spec() for result in tuned]
     outcomes = [
@@ -108,8 +109,10 @@ def compare(
     )
     if train_in_slices(outcomes, settings.slice_minutes):
         logger.warning("preempted: writing the report so far; rerun to continue")
-        return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned, copied)
+        report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
+        return outcomes, write_report(workdir, report)
     for index, outcome in enumerate(outcomes, start=1):
         logger.info("== scoring run %d of %d: %s", index, len(outcomes), outcome.name)
         evaluate_outcome(outcome, settings)
-    return outcomes, write_report(workdir, outcomes, settings, title, tuning, tuned, copied)
+    report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
+    return outcomes, write_report(workdir, report)

@@ -270,18 +270,9 @@ def build_report(
     }
 
 
-def write_report(
-    root: Path,
-    outcomes: Sequence[RunOutcome],
-    settings: Settings,
-    title: str,
-    tuning: tuning_lib.Tuning | None = None,
-    tuned: Sequence[tuning_lib.ModelTuning] | None = None,
-    winners: Sequence[str] = (),
-) -> Path:
-    """Writes ``report.json``, then ``report.md`` rendered from it, and the figures under
-    ``root``; returns the .md (arguments as ``build_report``'s)."""
-    report = build_report(root, outcomes, settings, title, tuning, tuned, winners)
+def write_report(root: Path, report: dict) -> Path:
+    """Writes ``report`` (``build_report``'s) as ``root/report.json``, then ``root/report.md``
+    rendered from it; returns the .md."""
     (root / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     path = root / "report.md"
     path.write_text(report_sections.render(report))
