@@ -66,6 +66,30 @@ def compare(
 
     Returns the outcomes, in order, and the path of ``report.md``.
     """
+    _check(specs, settings, tuning)
+    workdir = workdir.resolve()  # the report's paths then hold wherever it is read from
+    workdir.mkdir(parents=True, exist_ok=True)
+    tuned = tune(specs, settings, tuning, workdir) if tuning is not None else None
+    if tuned and any(result.preempted for result in tuned):
+        logger.warning("preempted while tuning: writing the report so far; rerun to continue")
+        outcomes, copied = [_stopped_trial(tuned)], []
+    else:
+        specs = [result.tuned_spec() for result in tuned] if tuned else specs
+        outcomes = [
+            prepare(spec, settings, seed_index, workdir)
+            for spec in specs
+            for seed_index in range(settings.seeds)
+        ]
+        copied = reuse_winners(tuned, outcomes, settings, tuning) if tuned else []
+        check_reuse(outcomes)
+        _train_and_score(outcomes, settings)
+    report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
+    return outcomes, write_report(workdir, report)
+
+
+def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) -> None:
+    """Refuses, before any training, runs that would share a folder, a scored split that
+    training or validation reads, and a ``--config`` override of a tuned key."""
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -75,31 +99,20 @@ def compare(
     check_splits(specs, settings)
     if tuning is not None:
         check_overrides(tuning, settings)
-    workdir = workdir.resolve()  # the report's paths then hold wherever it is read from
-    workdir.mkdir(parents=True, exist_ok=True)
-    tuned = tune(specs, settings, tuning, workdir) if tuning is not None else None
-    if tuned and any(result.preempted for result in tuned):
-        logger.warning("preempted while tuning: writing the report so far; rerun to continue")
-        stopped = [trial for result in tuned for trial in result.trials if trial.preempted]
-        outcome = RunOutcome(
-            stopped[0].run.path.name,
-            tuned[0].spec,
-            None,
-            stopped[0].run,
-            "preempted",
-            stopped[0].reason,
-        )
-        report = build_report(workdir, [outcome], settings, title, tuning, tuned)
-        return [outcome], write_report(workdir, report)
-    if tuned:
-        specs = [result.tuned_spec() for result in tuned]
-    outcomes = [
-        prepare(spec, settings, seed_index, workdir)
-        for spec in specs
-        for seed_index in range(settings.seeds)
-    ]
-    copied = reuse_winners(tuned, outcomes, settings, tuning) if tuned else []
-    check_reuse(outcomes)
+
+
+def _stopped_trial(tuned) -> RunOutcome:
+    """The trial SIGTERM stopped, as the report's one outcome until the sweep is rerun."""
+    stopped = [trial for result in tuned for trial in result.trials if trial.preempted]
+    trial = stopped[0]
+    return RunOutcome(
+        trial.run.path.name, tuned[0].spec, None, trial.run, "preempted", trial.reason
+    )
+
+
+def _train_and_score(outcomes: Sequence[RunOutcome], settings: Settings) -> None:
+    """Trains the runs side by side in slices, then scores each, unless SIGTERM stopped them
+    (the report then shows the runs so far; a rerun continues)."""
     logger.info(
         "== training %d runs%s",
         len(outcomes),
@@ -109,10 +122,7 @@ def compare(
     )
     if train_in_slices(outcomes, settings.slice_minutes):
         logger.warning("preempted: writing the report so far; rerun to continue")
-        report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
-        return outcomes, write_report(workdir, report)
+        return
     for index, outcome in enumerate(outcomes, start=1):
         logger.info("== scoring run %d of %d: %s", index, len(outcomes), outcome.name)
         evaluate_outcome(outcome, settings)
-    report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
-    return outcomes, write_report(workdir, report)
