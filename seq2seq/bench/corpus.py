@@ -20,6 +20,11 @@ the number of worker processes feeding it.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before anything else loads (see seq2seq/cli.py)
+    from seq2seq import cli
+
+    cli.start()
+
 import json
 import os
 import subprocess

@@ -24,6 +24,11 @@ docs/benchmarks.md, "On an accelerator".
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, before anything else loads (see seq2seq/cli.py)
+    from seq2seq import cli
+
+    cli.start()
+
 import contextlib
 import dataclasses
 import json
