@@ -236,19 +236,67 @@ def _verdict_table(data: dict) -> str:
 
 
 def render(data: dict) -> str:
-    """The markdown of ``frontier_data``'s result."""
-    lines = [f"# {data['title']}", ""]
+    """The markdown of ``frontier_data``'s result: what was scored, the verdict, the frontiers'
+    findings, the sizes and the runs."""
+    lines = [f"# {data['title']}", "", *_what_was_scored(data), "## Verdict", ""]
+    lines += [*_verdict(data), "", *_findings(data), ""]
+    lines += [
+        f"Holm-Bonferroni over the report's {data['tests']} tests (BLEU and chrF of each pair); "
+        "every p is two-sided; 'significant' uses the adjusted p.",
+        "",
+        f"![Validation BLEU of every run against training FLOPs, steps and minutes]({FIGURE})",
+        "",
+        "## Sizes",
+        "",
+        markdown_table(data["sizes"], SIZE_COLUMNS),
+        "",
+        "## Runs",
+        "",
+        markdown_table(data["runs"], RUN_COLUMNS),
+    ]
+    for chrf in dict.fromkeys(verdict["chrf_sentence"] for verdict in data["verdicts"]):
+        lines.append(f"- {chrf}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+SIZE_COLUMNS = [
+    ("size", "size", ""),
+    ("family", "family", ""),
+    ("seeds", "seeds", ""),
+    ("model", "widths and depths", ""),
+    ("rate", "peak rate after warm-up steps", ""),
+    ("flops_per_step", "training FLOPs / step", ".3g"),
+]
+RUN_COLUMNS = [
+    ("run", "run", ""),
+    ("end", "ended", ""),
+    ("steps", "steps", ","),
+    ("minutes", "train min", ".1f"),
+    ("flops", "train FLOPs", ".3g"),
+    ("best_validation_bleu", "best val BLEU", ".2f"),
+    ("best_step", "at step", ","),
+    ("test_bleu", "test BLEU", ".2f"),
+    ("test_chrf", "test chrF", ".2f"),
+]
+
+
+def _what_was_scored(data: dict) -> list[str]:
     scored = data["scored"]
-    if scored:
-        lines += [
-            f"Test scores: `{scored['split']}`, beam {scored['beam_size']}, alpha "
-            f"{scored['alpha']}, checkpoint rule `{scored['rule']}`. Every choice below is made on "
-            "validation BLEU; the test split only scores what validation chose.",
-            "",
-        ]
-    lines += ["## Verdict", ""]
-    if data["verdicts"]:
-        lines += [_verdict_table(data), ""]
+    if not scored:
+        return []
+    return [
+        f"Test scores: `{scored['split']}`, beam {scored['beam_size']}, alpha "
+        f"{scored['alpha']}, checkpoint rule `{scored['rule']}`. Every choice below is made on "
+        "validation BLEU; the test split only scores what validation chose.",
+        "",
+    ]
+
+
+def _verdict(data: dict) -> list[str]:
+    """The table of compute levels, then one sentence per pair of runs compared."""
+    if not data["verdicts"]:
+        return ["- No compute level has a finished, scored run of both families yet."]
+    lines = [_verdict_table(data), ""]
     sentences = dict.fromkeys(
         (verdict["a"], verdict["b"], verdict["sentence"]) for verdict in data["verdicts"]
     )
@@ -256,17 +304,19 @@ def render(data: dict) -> str:
         levels = [_level(v) for v in data["verdicts"] if (v["a"], v["b"]) == (a, b)]
         joined = ", ".join(levels)
         lines.append(f"- {joined[0].upper()}{joined[1:]}: {sentence}")
-    if not data["verdicts"]:
-        lines.append("- No compute level has a finished, scored run of both families yet.")
-    lines.append("")
-    if data["crossings"]:
-        for crossing in data["crossings"]:
-            lines.append(
-                f"- The validation frontiers cross at {crossing['flops']:.2g} training FLOPs: "
-                f"from there `{crossing['leader']}` leads (before it, "
-                f"`{_leader_before(data, crossing)}`)."
-            )
-    elif len(data["families"]) == 2:
+    return lines
+
+
+def _findings(data: dict) -> list[str]:
+    """Where the validation frontiers cross, and each family's best converged run."""
+    lines = []
+    for crossing in data["crossings"]:
+        lines.append(
+            f"- The validation frontiers cross at {crossing['flops']:.2g} training FLOPs: "
+            f"from there `{crossing['leader']}` leads (before it, "
+            f"`{_leader_before(data, crossing)}`)."
+        )
+    if not data["crossings"] and len(data["families"]) == 2:
         lines.append("- The validation frontiers do not cross over the FLOPs both cover.")
     for best in data["best"]:
         lines.append(
@@ -275,47 +325,7 @@ def render(data: dict) -> str:
             f"{best['steps']:,.0f} steps and {best['minutes']:.0f} training minutes "
             f"({best['minutes'] / 60:.1f} h) on the machine that trained it."
         )
-    lines += [
-        "",
-        f"Holm-Bonferroni over the report's {data['tests']} tests (BLEU and chrF of each pair); "
-        "every p is two-sided; 'significant' uses the adjusted p.",
-        "",
-        f"![Validation BLEU of every run against training FLOPs, steps and minutes]({FIGURE})",
-        "",
-        "## Sizes",
-        "",
-        markdown_table(
-            data["sizes"],
-            [
-                ("size", "size", ""),
-                ("family", "family", ""),
-                ("seeds", "seeds", ""),
-                ("model", "widths and depths", ""),
-                ("rate", "peak rate after warm-up steps", ""),
-                ("flops_per_step", "training FLOPs / step", ".3g"),
-            ],
-        ),
-        "",
-        "## Runs",
-        "",
-        markdown_table(
-            data["runs"],
-            [
-                ("run", "run", ""),
-                ("end", "ended", ""),
-                ("steps", "steps", ","),
-                ("minutes", "train min", ".1f"),
-                ("flops", "train FLOPs", ".3g"),
-                ("best_validation_bleu", "best val BLEU", ".2f"),
-                ("best_step", "at step", ","),
-                ("test_bleu", "test BLEU", ".2f"),
-                ("test_chrf", "test chrF", ".2f"),
-            ],
-        ),
-    ]
-    for chrf in dict.fromkeys(verdict["chrf_sentence"] for verdict in data["verdicts"]):
-        lines.append(f"- {chrf}")
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 def write_frontier_report(
