@@ -187,21 +187,35 @@ def make_tuning(
                 "KEY=V1,V2,... (what to tune)"
             )
         return None
-    if minutes is not None and steps is not None:
-        raise config_lib.ConfigError(
-            "give --tune_minutes or --tune_steps, not both: every trial gets one kind of budget"
-        )
+    budget, unit = _budget(minutes, steps)
     grid = [parse_tune_flag(flag) for flag in flags]
     keys = [key for key, _ in grid]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
         raise config_lib.ConfigError(f"--tune {repeated[0]} is given twice; list its values once")
-    if steps is not None and steps < 1:
-        raise config_lib.ConfigError(f"--tune_steps {steps}: give at least 1 step per trial")
-    if steps is None and (minutes is None or minutes <= 0):
+    _check_points(grid, samples, rungs)
+    return Tuning(tuple(grid), budget, samples, rungs, unit=unit)
+
+
+def _budget(minutes: float | None, steps: int | None) -> tuple[float, str]:
+    """Every trial's first-rung budget and its unit, from ``--tune_minutes`` or ``--tune_steps``."""
+    if minutes is not None and steps is not None:
+        raise config_lib.ConfigError(
+            "give --tune_minutes or --tune_steps, not both: every trial gets one kind of budget"
+        )
+    if steps is not None:
+        if steps < 1:
+            raise config_lib.ConfigError(f"--tune_steps {steps}: give at least 1 step per trial")
+        return float(steps), "steps"
+    if minutes is None or minutes <= 0:
         raise config_lib.ConfigError(
             "--tune needs --tune_minutes M > 0 or --tune_steps N: every trial's equal budget"
         )
+    return float(minutes), "minutes"
+
+
+def _check_points(grid: list, samples: int, rungs: int) -> None:
+    """Refuses a sample of the grid larger than the grid, and more halvings than trials allow."""
     size = 1
     for _, values in grid:
         size *= len(values)
@@ -216,9 +230,6 @@ def make_tuning(
             f"--tune_rungs {rungs}: {points} trials per model can be halved at most "
             f"{max(points.bit_length() - 1, 0)} times; use 1 to {points.bit_length()} rungs"
         )
-    if steps is not None:
-        return Tuning(tuple(grid), float(steps), samples, rungs, unit="steps")
-    return Tuning(tuple(grid), float(minutes), samples, rungs)
 
 
 def check_overrides(tuning: Tuning, settings: Settings) -> None:

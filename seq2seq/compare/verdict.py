@@ -66,18 +66,8 @@ def verdicts(
     p-values are Holm-adjusted together.
     """
     groups = _groups(outcomes)
-    names = list(groups)
-    if len(names) <= ALL_PAIRS_UP_TO:
-        pairs = list(itertools.combinations(names, 2))
-    else:
-        pairs = [(names[0], other) for other in names[1:]]
     references = {name: _references(members[0]) for name, members in groups.items()}
-    tested = []
-    for a, b in pairs:
-        if references[a] != references[b]:
-            logger.warning("%s and %s scored different sentences: not tested", a, b)
-        else:
-            tested.append((a, b))
+    tested = _pairs_to_test(list(groups), references)
     compared = []
     for a, b in tested:
         logger.info("== significance: %s against %s", a, b)
@@ -90,6 +80,28 @@ def verdicts(
             tests_in_family=2 * len(tested),  # BLEU and chrF
         )
         compared.append((a, b, results))
+    return _entries(compared)
+
+
+def _pairs_to_test(names: list[str], references: dict) -> list[tuple[str, str]]:
+    """Every pair of ``names`` (at most ``ALL_PAIRS_UP_TO``), else each against the first; a
+    pair that scored different sentences is left out, with a warning."""
+    if len(names) <= ALL_PAIRS_UP_TO:
+        pairs = list(itertools.combinations(names, 2))
+    else:
+        pairs = [(names[0], other) for other in names[1:]]
+    tested = []
+    for a, b in pairs:
+        if references[a] != references[b]:
+            logger.warning("%s and %s scored different sentences: not tested", a, b)
+        else:
+            tested.append((a, b))
+    return tested
+
+
+def _entries(compared: list[tuple[str, str, dict]]) -> list[dict]:
+    """The report's entries: each pair's sentences and numbers, every p-value Holm-adjusted
+    over all the pairs' tests together (one family)."""
     family = iter(
         significance.adjust_for_family(
             [result for _, _, results in compared for result in results.values()]
