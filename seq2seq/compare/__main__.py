@@ -9,6 +9,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from absl import flags
 from ml_collections import config_flags
@@ -18,6 +19,7 @@ from seq2seq.checkpoint_rule import rules_help
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
 from seq2seq.compare.frontier import read_records, read_run, save_record
 from seq2seq.compare.frontier_report import write_frontier_report
+from seq2seq.compare.runner import RunOutcome
 from seq2seq.compare.suites import select_runs
 from seq2seq.config import default_config
 
@@ -48,73 +50,111 @@ def _summary(report_md: Path) -> str:
     return "\n".join([*verdicts, "", *lines[start:end]])
 
 
-def run() -> None:
-    configs = flags.DEFINE_multi_string(
-        "configs", [], "Config files to compare (repeat the flag, or separate with spaces)."
-    )
-    suite = flags.DEFINE_enum("suite", None, suite_names(), "A named set of configs.")
-    base = flags.DEFINE_string("base", None, "The base config of --suite table3.")
-    rows = flags.DEFINE_list(
-        "rows",
-        [],
-        "Only the suite's runs matching these names or patterns, e.g. D_*,E_learned (table3's "
-        "base always runs: every row is compared against it).",
-    )
-    workdir = flags.DEFINE_string("workdir", None, "Parent directory of every run and the report.")
-    records = flags.DEFINE_string(
-        "records",
-        None,
-        "Train nothing: rebuild the frontier report (frontier.md, frontier.json, its figure) in "
-        "--workdir from the run records in this folder (as --save_records writes them).",
-    )
-    save_records = flags.DEFINE_string(
-        "save_records",
-        None,
-        "After scoring, copy each run's record (config, metrics, provenance, test scores and "
-        "translations; no checkpoints) into this folder, e.g. to commit it.",
-    )
-    budget = flags.DEFINE_float("budget_minutes", None, "Training minutes per run (all equal).")
-    budget_steps = flags.DEFINE_integer(
-        "budget_steps", None, "Or training steps per run (all equal; no time limit)."
-    )
-    slice_minutes = flags.DEFINE_float(
-        "slice_minutes",
-        5.0,
-        "Runs (and trials) take turns this many training minutes each, so a slow spell of the "
-        "machine touches all; 0: each run trains to its end in turn.",
-    )
-    seeds = flags.DEFINE_integer("seeds", 1, "Runs per config, with seeds seed, seed + 1, ...")
-    beam_size = flags.DEFINE_integer("beam_size", 4, "Beam width for every run (1: greedy).")
-    alpha = flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run.")
-    split = flags.DEFINE_string("split", None, "Split to score (default: each config's test).")
-    max_test = flags.DEFINE_integer("max_test_sentences", 0, "Score the first N only; 0: all.")
-    checkpoint = flags.DEFINE_string(
-        "checkpoint",
-        "latest",
-        "Checkpoint of every run to score: " + rules_help(steps=False),
-    )
-    tune = flags.DEFINE_multi_string(
-        "tune",
-        [],
-        "KEY=V1,V2,...: before the final runs, train each config once per point of the grid "
-        "(repeat for more keys) and keep its best point by validation BLEU.",
-    )
-    tune_minutes = flags.DEFINE_float("tune_minutes", None, "Training minutes of every trial.")
-    tune_steps = flags.DEFINE_integer(
-        "tune_steps",
-        None,
-        "Training steps of every trial, instead of --tune_minutes: equal trials at every model "
-        "size (e.g. the frontier's), each past its warm-up.",
-    )
-    tune_samples = flags.DEFINE_integer(
-        "tune_samples", 0, "Train N points drawn from the grid (fixed seed); 0: every point."
-    )
-    tune_rungs = flags.DEFINE_integer(
-        "tune_rungs",
-        1,
-        "Successive halving: after --tune_minutes (or --tune_steps), the better half of each "
-        "config's trials trains on to twice that, for this many rungs; 1: every trial once.",
-    )
+def _run_flags() -> dict[str, flags.FlagHolder]:
+    """What to compare and where: configs or a suite, the work directory, records."""
+    return {
+        "configs": flags.DEFINE_multi_string(
+            "configs", [], "Config files to compare (repeat the flag, or separate with spaces)."
+        ),
+        "suite": flags.DEFINE_enum("suite", None, suite_names(), "A named set of configs."),
+        "base": flags.DEFINE_string("base", None, "The base config of --suite table3."),
+        "rows": flags.DEFINE_list(
+            "rows",
+            [],
+            "Only the suite's runs matching these names or patterns, e.g. D_*,E_learned (table3's "
+            "base always runs: every row is compared against it).",
+        ),
+        "workdir": flags.DEFINE_string(
+            "workdir", None, "Parent directory of every run and the report."
+        ),
+        "records": flags.DEFINE_string(
+            "records",
+            None,
+            "Train nothing: rebuild the frontier report (frontier.md, frontier.json, its figure) "
+            "in --workdir from the run records in this folder (as --save_records writes them).",
+        ),
+        "save_records": flags.DEFINE_string(
+            "save_records",
+            None,
+            "After scoring, copy each run's record (config, metrics, provenance, test scores and "
+            "translations; no checkpoints) into this folder, e.g. to commit it.",
+        ),
+    }
+
+
+def _training_flags() -> dict[str, flags.FlagHolder]:
+    """How every run trains: its budget, its turns on the machine, its seeds."""
+    return {
+        "budget_minutes": flags.DEFINE_float(
+            "budget_minutes", None, "Training minutes per run (all equal)."
+        ),
+        "budget_steps": flags.DEFINE_integer(
+            "budget_steps", None, "Or training steps per run (all equal; no time limit)."
+        ),
+        "slice_minutes": flags.DEFINE_float(
+            "slice_minutes",
+            5.0,
+            "Runs (and trials) take turns this many training minutes each, so a slow spell of "
+            "the machine touches all; 0: each run trains to its end in turn.",
+        ),
+        "seeds": flags.DEFINE_integer(
+            "seeds", 1, "Runs per config, with seeds seed, seed + 1, ..."
+        ),
+    }
+
+
+def _scoring_flags() -> dict[str, flags.FlagHolder]:
+    """How every run is scored: decoding, split, checkpoint."""
+    return {
+        "beam_size": flags.DEFINE_integer("beam_size", 4, "Beam width for every run (1: greedy)."),
+        "alpha": flags.DEFINE_float("alpha", 0.6, "Length-penalty exponent for every run."),
+        "split": flags.DEFINE_string(
+            "split", None, "Split to score (default: each config's test)."
+        ),
+        "max_test_sentences": flags.DEFINE_integer(
+            "max_test_sentences", 0, "Score the first N only; 0: all."
+        ),
+        "checkpoint": flags.DEFINE_string(
+            "checkpoint",
+            "latest",
+            "Checkpoint of every run to score: " + rules_help(steps=False),
+        ),
+    }
+
+
+def _tuning_flags() -> dict[str, flags.FlagHolder]:
+    """The grid tried before the final runs, and its successive halving."""
+    return {
+        "tune": flags.DEFINE_multi_string(
+            "tune",
+            [],
+            "KEY=V1,V2,...: before the final runs, train each config once per point of the grid "
+            "(repeat for more keys) and keep its best point by validation BLEU.",
+        ),
+        "tune_minutes": flags.DEFINE_float(
+            "tune_minutes", None, "Training minutes of every trial."
+        ),
+        "tune_steps": flags.DEFINE_integer(
+            "tune_steps",
+            None,
+            "Training steps of every trial, instead of --tune_minutes: equal trials at every "
+            "model size (e.g. the frontier's), each past its warm-up.",
+        ),
+        "tune_samples": flags.DEFINE_integer(
+            "tune_samples", 0, "Train N points drawn from the grid (fixed seed); 0: every point."
+        ),
+        "tune_rungs": flags.DEFINE_integer(
+            "tune_rungs",
+            1,
+            "Successive halving: after --tune_minutes (or --tune_steps), the better half of each "
+            "config's trials trains on to twice that, for this many rungs; 1: every trial once.",
+        ),
+    }
+
+
+def _define_flags() -> SimpleNamespace:
+    """Every flag of the command, and ``--config.KEY=VALUE`` overrides; values read as ``.x``."""
+    holders = {**_run_flags(), **_training_flags(), **_scoring_flags(), **_tuning_flags()}
     try:  # a config-dict flag reads its --config.KEY=VALUE overrides as it is defined
         config_flags.DEFINE_config_dict(
             "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
@@ -129,50 +169,79 @@ def run() -> None:
         "--records must name a folder of run records (each run a subfolder with config.json)",
     )
     flags.register_validator("seeds", lambda n: n >= 1, "--seeds must be at least 1")
+    return SimpleNamespace(**holders)
+
+
+def _values(holders: SimpleNamespace) -> SimpleNamespace:
+    return SimpleNamespace(**{name: holder.value for name, holder in vars(holders).items()})
+
+
+def _rebuild_from_records(flag: SimpleNamespace) -> None:
+    """``--records``: the frontier report from committed run records, nothing trained."""
+    runs = read_records(Path(flag.records), flag.split, flag.checkpoint)
+    title = f"Compute frontier: {Path(flag.records).name}"
+    report = write_frontier_report(runs, Path(flag.workdir), title, flag.checkpoint)
+    print(report.read_text())
+    print(f"report: {report}")
+
+
+def _settings(flag: SimpleNamespace) -> Settings:
+    given = config_flags.get_override_values(flags.FLAGS["config"])
+    return Settings(
+        overrides=tuple(sorted(given.items())),
+        budget_minutes=flag.budget_minutes,
+        budget_steps=flag.budget_steps,
+        slice_minutes=flag.slice_minutes,
+        seeds=flag.seeds,
+        beam_size=flag.beam_size,
+        alpha=flag.alpha,
+        split=flag.split,
+        max_test_sentences=flag.max_test_sentences,
+        checkpoint=flag.checkpoint,
+    )
+
+
+def _keep_records(flag: SimpleNamespace, finished: list[RunOutcome], title: str) -> None:
+    """``--save_records`` copies, and the frontier suite's report from the finished runs."""
+    if flag.save_records:
+        for outcome in finished:
+            kept = save_record(
+                outcome.run, Path(flag.save_records), outcome.result["split"], flag.checkpoint
+            )
+            print(f"record: {kept}")
+    if flag.suite == "frontier" and finished:
+        runs = [read_run(o.run, o.result["split"], flag.checkpoint) for o in finished]
+        frontier_md = write_frontier_report(runs, Path(flag.workdir), title, flag.checkpoint)
+        print(f"frontier: {frontier_md}")
+
+
+def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
+    """Trains and scores the runs (tuned first where asked), then prints the verdict."""
+    extra = [arg for arg in argv[1:] if not arg.startswith("-")]
+    specs, title = _specs([*flag.configs, *extra], flag.suite, flag.base, flag.rows)
+    settings = _settings(flag)
+    tuning = make_tuning(
+        flag.tune, flag.tune_minutes, flag.tune_samples, flag.tune_rungs, flag.tune_steps
+    )
+    outcomes, report = compare(specs, Path(flag.workdir), settings, title, tuning)
+    finished = [o for o in outcomes if o.status == "ok" and o.result is not None]
+    _keep_records(flag, finished, title)
+    print(f"\n{title} (beam {settings.beam_size}, alpha {settings.alpha}):")
+    print(_summary(report))
+    print(f"\nreport: {report}")
+    if any(o.status == "preempted" for o in outcomes):
+        sys.exit(143)
+
+
+def run() -> None:
+    holders = _define_flags()
 
     def main(argv: list[str]) -> None:
-        if records.value:
-            runs = read_records(Path(records.value), split.value, checkpoint.value)
-            title = f"Compute frontier: {Path(records.value).name}"
-            report = write_frontier_report(runs, Path(workdir.value), title, checkpoint.value)
-            print(report.read_text())
-            print(f"report: {report}")
-            return
-        extra = [arg for arg in argv[1:] if not arg.startswith("-")]
-        specs, title = _specs([*configs.value, *extra], suite.value, base.value, rows.value)
-        given = config_flags.get_override_values(flags.FLAGS["config"])
-        settings = Settings(
-            overrides=tuple(sorted(given.items())),
-            budget_minutes=budget.value,
-            budget_steps=budget_steps.value,
-            slice_minutes=slice_minutes.value,
-            seeds=seeds.value,
-            beam_size=beam_size.value,
-            alpha=alpha.value,
-            split=split.value,
-            max_test_sentences=max_test.value,
-            checkpoint=checkpoint.value,
-        )
-        tuning = make_tuning(
-            tune.value, tune_minutes.value, tune_samples.value, tune_rungs.value, tune_steps.value
-        )
-        outcomes, report = compare(specs, Path(workdir.value), settings, title, tuning)
-        finished = [o for o in outcomes if o.status == "ok" and o.result is not None]
-        if save_records.value:
-            for outcome in finished:
-                kept = save_record(
-                    outcome.run, Path(save_records.value), outcome.result["split"], checkpoint.value
-                )
-                print(f"record: {kept}")
-        if suite.value == "frontier" and finished:
-            runs = [read_run(o.run, o.result["split"], checkpoint.value) for o in finished]
-            frontier_md = write_frontier_report(runs, Path(workdir.value), title, checkpoint.value)
-            print(f"frontier: {frontier_md}")
-        print(f"\n{title} (beam {settings.beam_size}, alpha {settings.alpha}):")
-        print(_summary(report))
-        print(f"\nreport: {report}")
-        if any(o.status == "preempted" for o in outcomes):
-            sys.exit(143)
+        flag = _values(holders)
+        if flag.records:
+            _rebuild_from_records(flag)
+        else:
+            _compare(flag, argv)
 
     cli.run(main)
 

@@ -28,50 +28,51 @@ def _steps(envelope: Sequence[tuple[float, float]], end: float) -> tuple[list, l
     return [*xs, end], [*ys, ys[-1]]
 
 
-def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Figure:
-    """Three panels (validation BLEU against training FLOPs, steps and minutes) and a fourth:
-    each finished run's test BLEU against its total training FLOPs, beside the validation
-    frontiers. Thin lines are runs (one style per size), thick lines each family's frontier."""
-    families = list(dict.fromkeys(run.family for run in runs))
+def _log_axis(ax) -> None:
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
+
+
+def _curves_panel(ax, runs: Sequence[RunRecord], axis: str, label: str, log: bool) -> None:
+    """Each run's validation curve against one cost (thin, one style per size), and each
+    family's frontier over them (thick)."""
     sizes = list(dict.fromkeys(run.config_name for run in runs))
-    figure = Figure(figsize=(16, 4.6), layout="constrained")
-    panels = figure.subplots(1, 4)
-    for ax, (axis, label, log) in zip(panels, AXES, strict=False):
-        for run in runs:
-            xs = [getattr(p, axis) for p in run.curve]
-            ys = [p.bleu for p in run.curve]
-            style = SIZE_STYLES[sizes.index(run.config_name) % len(SIZE_STYLES)]
+    for run in runs:
+        style = SIZE_STYLES[sizes.index(run.config_name) % len(SIZE_STYLES)]
+        ax.plot(
+            [getattr(p, axis) for p in run.curve],
+            [p.bleu for p in run.curve],
+            color=COLOURS.get(run.family),
+            linestyle=style,
+            lw=1,
+            alpha=0.7,
+            label=run.name,
+        )
+    for family in dict.fromkeys(run.family for run in runs):
+        members = [r for r in runs if r.family == family]
+        envelope = family_envelope(members, axis)
+        if envelope:
+            end = max(getattr(p, axis) for r in members for p in r.curve)
             ax.plot(
-                xs,
-                ys,
-                color=COLOURS.get(run.family),
-                linestyle=style,
-                lw=1,
-                alpha=0.7,
-                label=run.name,
+                *_steps(envelope, end),
+                drawstyle="steps-post",
+                color=COLOURS.get(family),
+                lw=2.5,
+                label=f"{family} frontier",
             )
-        for family in families:
-            members = [r for r in runs if r.family == family]
-            envelope = family_envelope(members, axis)
-            if envelope:
-                end = max(getattr(p, axis) for r in members for p in r.curve)
-                ax.plot(
-                    *_steps(envelope, end),
-                    drawstyle="steps-post",
-                    color=COLOURS.get(family),
-                    lw=2.5,
-                    label=f"{family} frontier",
-                )
-        if log:
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
-        ax.set_xlabel(label)
-        ax.set_ylabel("validation BLEU")
-        ax.grid(alpha=0.3)
-    test = panels[3]
-    for family in families:
+    if log:
+        _log_axis(ax)
+    ax.set_xlabel(label)
+    ax.set_ylabel("validation BLEU")
+    ax.grid(alpha=0.3)
+
+
+def _test_panel(ax, runs: Sequence[RunRecord]) -> None:
+    """Each finished run's test BLEU against its total training FLOPs; runs that hit their cap
+    say so."""
+    for family in dict.fromkeys(run.family for run in runs):
         finished = [r for r in runs if r.family == family and r.test_bleu is not None]
-        test.scatter(
+        ax.scatter(
             [r.flops for r in finished],
             [r.test_bleu for r in finished],
             color=COLOURS.get(family),
@@ -80,7 +81,7 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
         )
         for run in finished:
             marker = "" if run.converged else " (cap)"
-            test.annotate(
+            ax.annotate(
                 run.config_name.split("-", 1)[-1] + marker,
                 (run.flops, run.test_bleu),
                 fontsize=7,
@@ -88,12 +89,22 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
                 textcoords="offset points",
             )
     if any(r.test_bleu is not None for r in runs):  # a log axis needs a point
-        test.set_xscale("log")
-        test.xaxis.set_minor_formatter(NullFormatter())
-    test.set_xlabel("training FLOPs at the run's end")
-    test.set_ylabel("test BLEU (scored checkpoint)")
-    test.grid(alpha=0.3)
-    test.legend(fontsize=8)
+        _log_axis(ax)
+    ax.set_xlabel("training FLOPs at the run's end")
+    ax.set_ylabel("test BLEU (scored checkpoint)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Figure:
+    """Three panels (validation BLEU against training FLOPs, steps and minutes) and a fourth:
+    each finished run's test BLEU against its total training FLOPs, beside the validation
+    frontiers. Thin lines are runs (one style per size), thick lines each family's frontier."""
+    figure = Figure(figsize=(16, 4.6), layout="constrained")
+    panels = figure.subplots(1, 4)
+    for ax, (axis, label, log) in zip(panels, AXES, strict=False):
+        _curves_panel(ax, runs, axis, label, log)
+    _test_panel(panels[3], runs)
     panels[0].legend(fontsize=7, loc="lower right")
     if title:
         figure.suptitle(title)

@@ -92,6 +92,17 @@ def _comparisons(runs: Sequence[RunRecord], families: Sequence[str], levels: Seq
         choice_a, choice_b = frontier.choose(runs, a, level), frontier.choose(runs, b, level)
         if choice_a and choice_b:
             picks.append((level, choice_a, choice_b))
+    tested, count = _tested_pairs(picks)
+    verdicts = []
+    for level, choice_a, choice_b in picks:
+        results = tested[(choice_a.config_name, choice_b.config_name)]
+        verdicts.append(_verdict_at(level, choice_a, choice_b, results))
+    return verdicts, count
+
+
+def _tested_pairs(picks) -> tuple[dict[tuple[str, str], dict], int]:
+    """Each distinct pair of chosen sizes tested once (BLEU and chrF), with Holm's adjusted p
+    over all of them; and the number of tests."""
     distinct = {
         (choice_a.config_name, choice_b.config_name): (choice_a, choice_b)
         for _, choice_a, choice_b in picks
@@ -109,29 +120,30 @@ def _comparisons(runs: Sequence[RunRecord], families: Sequence[str], levels: Seq
     adjusted = significance.adjust_for_family([tested[key][metric] for key, metric in flat])
     for (key, metric), result in zip(flat, adjusted, strict=True):
         tested[key][metric] = result
-    verdicts = []
-    for level, choice_a, choice_b in picks:
-        results = tested[(choice_a.config_name, choice_b.config_name)]
-        bleu, chrf = results["BLEU"], results["chrF"]
-        verdicts.append(
-            {
-                "flops": None if math.isinf(level) else level,
-                "a": choice_a.config_name,
-                "b": choice_b.config_name,
-                "a_flops": choice_a.flops,
-                "b_flops": choice_b.flops,
-                "difference": bleu.difference,
-                "ci95": list(bleu.ci95) if bleu.ci95 else None,
-                "p_value": bleu.p_value,
-                "p_adjusted": bleu.p_adjusted,
-                "significant": bleu.significant,
-                "sentence": significance.verdict(choice_a.config_name, choice_b.config_name, bleu),
-                "chrf_sentence": significance.verdict(
-                    choice_a.config_name, choice_b.config_name, chrf, unit="chrF"
-                ),
-            }
-        )
-    return verdicts, len(flat)
+    return tested, len(flat)
+
+
+def _verdict_at(
+    level: float, choice_a: frontier.Choice, choice_b: frontier.Choice, results: dict
+) -> dict:
+    """One compute level's verdict: the sizes chosen there and their BLEU test (chrF's
+    sentence beside it); level infinity is "at any compute"."""
+    bleu, chrf = results["BLEU"], results["chrF"]
+    a, b = choice_a.config_name, choice_b.config_name
+    return {
+        "flops": None if math.isinf(level) else level,
+        "a": a,
+        "b": b,
+        "a_flops": choice_a.flops,
+        "b_flops": choice_b.flops,
+        "difference": bleu.difference,
+        "ci95": list(bleu.ci95) if bleu.ci95 else None,
+        "p_value": bleu.p_value,
+        "p_adjusted": bleu.p_adjusted,
+        "significant": bleu.significant,
+        "sentence": significance.verdict(a, b, bleu),
+        "chrf_sentence": significance.verdict(a, b, chrf, unit="chrF"),
+    }
 
 
 def _best(runs: Sequence[RunRecord], family: str) -> dict | None:

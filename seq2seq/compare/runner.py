@@ -270,27 +270,38 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
             if _finished(job):
                 logger.info("== %s: finished before, reused", job.run.path.name)
                 continue
-            logger.info(
-                "== %s: training%s",
-                job.run.path.name,
-                f" to {pause:g} min (slice {round_index})" if pause is not None else "",
-            )
-            stop = PauseAt(pause) if pause is not None else Preemption()
-            try:
-                summary = train(job.config, job.run, make_validate_fn, preemption=stop)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as error:  # one failed run must not end the comparison
-                _fail(job, error)
-                continue
-            if isinstance(stop, PauseAt) and stop.paused:
+            ending = _train_slice(job, pause, round_index)
+            if ending == "paused":
                 unfinished.append(job)
-            elif summary.preempted:
-                job.status, job.reason = "preempted", "stopped by SIGTERM; rerun to resume"
+            elif ending == "preempted":
                 return True
         active = unfinished
         round_index += 1
     return False
+
+
+def _train_slice(job, pause: float | None, round_index: int) -> str:
+    """Trains ``job`` until ``pause`` training minutes (None: its end). Returns how it ended:
+    "paused", "done", "failed" (status and reason set) or "preempted" (SIGTERM; likewise)."""
+    logger.info(
+        "== %s: training%s",
+        job.run.path.name,
+        f" to {pause:g} min (slice {round_index})" if pause is not None else "",
+    )
+    stop = PauseAt(pause) if pause is not None else Preemption()
+    try:
+        summary = train(job.config, job.run, make_validate_fn, preemption=stop)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as error:  # one failed run must not end the comparison
+        _fail(job, error)
+        return "failed"
+    if isinstance(stop, PauseAt) and stop.paused:
+        return "paused"
+    if summary.preempted:
+        job.status, job.reason = "preempted", "stopped by SIGTERM; rerun to resume"
+        return "preempted"
+    return "done"
 
 
 def evaluate_outcome(outcome: RunOutcome, settings: Settings) -> None:

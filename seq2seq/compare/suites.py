@@ -203,6 +203,11 @@ def select_runs(specs: list[RunSpec], patterns: Sequence[str], keep_first: bool)
     ]
 
 
+# A Table 3 row: its name, its description, and its overrides (keys without a dot are
+# model.transformer's).
+Row = tuple[str, str, dict[str, object]]
+
+
 def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpec]:
     """The rows of Vaswani et al. Table 3, as overrides of ``base`` (a Transformer config).
 
@@ -218,45 +223,14 @@ def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpe
     """
     if base.model.name != "transformer":
         raise ValueError(f"--base {base_path} is a {base.model.name}; table3 varies a Transformer")
-    t = base.model.transformer
-    d, h, layers = t.d_model, t.num_heads, t.encoder_layers
-    rows: list[tuple[str, str, dict]] = [("base", "the base config itself", {})]
-
-    def heads(count: int) -> dict:
-        return {"num_heads": count, "d_k": d // count, "d_v": d // count}
-
-    for count in sorted({1, h // 2, h * 2, h * 4} - {0, h}):  # the paper: 1, 4, 16, 32 around 8
-        if d % count == 0:
-            rows.append((f"A_h{count}", f"(A) h={count}, d_k=d_v={d // count}", heads(count)))
-    rows.append(("B_dk_half", f"(B) d_k={t.d_k // 2}", {"d_k": max(t.d_k // 2, 1)}))
-    for count in sorted({max(layers // 3, 1), layers * 2} - {layers}):  # the paper: N=2, 4, 8
-        rows.append(
-            (f"C_N{count}", f"(C) N={count}", {"encoder_layers": count, "decoder_layers": count})
-        )
-    for name, width in (("C_dmodel_half", d // 2), ("C_dmodel_double", d * 2)):
-        scale = width / d
-        overrides = {"d_model": width, "d_k": int(t.d_k * scale), "d_v": int(t.d_v * scale)}
-        description = f"(C) d_model={width}, d_k=d_v={overrides['d_k']}"
-        rate = _rate_for_width(base.train, d, width)
-        if rate is not None:
-            overrides["train.learning_rate"] = rate
-            description += f", peak rate {rate:.3g}"
-        rows.append((name, description, overrides))
-    for name, width in (("C_dff_half", t.d_ff // 2), ("C_dff_double", t.d_ff * 2)):
-        rows.append((name, f"(C) d_ff={width}", {"d_ff": width}))
-    for rate in (0.0, 0.2):
-        if rate != t.dropout_rate:
-            rows.append((f"D_drop{rate}", f"(D) P_drop={rate}", {"dropout_rate": rate}))
-    for smoothing in (0.0, 0.2):
-        if smoothing != base.train.label_smoothing:
-            rows.append(
-                (
-                    f"D_ls{smoothing}",
-                    f"(D) eps_ls={smoothing}",
-                    {"train.label_smoothing": smoothing},
-                )
-            )
-    rows.append(("E_learned", "(E) learned positional embedding", {"positions": "learned"}))
+    rows: list[Row] = [
+        ("base", "the base config itself", {}),
+        *_rows_a_heads(base.model.transformer),
+        _row_b_key_size(base.model.transformer),
+        *_rows_c_sizes(base),
+        *_rows_d_regularisation(base),
+        ("E_learned", "(E) learned positional embedding", {"positions": "learned"}),
+    ]
 
     def qualified(overrides: dict) -> tuple[tuple[str, object], ...]:
         return tuple(
@@ -268,6 +242,57 @@ def table3_runs(base_path: Path, base: ml_collections.ConfigDict) -> list[RunSpe
         RunSpec(f"{base_path.stem}-{name}", base_path, qualified(overrides), description)
         for name, description, overrides in rows
     ]
+
+
+def _rows_a_heads(t: ml_collections.ConfigDict) -> list[Row]:
+    """(A): other head counts, d_k = d_v = d_model / h (the paper: 1, 4, 16, 32 around 8)."""
+    rows = []
+    for count in sorted({1, t.num_heads // 2, t.num_heads * 2, t.num_heads * 4} - {0, t.num_heads}):
+        if t.d_model % count == 0:
+            size = t.d_model // count
+            overrides = {"num_heads": count, "d_k": size, "d_v": size}
+            rows.append((f"A_h{count}", f"(A) h={count}, d_k=d_v={size}", overrides))
+    return rows
+
+
+def _row_b_key_size(t: ml_collections.ConfigDict) -> Row:
+    """(B): half the attention key size d_k alone."""
+    return ("B_dk_half", f"(B) d_k={t.d_k // 2}", {"d_k": max(t.d_k // 2, 1)})
+
+
+def _rows_c_sizes(base: ml_collections.ConfigDict) -> list[Row]:
+    """(C): fewer and more layers (the paper: N = 2, 4, 8 around 6), half and double d_model
+    (with its peak rate where the base states one), half and double d_ff."""
+    t = base.model.transformer
+    rows: list[Row] = []
+    for count in sorted({max(t.encoder_layers // 3, 1), t.encoder_layers * 2} - {t.encoder_layers}):
+        layers = {"encoder_layers": count, "decoder_layers": count}
+        rows.append((f"C_N{count}", f"(C) N={count}", layers))
+    for name, width in (("C_dmodel_half", t.d_model // 2), ("C_dmodel_double", t.d_model * 2)):
+        scale = width / t.d_model
+        overrides = {"d_model": width, "d_k": int(t.d_k * scale), "d_v": int(t.d_v * scale)}
+        description = f"(C) d_model={width}, d_k=d_v={overrides['d_k']}"
+        rate = _rate_for_width(base.train, t.d_model, width)
+        if rate is not None:
+            overrides["train.learning_rate"] = rate
+            description += f", peak rate {rate:.3g}"
+        rows.append((name, description, overrides))
+    for name, width in (("C_dff_half", t.d_ff // 2), ("C_dff_double", t.d_ff * 2)):
+        rows.append((name, f"(C) d_ff={width}", {"d_ff": width}))
+    return rows
+
+
+def _rows_d_regularisation(base: ml_collections.ConfigDict) -> list[Row]:
+    """(D): dropout and label smoothing off and raised to 0.2 (those the base does not use)."""
+    rows: list[Row] = []
+    for rate in (0.0, 0.2):
+        if rate != base.model.transformer.dropout_rate:
+            rows.append((f"D_drop{rate}", f"(D) P_drop={rate}", {"dropout_rate": rate}))
+    for smoothing in (0.0, 0.2):
+        if smoothing != base.train.label_smoothing:
+            overrides = {"train.label_smoothing": smoothing}
+            rows.append((f"D_ls{smoothing}", f"(D) eps_ls={smoothing}", overrides))
+    return rows
 
 
 def _rate_for_width(train: ml_collections.ConfigDict, d_model: int, width: int) -> float | None:

@@ -44,7 +44,13 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.compare.runner import Settings, check_reuse, run_config, train_in_slices
+from seq2seq.compare.runner import (
+    RunOutcome,
+    Settings,
+    check_reuse,
+    run_config,
+    train_in_slices,
+)
 from seq2seq.compare.suites import RunSpec
 from seq2seq.report import figures
 from seq2seq.run_directory import RunDirectory
@@ -399,23 +405,32 @@ def reuse_winners(
         if winner is None or winner.status != "ok" or winner.config is None:
             continue
         for outcome in outcomes:
-            if outcome.spec.name != result.spec.name or outcome.config is None:
-                continue
-            if outcome.config.seed != winner.config.seed:
-                continue
-            if config_lib.identity_differences(winner.config, outcome.config):
-                continue
-            if not outcome.run.path.exists():
-                logger.info(
-                    "== %s: the winning trial %s, copied (trained to the final budget)",
-                    outcome.name,
-                    winner.run.path.name,
-                )
-                shutil.copytree(winner.run.path, outcome.run.path)
-                (outcome.run.path / WINNER_MARK).write_text(str(winner.run.path) + "\n")
-            if (outcome.run.path / WINNER_MARK).exists():
-                copied.append(outcome.name)
+            if outcome.spec.name == result.spec.name and _same_run(winner, outcome):
+                _copy_winner(winner, outcome)
+                if (outcome.run.path / WINNER_MARK).exists():
+                    copied.append(outcome.name)
     return copied
+
+
+def _same_run(winner: Trial, outcome: RunOutcome) -> bool:
+    """Whether the final run ``outcome`` would train exactly what ``winner`` trained: the same
+    seed, and no difference in any setting that changes a run."""
+    if outcome.config is None or outcome.config.seed != winner.config.seed:
+        return False
+    return not config_lib.identity_differences(winner.config, outcome.config)
+
+
+def _copy_winner(winner: Trial, outcome: RunOutcome) -> None:
+    """The winning trial's folder as the final run's, marked so; never over an existing run."""
+    if outcome.run.path.exists():
+        return
+    logger.info(
+        "== %s: the winning trial %s, copied (trained to the final budget)",
+        outcome.name,
+        winner.run.path.name,
+    )
+    shutil.copytree(winner.run.path, outcome.run.path)
+    (outcome.run.path / WINNER_MARK).write_text(str(winner.run.path) + "\n")
 
 
 def _validation_splits(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict:
@@ -475,15 +490,20 @@ def tune(
                 keep = -(-len(survivors[id(result)]) // 2)
                 survivors[id(result)] = _ranked(survivors[id(result)])[:keep]
     for result in results:
-        best = best_trial(survivors[id(result)])
-        if best is None:
-            logger.warning(
-                "== %s: no trial was scored; its final runs keep its own values", result.spec.name
-            )
-        else:
-            result.chosen = best.point
-            logger.info("== %s: chose %s", result.spec.name, point_name(best.point))
+        _choose(result, survivors[id(result)])
     return results
+
+
+def _choose(result: ModelTuning, last_rung: Sequence[Trial]) -> None:
+    """Sets ``result.chosen`` to the best trial of the last rung, if any was scored."""
+    best = best_trial(last_rung)
+    if best is None:
+        logger.warning(
+            "== %s: no trial was scored; its final runs keep its own values", result.spec.name
+        )
+    else:
+        result.chosen = best.point
+        logger.info("== %s: chose %s", result.spec.name, point_name(best.point))
 
 
 # The report's tuning section (called by seq2seq.compare.report).
