@@ -8,6 +8,7 @@ that holds a run of another shape, and stops on a NaN loss before that loss reac
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import signal
@@ -211,14 +212,7 @@ def _build_loop(
         axis_rules=rules,
     )
     params = count_params(state.params)
-    logger.info(
-        "%s: %d parameters, mesh %s over %d devices, %d arrays split over the mesh",
-        config.model.name,
-        params,
-        dict(mesh.shape),
-        mesh.size,
-        sharding.count_split(state_shardings),
-    )
+    _log_model(config.model.name, params, mesh, state_shardings)
     loop = _Loop(
         config=config,
         step_fn=step_fn,
@@ -227,12 +221,26 @@ def _build_loop(
         batches=batches,
         validate=make_validate(config, data.tokenizer, state.graphdef) if make_validate else None,
         batch_sharding=batch_sharding,
-        batch_flops=lambda sources, targets: float(
-            np.sum(train_flops(config, vocab, sources, targets))
-        ),
+        batch_flops=functools.partial(_batch_flops, config, vocab),
     )
     loop.restore(progress)
     return loop, state, params
+
+
+def _batch_flops(config: ml_collections.ConfigDict, vocab: int, sources, targets) -> float:
+    """Training FLOPs of one batch, from its rows' real source and target lengths."""
+    return float(np.sum(train_flops(config, vocab, sources, targets)))
+
+
+def _log_model(name: str, params: int, mesh, state_shardings) -> None:
+    logger.info(
+        "%s: %d parameters, mesh %s over %d devices, %d arrays split over the mesh",
+        name,
+        params,
+        dict(mesh.shape),
+        mesh.size,
+        sharding.count_split(state_shardings),
+    )
 
 
 def _restore_or_place(checkpoints, state, state_shardings, batches) -> tuple[TrainState, dict]:
