@@ -42,7 +42,7 @@ def get_config():
     data.bucket_width = 8  # padded lengths 8, 16, ...: little padding, few compiled shapes
 
     train = config.train
-    train.steps = 60_000  # the cap; early stopping ends the run (about 9,000 steps)
+    train.steps = 60_000  # the cap; early stopping ends the run (where: docs/results.md)
     train.time_budget_minutes = 150.0  # the cap in training minutes
     train.early_stopping_patience = 4  # validation points without a better BLEU
     train.log_every_steps = 50
@@ -60,5 +60,5 @@ def get_config():
     config.eval.every_steps = 500  # validation BLEU (and at the end)
     config.eval.every_minutes = 0.0
     config.eval.num_examples = 500  # of the 1,014 val captions: ~30 s of greedy decoding
-    config.eval.batch_size = 256  # sentences per search; 64 decodes 7-12% slower (benchmarks.md)
+    config.eval.batch_size = 256  # sentences per search (64 is slower: docs/benchmarks.md)
     return config

@@ -43,7 +43,7 @@ def get_config():
     data.pack = True  # ~3.7 captions per 64-token row instead of one padded sentence
 
     train = config.train
-    train.steps = 40_000  # the cap; early stopping ends the run (about 4,500 steps)
+    train.steps = 40_000  # the cap; early stopping ends the run (where: docs/results.md)
     train.time_budget_minutes = 150.0  # the cap in training minutes
     train.early_stopping_patience = 4  # validation points without a better BLEU
     train.log_every_steps = 50
@@ -59,5 +59,5 @@ def get_config():
     config.eval.every_steps = 250  # validation BLEU (and at the end)
     config.eval.every_minutes = 0.0
     config.eval.num_examples = 500  # of the 1,014 val captions: ~30 s of greedy decoding
-    config.eval.batch_size = 256  # sentences per search; 64 decodes 7-12% slower (benchmarks.md)
+    config.eval.batch_size = 256  # sentences per search (64 is slower: docs/benchmarks.md)
     return config

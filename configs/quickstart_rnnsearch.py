@@ -34,7 +34,7 @@ def get_config():
     config.data.tokens_per_batch = 1024
     config.data.bucket_width = 8
 
-    config.train.steps = 1300  # about 3.5 minutes on 2 CPU cores
+    config.train.steps = 1300  # sized for the quickstart's minutes (docs/results.md)
     config.train.log_every_steps = 50
     config.train.optimizer = "adam"
     config.train.schedule = "warmup_rsqrt"
