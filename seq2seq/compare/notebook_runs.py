@@ -33,7 +33,8 @@ from seq2seq.run_directory import RunDirectory
 from seq2seq.training.trainer import train
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-MODEL_NAMES = ("rnnsearch", "transformer")
+# The two families the notebooks set side by side (the papers'; the quickstart suite's runs).
+NOTEBOOK_MODELS = ("rnnsearch", "transformer")
 RUNS_VARIABLE = "SEQ2SEQ_NOTEBOOK_RUNS"
 SHORT_VARIABLE = "SEQ2SEQ_NOTEBOOK_SHORT"
 
@@ -108,7 +109,7 @@ def load_translators(settings: NotebookSettings) -> dict[str, Translator]:
     """A greedy translator per model, trained first where ``settings.runs`` has none."""
     return {
         name: Translator.restore(ensure_trained(settings, name), beam_size=1)
-        for name in MODEL_NAMES
+        for name in NOTEBOOK_MODELS
     }
 
 
@@ -120,7 +121,7 @@ def comparison_settings(settings: NotebookSettings) -> Settings:
     overrides = {
         **{
             f"model.{name}.{key}": value
-            for name in MODEL_NAMES
+            for name in NOTEBOOK_MODELS
             for key, value in (SHORT_SIZES[name].items())
         },
         "train.steps": SHORT_STEPS["transformer"],
