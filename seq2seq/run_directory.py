@@ -79,6 +79,11 @@ class RunDirectory:
         return self.path / "eval"
 
     @property
+    def tuning_file(self) -> Path:
+        """Written by a tuned comparison: how this run's values were chosen on validation."""
+        return self.path / "tuning.json"
+
+    @property
     def averaged_from_file(self) -> Path:
         """Written by ``seq2seq.average``: which run and steps an averaged run came from."""
         return self.path / "averaged_from.json"
@@ -145,6 +150,11 @@ class RunDirectory:
             return []
         lines = self.metrics_file.read_text().splitlines()
         return [json.loads(line) for line in lines if line.strip()]
+
+    def read_tuning(self) -> dict | None:
+        """The tuning that chose this run's values (``tuning_file``), or None if none did."""
+        path = self.tuning_file
+        return json.loads(path.read_text()) if path.exists() else None
 
     def read_averaged_from(self) -> dict | None:
         """The record ``seq2seq.average`` left in an averaged run; None for any other run."""

@@ -89,6 +89,29 @@ def test_each_model_takes_the_trial_with_the_best_validation_bleu(tuned):
 
 
 @pytest.mark.slow
+def test_each_final_run_records_how_its_values_were_chosen(tuned, tmp_path):
+    from seq2seq.compare.frontier import read_run, save_record
+    from seq2seq.compare.frontier_report import _size_rows
+
+    _, _, _, workdir, outcomes, _, _ = tuned
+    report = json.loads((workdir / "report.json").read_text())["tuning"]
+    for model, outcome in zip(report["models"], outcomes, strict=True):
+        record = outcome.run.read_tuning()
+        assert record["models"] == [model]  # its own config's trials and choice, no other's
+        assert record["chosen_on"] == "validation"
+        rate = outcome.run.load_config().train.learning_rate
+        assert record["models"][0]["chosen"] == {"train.learning_rate": rate}
+        split = outcome.result["split"]
+        kept = RunDirectory(save_record(outcome.run, tmp_path / "records", split, "latest"))
+        assert kept.read_tuning() == record  # the committed record carries it
+    records = tmp_path / "records"
+    runs = [read_run(RunDirectory(records / o.name), o.result["split"], "latest") for o in outcomes]
+    for row, model in zip(_size_rows(runs), report["models"], strict=True):
+        split = model["validation_split"]
+        assert row["chosen_by"] == f"2 trials of learning_rate on {split} (10 min)"
+
+
+@pytest.mark.slow
 def test_every_model_gets_the_same_trials_and_minutes(tuned):
     _, _, plan, workdir, _, report_md, _ = tuned
     report = json.loads((workdir / "report.json").read_text())["tuning"]

@@ -34,7 +34,14 @@ from seq2seq.compare.runner import (
     train_in_slices,
 )
 from seq2seq.compare.suites import RunSpec, expand_suite, suite_names
-from seq2seq.compare.tuning import Tuning, check_overrides, make_tuning, reuse_winners, tune
+from seq2seq.compare.tuning import (
+    Tuning,
+    check_overrides,
+    make_tuning,
+    reuse_winners,
+    tune,
+    write_tuning_records,
+)
 
 __all__ = [
     "RunOutcome",
@@ -82,6 +89,8 @@ def compare(
         ]
         copied = reuse_winners(tuned, outcomes, settings, tuning) if tuned else []
         check_reuse(outcomes)
+        if tuned:
+            write_tuning_records(tuning, tuned, outcomes)
         _train_and_score(outcomes, settings)
     report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
     return outcomes, write_report(workdir, report)

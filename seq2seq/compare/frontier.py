@@ -34,7 +34,8 @@ from seq2seq.training.stopping import CONVERGED
 logger = logging.getLogger(__name__)
 
 # What a run's record keeps (beside its scored split's eval JSON and hypotheses): no checkpoints.
-RECORD_FILES = ("config.json", "metrics.jsonl", "provenance.json")
+# tuning.json is there only for a run whose values a tuned comparison chose.
+RECORD_FILES = ("config.json", "metrics.jsonl", "provenance.json", "tuning.json")
 # ``<family>-<size>`` or ``<family>-<size>-seed<k>`` (the frontier suite's run names).
 _NAME = re.compile(r"^(?P<config>.+?)(?:-seed(?P<seed>\d+))?$")
 
@@ -65,6 +66,7 @@ class RunRecord:
     result: dict | None  # the eval JSON of the scored split under the frontier's rule
     hypotheses: tuple[str, ...]  # its translations, one per scored sentence
     config: ml_collections.ConfigDict
+    tuning: dict | None = None  # how its values were chosen (``RunDirectory.read_tuning``)
 
     @property
     def converged(self) -> bool:
@@ -117,6 +119,7 @@ def read_run(run: RunDirectory, split: str, rule: str) -> RunRecord:
         result=result,
         hypotheses=hypotheses,
         config=config,
+        tuning=run.read_tuning(),
     )
 
 

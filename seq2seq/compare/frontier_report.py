@@ -56,6 +56,21 @@ def _run_row(run: RunRecord) -> dict:
 SIZE_FIELDS = ("d_model", "d_ff", "num_heads", "layers", "size")
 
 
+def _chosen_by(members: Sequence[RunRecord]) -> str:
+    """How a size's values were chosen: its tuning on validation (trials, keys, rungs), or the
+    suite's values where no run of it carries a tuning record."""
+    tuning = next((run.tuning for run in members if run.tuning), None)
+    if tuning is None:
+        return "the suite (not tuned)"
+    (model,) = tuning["models"]
+    keys = " x ".join(key.rsplit(".", 1)[-1] for key in tuning["grid"])
+    unit = "min" if tuning["budget_unit"] == "minutes" else "steps"
+    rungs = ", ".join(f"{budget:,g}" for budget in tuning["rung_minutes"])
+    return (
+        f"{len(model['trials'])} trials of {keys} on {model['validation_split']} ({rungs} {unit})"
+    )
+
+
 def _size_rows(runs: Sequence[RunRecord]) -> list[dict]:
     """Each size once: its family, seeds, widths and depths, peak rate and warm-up, and its
     training FLOPs per step (the mean over its runs)."""
@@ -77,6 +92,8 @@ def _size_rows(runs: Sequence[RunRecord]) -> list[dict]:
                 "seeds": len(members),
                 "model": ", ".join(widths),
                 "rate": f"{config.train.learning_rate:g} after {config.train.warmup_steps:,}",
+                "dropout": section.get("dropout_rate"),
+                "chosen_by": _chosen_by(members),
                 "flops_per_step": float(np.mean([_per_step(r) for r in members])),
             }
         )
@@ -277,6 +294,8 @@ SIZE_COLUMNS = [
     ("seeds", "seeds", ""),
     ("model", "widths and depths", ""),
     ("rate", "peak rate after warm-up steps", ""),
+    ("dropout", "dropout", "g"),
+    ("chosen_by", "values chosen by", ""),
     ("flops_per_step", "training FLOPs / step", ".3g"),
 ]
 RUN_COLUMNS = [

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import random
 import shutil
@@ -421,15 +422,16 @@ def _same_run(winner: Trial, outcome: RunOutcome) -> bool:
 
 
 def _copy_winner(winner: Trial, outcome: RunOutcome) -> None:
-    """The winning trial's folder as the final run's, marked so; never over an existing run."""
-    if outcome.run.path.exists():
+    """The winning trial's folder as the final run's, marked so; never over an existing run
+    (a folder holding only the run's tuning record is not one)."""
+    if outcome.run.config_file.exists():
         return
     logger.info(
         "== %s: the winning trial %s, copied (trained to the final budget)",
         outcome.name,
         winner.run.path.name,
     )
-    shutil.copytree(winner.run.path, outcome.run.path)
+    shutil.copytree(winner.run.path, outcome.run.path, dirs_exist_ok=True)
     (outcome.run.path / WINNER_MARK).write_text(str(winner.run.path) + "\n")
 
 
@@ -548,6 +550,19 @@ def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
             for result in results
         ],
     }
+
+
+def write_tuning_records(
+    tuning: Tuning, results: Sequence[ModelTuning], outcomes: Sequence[RunOutcome]
+) -> None:
+    """Writes into each final run's folder how its values were chosen: its config's trials and
+    choice (``report_json`` for that config alone), so that the run's record carries them."""
+    for result in results:
+        record = report_json(tuning, [result])
+        for outcome in outcomes:
+            if outcome.spec.name == result.spec.name and outcome.status == "ok":
+                outcome.run.create()
+                outcome.run.tuning_file.write_text(json.dumps(record, indent=2) + "\n")
 
 
 def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
