@@ -28,7 +28,9 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
+import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
@@ -39,7 +41,6 @@ from seq2seq.config import ConfigError, validate
 from seq2seq.models import MODELS, ModelFamily, compute_dtype
 from seq2seq.run_directory import RunDirectory
 
-COMMANDS = ("matmul", "train", "decode", "data", "profile", "all")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -242,149 +243,201 @@ def summary(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _measure_flags() -> dict[str, flags.FlagHolder]:
+    """What is measured and how long: the training step, the matmul sizes, the data draw."""
+    return {
+        "json": flags.DEFINE_bool("json", False, "Print one JSON line instead of the table."),
+        "steps": flags.DEFINE_integer("steps", 20, "train: timed steps (after the warm-up)."),
+        "warmup": flags.DEFINE_integer("warmup", 3, "train: untimed steps after compiling."),
+        "yardstick": flags.DEFINE_bool(
+            "yardstick",
+            True,
+            "train: also time the plain linen Transformer on the same batch (its own compile).",
+        ),
+        "meshes": flags.DEFINE_list(
+            "meshes",
+            [],
+            "train: mesh shapes DATAxFSDPxTENSOR, e.g. 8x1x1,2x2x2 (each product the device "
+            "count): the step time on each, instead of the full benchmark.",
+        ),
+        "batches": flags.DEFINE_integer("batches", 300, "data: batches drawn."),
+        "matmul_sizes": flags.DEFINE_list(
+            "matmul_sizes",
+            [str(n) for n in measure.MATMUL_SIZES],
+            "matmul, train: square sizes n.",
+        ),
+        "persistent_cache": flags.DEFINE_bool(
+            "persistent_cache",
+            False,
+            "Keep JAX's persistent compilation cache on (off by default: compile times are real).",
+        ),
+    }
+
+
+def _decode_flags() -> dict[str, flags.FlagHolder]:
+    """The search measured: beam, batch, lengths, and a trained run or split to translate."""
+    return {
+        "beam_size": flags.DEFINE_integer(
+            "beam_size", None, "decode: beam (default: the config's)."
+        ),
+        "workdir": flags.DEFINE_string(
+            "workdir", None, "decode: a trained run (its config and latest parameters)."
+        ),
+        "split": flags.DEFINE_string(
+            "split", None, "decode with --workdir: translate this whole split as eval.py does."
+        ),
+        "engine": flags.DEFINE_string(
+            "engine", "jax", "decode --split: jax, or ctranslate2 (JAX beside CTranslate2)."
+        ),
+        "sentences": flags.DEFINE_integer("sentences", 32, "decode: sentences per batch."),
+        "batch_size": flags.DEFINE_integer(
+            "batch_size", None, "decode --split: sentences searched together (default: the run's)."
+        ),
+        "source_length": flags.DEFINE_integer(
+            "source_length", 30, "decode, untrained: source tokens."
+        ),
+        "output_length": flags.DEFINE_integer(
+            "output_length", 30, "decode, untrained: output tokens."
+        ),
+        "repeats": flags.DEFINE_integer("repeats", 3, "decode: timed batches (median reported)."),
+    }
+
+
+def _profile_flags() -> dict[str, flags.FlagHolder]:
+    return {
+        "profile_dir": flags.DEFINE_string(
+            "profile_dir",
+            None,
+            "profile: a new directory for the trace (default: a temporary one).",
+        ),
+        "profile_steps": flags.DEFINE_integer("profile_steps", 3, "profile: steps traced."),
+        "top": flags.DEFINE_integer("top", 15, "profile: operations listed."),
+    }
+
+
+def _config(flag: SimpleNamespace, command: str) -> ml_collections.ConfigDict:
+    """The validated ``--config`` (a command that needs one refuses to run without it)."""
+    if flag.config is None:
+        raise ConfigError(
+            f"bench {command} needs --config FILE, e.g. --config configs/bench_small.py"
+        )
+    return validate(flag.config)
+
+
+def _sizes(flag: SimpleNamespace) -> tuple[int, ...]:
+    return tuple(int(n) for n in flag.matmul_sizes)
+
+
+# Each command: its figures (the JSON) and its table, from the flags' values.
+
+
+def _matmul(flag: SimpleNamespace) -> tuple[dict, str]:
+    result = {d: measure.matmul_peak(d, _sizes(flag)) for d in ("float32", "bfloat16")}
+    table = "\n\n".join(
+        _table(f"matmul {d} (GFLOP/s by size)", r["gflops_by_size"] | {"peak": r["peak_gflops"]})
+        for d, r in result.items()
+    )
+    return result, table
+
+
+def _train(flag: SimpleNamespace) -> tuple[dict, str]:
+    config = _config(flag, "train")
+    if flag.meshes:
+        result = measure.mesh_benchmark(config, _mesh_shapes(flag.meshes), flag.steps, flag.warmup)
+        return result, _mesh_table(result)
+    peak = measure.matmul_peak(compute_dtype(config), _sizes(flag))
+    result = measure.train_benchmark(
+        config, flag.steps, flag.warmup, peak, yardstick=flag.yardstick
+    )
+    return result, _table(f"train {result['model']}", result, _train_targets(result))
+
+
+def _decode_split(flag: SimpleNamespace) -> tuple[dict, str]:
+    """``decode --split``: a trained run translating a whole split, as eval.py does."""
+    if not flag.workdir:
+        raise ConfigError("bench decode --split needs --workdir RUN (a trained run)")
+    if flag.engine not in ("jax", "ctranslate2"):
+        raise ConfigError(f"unknown --engine {flag.engine!r}; choose jax or ctranslate2")
+    if flag.batch_size is not None and flag.batch_size < 1:
+        raise ConfigError(f"--batch_size {flag.batch_size} must be at least 1")
+    result = measure.split_decode_benchmark(
+        Path(flag.workdir), flag.split, beam_size=flag.beam_size, engine=flag.engine,
+        batch_size=flag.batch_size,
+    )  # fmt: skip
+    title = f"decode {result['model']}, {result['split']}"
+    return result, _table(title, result, _decode_targets(result))
+
+
+def _decode(flag: SimpleNamespace) -> tuple[dict, str]:
+    """``decode``: made-up sources of a fixed length, through a trained run or a fresh model."""
+    if flag.split:
+        return _decode_split(flag)
+    workdir = Path(flag.workdir) if flag.workdir else None
+    run_config = RunDirectory(workdir).load_config() if workdir else _config(flag, "decode")
+    result = measure.decode_benchmark(
+        run_config,
+        beam_size=flag.beam_size,
+        sentences=flag.sentences,
+        source_length=flag.source_length,
+        output_length=flag.output_length,
+        repeats=flag.repeats,
+        workdir=workdir,
+    )
+    return result, _table(f"decode {result['model']}", result, _decode_targets(result))
+
+
+def _profile(flag: SimpleNamespace) -> tuple[dict, str]:
+    if flag.profile_steps < 1:
+        raise ConfigError(f"--profile_steps must be at least 1, got {flag.profile_steps}")
+    config = _config(flag, "profile")
+    config_path = config_flags.get_config_filename(flags.FLAGS["config"])
+    directory = _profile_dir(flag.profile_dir, config_path)
+    result = profile_benchmark(config, directory, flag.profile_steps, flag.warmup)
+    table = _profile_tables(result, flag.top)
+    result["operations"] = result["operations"][: flag.top]
+    return result, table
+
+
+def _data(flag: SimpleNamespace) -> tuple[dict, str]:
+    result = measure.data_benchmark(_config(flag, "data"), flag.batches)
+    return result, _table("data", result)
+
+
+def _everything(flag: SimpleNamespace) -> tuple[dict, str]:
+    """``all``: every benchmark on the bench configs, and the summary against the targets."""
+    keys = ("steps", "warmup", "sentences", "source_length", "output_length", "repeats", "batches")
+    result = _all({key: getattr(flag, key) for key in keys})
+    table = "\n\n".join(
+        [_table(name, figures) for name, figures in result.items()]
+        + [f"summary ({os.cpu_count()} CPUs visible)\n" + summary(result)]
+    )
+    return result, table
+
+
+COMMANDS = {
+    "matmul": _matmul,
+    "train": _train,
+    "decode": _decode,
+    "data": _data,
+    "profile": _profile,
+    "all": _everything,
+}
+
+
 def run() -> None:
     config_flag = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-    as_json = flags.DEFINE_bool("json", False, "Print one JSON line instead of the table.")
-    steps = flags.DEFINE_integer("steps", 20, "train: timed steps (after the warm-up).")
-    warmup = flags.DEFINE_integer("warmup", 3, "train: untimed steps after compiling.")
-    yardstick = flags.DEFINE_bool(
-        "yardstick",
-        True,
-        "train: also time the plain linen Transformer on the same batch (its own compile).",
-    )
-    meshes = flags.DEFINE_list(
-        "meshes",
-        [],
-        "train: mesh shapes DATAxFSDPxTENSOR, e.g. 8x1x1,2x2x2 (each product the device "
-        "count): the step time on each, instead of the full benchmark.",
-    )
-    beam_size = flags.DEFINE_integer("beam_size", None, "decode: beam (default: the config's).")
-    workdir = flags.DEFINE_string(
-        "workdir", None, "decode: a trained run (its config and latest parameters)."
-    )
-    split = flags.DEFINE_string(
-        "split", None, "decode with --workdir: translate this whole split as eval.py does."
-    )
-    engine = flags.DEFINE_string(
-        "engine", "jax", "decode --split: jax, or ctranslate2 (JAX beside CTranslate2)."
-    )
-    sentences = flags.DEFINE_integer("sentences", 32, "decode: sentences per batch.")
-    batch_size = flags.DEFINE_integer(
-        "batch_size", None, "decode --split: sentences searched together (default: the run's)."
-    )
-    source_length = flags.DEFINE_integer("source_length", 30, "decode, untrained: source tokens.")
-    output_length = flags.DEFINE_integer("output_length", 30, "decode, untrained: output tokens.")
-    repeats = flags.DEFINE_integer("repeats", 3, "decode: timed batches (median reported).")
-    batches = flags.DEFINE_integer("batches", 300, "data: batches drawn.")
-    matmul_sizes = flags.DEFINE_list(
-        "matmul_sizes", [str(n) for n in measure.MATMUL_SIZES], "matmul, train: square sizes n."
-    )
-    profile_dir = flags.DEFINE_string(
-        "profile_dir", None, "profile: a new directory for the trace (default: a temporary one)."
-    )
-    profile_steps = flags.DEFINE_integer("profile_steps", 3, "profile: steps traced.")
-    top = flags.DEFINE_integer("top", 15, "profile: operations listed.")
-    persistent_cache = flags.DEFINE_bool(
-        "persistent_cache",
-        False,
-        "Keep JAX's persistent compilation cache on (off by default: compile times are real).",
-    )
+    holders = {**_measure_flags(), **_decode_flags(), **_profile_flags()}
 
     def main(argv: list[str]) -> None:
         import jax
 
-        jax.config.update("jax_enable_compilation_cache", persistent_cache.value)
+        flag = SimpleNamespace(config=config_flag.value, **{k: h.value for k, h in holders.items()})
+        jax.config.update("jax_enable_compilation_cache", flag.persistent_cache)
         commands = [arg for arg in argv[1:] if not arg.startswith("-")]
         if len(commands) != 1 or commands[0] not in COMMANDS:
             raise ConfigError(f"name one command of {', '.join(COMMANDS)}, e.g. `bench train`")
-        command = commands[0]
-
-        def config():
-            if config_flag.value is None:
-                raise ConfigError(
-                    f"bench {command} needs --config FILE, e.g. --config configs/bench_small.py"
-                )
-            return validate(config_flag.value)
-
-        sizes = tuple(int(n) for n in matmul_sizes.value)
-        if command == "matmul":
-            result = {d: measure.matmul_peak(d, sizes) for d in ("float32", "bfloat16")}
-            table = "\n\n".join(
-                _table(
-                    f"matmul {d} (GFLOP/s by size)",
-                    r["gflops_by_size"] | {"peak": r["peak_gflops"]},
-                )
-                for d, r in result.items()
-            )
-        elif command == "train" and meshes.value:
-            result = measure.mesh_benchmark(
-                config(), _mesh_shapes(meshes.value), steps.value, warmup.value
-            )
-            table = _mesh_table(result)
-        elif command == "train":
-            train_config = config()
-            peak = measure.matmul_peak(compute_dtype(train_config), sizes)
-            result = measure.train_benchmark(
-                train_config, steps.value, warmup.value, peak, yardstick=yardstick.value
-            )
-            table = _table(f"train {result['model']}", result, _train_targets(result))
-        elif command == "decode" and split.value:
-            if not workdir.value:
-                raise ConfigError("bench decode --split needs --workdir RUN (a trained run)")
-            if engine.value not in ("jax", "ctranslate2"):
-                raise ConfigError(f"unknown --engine {engine.value!r}; choose jax or ctranslate2")
-            if batch_size.value is not None and batch_size.value < 1:
-                raise ConfigError(f"--batch_size {batch_size.value} must be at least 1")
-            result = measure.split_decode_benchmark(
-                Path(workdir.value), split.value, beam_size=beam_size.value, engine=engine.value,
-                batch_size=batch_size.value,
-            )  # fmt: skip
-            title = f"decode {result['model']}, {result['split']}"
-            table = _table(title, result, _decode_targets(result))
-        elif command == "decode":
-            if workdir.value:
-                run_config = RunDirectory(Path(workdir.value)).load_config()
-            else:
-                run_config = config()
-            result = measure.decode_benchmark(
-                run_config,
-                beam_size=beam_size.value,
-                sentences=sentences.value,
-                source_length=source_length.value,
-                output_length=output_length.value,
-                repeats=repeats.value,
-                workdir=Path(workdir.value) if workdir.value else None,
-            )
-            table = _table(f"decode {result['model']}", result, _decode_targets(result))
-        elif command == "profile":
-            if profile_steps.value < 1:
-                raise ConfigError(f"--profile_steps must be at least 1, got {profile_steps.value}")
-            profile_config = config()
-            config_path = config_flags.get_config_filename(flags.FLAGS["config"])
-            directory = _profile_dir(profile_dir.value, config_path)
-            result = profile_benchmark(profile_config, directory, profile_steps.value, warmup.value)
-            table = _profile_tables(result, top.value)
-            result["operations"] = result["operations"][: top.value]
-        elif command == "data":
-            result = measure.data_benchmark(config(), batches.value)
-            table = _table("data", result)
-        else:
-            result = _all(
-                {
-                    "steps": steps.value,
-                    "warmup": warmup.value,
-                    "sentences": sentences.value,
-                    "source_length": source_length.value,
-                    "output_length": output_length.value,
-                    "repeats": repeats.value,
-                    "batches": batches.value,
-                }
-            )
-            table = "\n\n".join(
-                [_table(name, figures) for name, figures in result.items()]
-                + [f"summary ({os.cpu_count()} CPUs visible)\n" + summary(result)]
-            )
-        print(json.dumps(result) if as_json.value else table)
+        result, table = COMMANDS[commands[0]](flag)
+        print(json.dumps(result) if flag.json else table)
 
     cli.run(main)
 
