@@ -284,6 +284,11 @@ def test_trials_in_steps_are_scored_at_their_rungs_step(tmp_path):
             ],
             "would replace the value --tune train.learning_rate chooses",
         ),
+        (  # the quickstart Transformer warms up over 200 steps; 150 are tried at the point 300
+            ["--tune", "train.warmup_steps=100,300", "--tune_steps", "150"],
+            "--tune_steps 150 ends inside quickstart_transformer's warm-up (300 steps at "
+            "train.warmup_steps=300): give every trial more, at least --tune_steps 301",
+        ),
     ],
 )
 def test_bad_tune_invocations_end_with_one_line(tmp_path, arguments, message):

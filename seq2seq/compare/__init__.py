@@ -37,6 +37,7 @@ from seq2seq.compare.suites import RunSpec, expand_suite, suite_names
 from seq2seq.compare.tuning import (
     Tuning,
     check_overrides,
+    check_trials_outlast_warmup,
     make_tuning,
     reuse_winners,
     tune,
@@ -98,7 +99,8 @@ def compare(
 
 def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) -> None:
     """Refuses, before any training, runs that would share a folder, a scored split that
-    training or validation reads, and a ``--config`` override of a tuned key."""
+    training or validation reads, a ``--config`` override of a tuned key, and trials in steps
+    that would end inside a warm-up."""
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -108,6 +110,7 @@ def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) 
     check_splits(specs, settings)
     if tuning is not None:
         check_overrides(tuning, settings)
+        check_trials_outlast_warmup(specs, settings, tuning)
 
 
 def _stopped_trial(tuned) -> RunOutcome:

@@ -239,6 +239,40 @@ def _check_points(grid: list, samples: int, rungs: int) -> None:
         )
 
 
+# The schedules that ramp up over train.warmup_steps (the others have no warm-up to outlast).
+WARMUP_SCHEDULES = ("transformer", "warmup_rsqrt", "warmup_cosine")
+
+
+def check_trials_outlast_warmup(
+    specs: Sequence[RunSpec], settings: Settings, tuning: Tuning
+) -> None:
+    """Refuses trials in steps whose first rung ends inside a config's warm-up: scored there,
+    a trial would compare rates before any of them had been reached. (Trials in minutes cannot
+    be checked before they run; their report shows each trial's step.)
+
+    Raises:
+      ConfigError: one line naming the config, its warm-up and the least ``--tune_steps``.
+    """
+    if tuning.unit != "steps":
+        return
+    for spec in specs:
+        for point in tuning.points():
+            try:
+                family = run_config(spec, settings, 0)
+                trial_spec = dataclasses.replace(
+                    spec, overrides=(*spec.overrides, *_point_for(point, family))
+                )
+                train = run_config(trial_spec, settings, 0).train
+            except Exception:  # noqa: BLE001 (a config that cannot be built fails as its trial)
+                continue
+            if train.schedule in WARMUP_SCHEDULES and tuning.minutes <= train.warmup_steps:
+                raise config_lib.ConfigError(
+                    f"--tune_steps {tuning.minutes:g} ends inside {spec.name}'s warm-up "
+                    f"({train.warmup_steps:,} steps at {point_name(point)}): give every trial "
+                    f"more, at least --tune_steps {train.warmup_steps + 1}"
+                )
+
+
 def check_overrides(tuning: Tuning, settings: Settings) -> None:
     """Refuses a ``--config`` override of a tuned key (it would replace the tuned value)."""
     for key, value in settings.overrides:
