@@ -3,10 +3,12 @@ trials reused on a rerun, bad --tune flags refused with one line."""
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 
 import pytest
 
-from seq2seq.compare import RunSpec, Settings, compare, make_tuning, runner, tuning
+from seq2seq.compare import RunSpec, Settings, compare, make_tuning, report_sections, runner, tuning
 from seq2seq.config import ConfigError
 from seq2seq.data import sources
 from seq2seq.report import figures
@@ -443,3 +445,52 @@ def test_a_winning_trial_trained_to_the_final_budget_is_the_final_run_of_its_see
         assert not runner.train_in_slices(outcomes[:1], 0)
     assert outcomes[0].run.metrics_file.read_text() == metrics
     assert tuning.reuse_winners(results, outcomes, final, plan) == copied  # a rerun: the same
+
+
+def test_factors_scale_each_configs_own_value(tmp_path):
+    """``x0.5``: half of each config's own rate and warm-up, whatever the family; the final
+    run takes the winning trial's resolved values, and the report keeps the factors."""
+    from seq2seq.config import load_config_file
+
+    plan = make_tuning(
+        ["train.learning_rate=x0.5,x2", "train.warmup_steps=x0.5"], minutes=1, rungs=1
+    )
+    assert [repr(value) for value in dict(plan.grid)["train.learning_rate"]] == ["x0.5", "x2"]
+    results = []
+    for name in ("quickstart_transformer", "quickstart_rnnsearch"):
+        path = Path("configs") / f"{name}.py"
+        own = load_config_file(path).train
+        spec = RunSpec(name, path)
+        trials = [tuning.make_trial(spec, point, Settings(), tmp_path) for point in plan.points()]
+        rates = [trial.config.train.learning_rate for trial in trials]
+        assert rates == pytest.approx([own.learning_rate * 0.5, own.learning_rate * 2])
+        assert {trial.config.train.warmup_steps for trial in trials} == {
+            round(own.warmup_steps * 0.5)
+        }
+        assert trials[1].run.path.name == "train.learning_rate=x2,train.warmup_steps=x0.5"
+        result = tuning.ModelTuning(spec, trials, "validation", chosen=trials[1].point)
+        final = dict(result.tuned_spec().overrides)
+        assert final["train.learning_rate"] == pytest.approx(own.learning_rate * 2)
+        results.append(result)
+    summary = json.loads(json.dumps(tuning.report_json(plan, results)))
+    assert summary["grid"]["train.learning_rate"] == ["x0.5", "x2"]
+    assert summary["models"][0]["chosen"] == {
+        "train.learning_rate": "x2",
+        "train.warmup_steps": "x0.5",
+    }
+    section = "\n".join(report_sections._trials_table(summary).splitlines()[2:3])
+    assert "| x0.5 |" in section and "'x0.5'" not in section
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("train.learning_rate=x0.5,0.001", "as a factor of each config's own (x0.5,x1,x2) or none"),
+        ("train.learning_rate=x0,x1", "factors must be distinct and above 0"),
+        ("train.learning_rate=x1,x1.0", "factors must be distinct and above 0"),
+        ("train.schedule=x2", "x-factors scale a number"),
+    ],
+)
+def test_bad_factors_are_refused_in_one_line(flag, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make_tuning([flag], minutes=1)

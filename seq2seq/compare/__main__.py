@@ -129,7 +129,8 @@ def _tuning_flags() -> dict[str, flags.FlagHolder]:
             "tune",
             [],
             "KEY=V1,V2,...: before the final runs, train each config once per point of the grid "
-            "(repeat for more keys) and keep its best point by validation BLEU.",
+            "(repeat for more keys) and keep its best point by validation BLEU; x0.5,x2 are "
+            "factors of each config's own value.",
         ),
         "tune_minutes": flags.DEFINE_float(
             "tune_minutes", None, "Training minutes of every trial."

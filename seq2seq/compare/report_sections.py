@@ -7,6 +7,7 @@ at equal horizons, the fairness checks, provenance, failed runs, tuning, and the
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from seq2seq.compare import verdict as verdict_lib
@@ -291,6 +292,12 @@ def _tuning_intro(data: dict) -> list[str]:
     ]
 
 
+def _as_typed(value: object) -> str:
+    """A grid value as it was typed: ``0.001``, ``'warmup_rsqrt'``, or a factor ``x0.5``."""
+    relative = isinstance(value, str) and re.fullmatch(r"x[0-9.eE+-]+", value)
+    return value if relative else repr(value)
+
+
 def _trials_table(data: dict) -> str:
     keys = list(data["grid"])
     columns = [
@@ -310,7 +317,7 @@ def _trials_table(data: dict) -> str:
     for trial in (trial for model in data["models"] for trial in model["trials"]):
         rungs = (f"{b:.2f}" if b is not None else tables.MISSING for b in trial["rung_bleu"])
         # values as typed on the command line, not as formatted numbers
-        rows.append({**trial, **{k: repr(trial[k]) for k in keys}, "rungs": " → ".join(rungs)})
+        rows.append({**trial, **{k: _as_typed(trial[k]) for k in keys}, "rungs": " → ".join(rungs)})
     return tables.markdown_table(rows, columns)
 
 
@@ -323,7 +330,7 @@ def tuning(report: dict) -> list[str]:
     for model in data["models"]:
         chosen = model["chosen"]
         described = (
-            ", ".join(f"{key}={value!r}" for key, value in chosen.items())
+            ", ".join(f"{key}={_as_typed(value)}" for key, value in chosen.items())
             if chosen is not None
             else "none (no trial was scored): the config's own values"
         )

@@ -3,6 +3,9 @@
     python -m seq2seq.compare --suite multi30k --workdir runs/m30k --budget_minutes 25 \\
         --config.train.schedule=warmup_rsqrt --tune train.learning_rate=1e-3,3e-3 \\
         --tune train.warmup_steps=300,1000 --tune_minutes 5
+    python -m seq2seq.compare --suite frontier --workdir runs/frontier --budget_minutes 150 \\
+        --tune train.learning_rate=x0.5,x1 --tune model.dropout_rate=0.1,0.3 \\
+        --tune_steps 1000 --tune_rungs 3     # factors of each size's own rate
 
 Before the final runs, each config trains once per point of the grid (the Cartesian product of
 the ``--tune`` lists, or ``--tune_samples N`` points of it drawn with a fixed seed: the same
@@ -65,6 +68,26 @@ UNTUNABLE = frozenset({"train.time_budget_minutes", "train.steps"})
 WINNER_MARK = "winning_trial.txt"  # in a final run copied from its winning trial: the trial
 
 Point = tuple[tuple[str, object], ...]  # (dotted key, value) per swept key, in grid order
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """A grid value relative to each config's own: ``x0.5`` is half of what the config (with its
+    suite's overrides) sets. One grid then gives every size and family the same trials around
+    its own rate, whatever its schedule."""
+
+    factor: float
+
+    def __repr__(self) -> str:
+        return f"x{self.factor:g}"
+
+    def of(self, value: int | float) -> int | float:
+        return round(value * self.factor) if isinstance(value, int) else value * self.factor
+
+
+def shown(value: object) -> object:
+    """A grid value as report.json keeps it: ``"x0.5"`` for a ``Scale``, else itself."""
+    return repr(value) if isinstance(value, Scale) else value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +168,8 @@ def parse_tune_flag(text: str) -> tuple[str, tuple[object, ...]]:
     texts = [value.strip() for value in listed.split(",") if value.strip()]
     if not texts:
         raise config_lib.ConfigError(f"--tune {key}= lists no values; give KEY=V1,V2,...")
+    if any(text.startswith("x") for text in texts):
+        return key, _parse_scales(key, texts, type(defaults[key]))
     values = tuple(_parse_value(key, value, type(defaults[key])) for value in texts)
     if len(set(values)) != len(values):
         raise config_lib.ConfigError(f"--tune {key} repeats a value: {listed}")
@@ -159,6 +184,31 @@ def parse_tune_flag(text: str) -> tuple[str, tuple[object, ...]]:
     return key, values
 
 
+def _parse_scales(key: str, texts: list[str], kind: type) -> tuple[Scale, ...]:
+    """``["x0.5", "x2"]`` as factors of each config's own value of ``key`` (a number field);
+    every value of one key is relative, or none. A scaled value is checked when its trial's
+    config is built (a bad one fails that trial, with its reason)."""
+    if kind not in (int, float):
+        raise config_lib.ConfigError(
+            f"--tune {key}: x-factors scale a number, and config.{key} is "
+            f"{_KINDS.get(kind, kind.__name__)}; list its values"
+        )
+    try:
+        if not all(text.startswith("x") for text in texts):
+            raise ValueError
+        factors = tuple(float(text[1:]) for text in texts)
+    except ValueError:
+        raise config_lib.ConfigError(
+            f"--tune {key}: give every value as a factor of each config's own (x0.5,x1,x2) or "
+            f"none, not {','.join(texts)}"
+        ) from None
+    if any(not factor > 0 for factor in factors) or len(set(factors)) != len(factors):
+        raise config_lib.ConfigError(
+            f"--tune {key}: factors must be distinct and above 0, not {','.join(texts)}"
+        )
+    return tuple(Scale(factor) for factor in factors)
+
+
 def for_model(key: str, model_name: str) -> str:
     """A tuned key as one model family reads it: ``model.FIELD`` (a field every family has, such
     as ``model.dropout_rate``) is ``model.<model_name>.FIELD``; any other key is itself. So one
@@ -170,8 +220,15 @@ def for_model(key: str, model_name: str) -> str:
 
 
 def _point_for(point: Point, config: ml_collections.ConfigDict) -> Point:
-    """``point``'s keys as ``config``'s model family reads them (see ``for_model``)."""
-    return tuple((for_model(key, config.model.name), value) for key, value in point)
+    """``point`` as overrides of ``config``: its keys as ``config``'s model family reads them
+    (see ``for_model``), and a ``Scale`` as that factor of ``config``'s own value."""
+    overrides = []
+    for key, value in point:
+        key = for_model(key, config.model.name)
+        if isinstance(value, Scale):
+            value = value.of(config_lib.lookup(config, key))
+        overrides.append((key, value))
+    return tuple(overrides)
 
 
 def make_tuning(
@@ -336,7 +393,12 @@ class ModelTuning:
         if self.chosen is None:
             return self.spec
         trained = next(trial for trial in self.trials if trial.point == self.chosen)
-        overrides = _point_for(self.chosen, trained.config) if trained.config else self.chosen
+        if trained.config is None:
+            return self.spec
+        overrides = tuple(  # the values the winning trial trained with (a Scale resolved)
+            (key, config_lib.lookup(trained.config, key))
+            for key in (for_model(key, trained.config.model.name) for key, _ in self.chosen)
+        )
         return dataclasses.replace(self.spec, overrides=(*self.spec.overrides, *overrides))
 
 
@@ -482,7 +544,8 @@ def _validation_splits(specs: Sequence[RunSpec], settings: Settings, tuning: Tun
             continue
         splits[spec.name] = config.data.eval_split
         schedules.add(config.train.schedule)
-    if "train.learning_rate" in tuning.keys and len(schedules) > 1:
+    rates = dict(tuning.grid).get("train.learning_rate", ())
+    if rates and not isinstance(rates[0], Scale) and len(schedules) > 1:
         logger.warning(
             "the configs use the schedules %s, which read train.learning_rate differently; give "
             "them one (e.g. --config.train.schedule=warmup_rsqrt) to sweep the same peak rates",
@@ -548,7 +611,7 @@ def _choose(result: ModelTuning, last_rung: Sequence[Trial]) -> None:
 def _trial_row(result: ModelTuning, trial: Trial) -> dict:
     return {
         "model": result.spec.name,
-        **{key: value for key, value in trial.point},
+        **{key: shown(value) for key, value in trial.point},
         "status": trial.status if trial.status == "ok" else f"{trial.status}: {trial.reason}",
         "validation_bleu": trial.validation_bleu,
         "validation_perplexity": trial.validation_perplexity,
@@ -565,7 +628,7 @@ def _trial_row(result: ModelTuning, trial: Trial) -> dict:
 def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
     """The tuning section of report.json."""
     return {
-        "grid": {key: list(values) for key, values in tuning.grid},
+        "grid": {key: [shown(value) for value in values] for key, values in tuning.grid},
         "minutes_per_trial": tuning.minutes,
         "budget_unit": tuning.unit,
         "rungs": tuning.rungs,
@@ -578,7 +641,11 @@ def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
             {
                 "name": result.spec.name,
                 "validation_split": result.split,
-                "chosen": dict(result.chosen) if result.chosen is not None else None,
+                "chosen": (
+                    {key: shown(value) for key, value in result.chosen}
+                    if result.chosen is not None
+                    else None
+                ),
                 "trials": [_trial_row(result, trial) for trial in result.trials],
             }
             for result in results
@@ -609,7 +676,7 @@ def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
     for result in results:
         for rung in range(tuning.rungs):
             scored = [
-                (dict(trial.point), trial.rungs[rung])
+                (_plotted(trial.point), trial.rungs[rung])
                 for trial in result.trials
                 if len(trial.rungs) > rung
             ]
@@ -619,5 +686,18 @@ def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
                 label += f", {tuning.rung_minutes(rung):g} {unit}"
             if scored:
                 lines[label] = scored
-    figures.plot_tuning(lines, path, keys=tuning.keys)
+    figures.plot_tuning(lines, path, keys=[_axis_key(key, values) for key, values in tuning.grid])
     return path
+
+
+def _axis_key(key: str, values: Sequence[object]) -> str:
+    """A key as the figure names it: a relative one says its values are factors."""
+    return f"{key} (factor of each config's)" if isinstance(values[0], Scale) else key
+
+
+def _plotted(point: Point) -> dict[str, object]:
+    """A trial's point as the figure draws it: a ``Scale`` as its factor."""
+    return {
+        _axis_key(key, [value]): value.factor if isinstance(value, Scale) else value
+        for key, value in point
+    }
