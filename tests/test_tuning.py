@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.compare import RunSpec, Settings, compare, make_tuning, report_sections, runner, tuning
+from seq2seq.compare import (
+    RunSpec,
+    Settings,
+    compare,
+    grid,
+    make_tuning,
+    report_sections,
+    runner,
+    tuning,
+)
 from seq2seq.config import ConfigError
 from seq2seq.data import sources
 from seq2seq.report import figures
@@ -409,7 +418,7 @@ def test_model_field_keys_tune_each_configs_own_model(tmp_path):
         results.append(result)
     for key in ("model.transformer.dropout_rate", "model.rnnsearch.dropout_rate"):
         with pytest.raises(ConfigError, match="would replace the value --tune model.dropout_rate"):
-            tuning.check_overrides(plan, Settings(overrides=((key, 0.2),)))
+            grid.check_overrides(plan, Settings(overrides=((key, 0.2),)))
     with pytest.raises(ConfigError, match="unknown config key 'model.dropout_rat'"):
         make_tuning(["model.dropout_rat=0.1,0.2"], 5)
 

@@ -23,6 +23,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq.compare.grid import (
+    Tuning,
+    check_overrides,
+    check_trials_outlast_warmup,
+    make_tuning,
+)
 from seq2seq.compare.report import build_report, write_report
 from seq2seq.compare.runner import (
     RunOutcome,
@@ -34,15 +40,7 @@ from seq2seq.compare.runner import (
     train_in_slices,
 )
 from seq2seq.compare.suites import RunSpec, expand_suite, suite_names
-from seq2seq.compare.tuning import (
-    Tuning,
-    check_overrides,
-    check_trials_outlast_warmup,
-    make_tuning,
-    reuse_winners,
-    tune,
-    write_tuning_records,
-)
+from seq2seq.compare.tuning import reuse_winners, tune, write_tuning_records
 
 __all__ = [
     "RunOutcome",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq import provenance
-from seq2seq.compare import report_sections
+from seq2seq.compare import grid, report_sections
 from seq2seq.compare import tuning as tuning_lib
 from seq2seq.compare import verdict as verdict_lib
 from seq2seq.compare.runner import RunOutcome, Settings, describe_checkpoint_rule
@@ -217,7 +217,7 @@ def _review(
     outcomes: Sequence[RunOutcome],
     rows: Sequence[dict],
     settings: Settings,
-    tuning: tuning_lib.Tuning | None,
+    tuning: grid.Tuning | None,
     tuned: Sequence[tuning_lib.ModelTuning] | None,
 ) -> dict:
     """The paired tests, the machines, the equal horizons and the fairness checks."""
@@ -238,7 +238,7 @@ def build_report(
     outcomes: Sequence[RunOutcome],
     settings: Settings,
     title: str,
-    tuning: tuning_lib.Tuning | None = None,
+    tuning: grid.Tuning | None = None,
     tuned: Sequence[tuning_lib.ModelTuning] | None = None,
     winners: Sequence[str] = (),
 ) -> dict:

@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Sequence
 
 from seq2seq import config as config_lib
+from seq2seq.compare.grid import for_model
 from seq2seq.compare.runner import RunOutcome
 from seq2seq.evaluation import significance
 
@@ -252,8 +253,6 @@ def differing_hyperparameters(outcomes: Sequence[RunOutcome], tuned_keys: Sequen
     """``{run name: {key: value}}`` for every config key whose value differs between the runs
     (seeds, paths and decoding left out), and every tuned key, marked with a trailing ``*``
     (``model.FIELD`` as each model family's ``model.<family>.FIELD``)."""
-    from seq2seq.compare.tuning import for_model
-
     flat = {o.name: dict(config_lib.flatten(o.config)) for o in outcomes if o.config is not None}
     if len(flat) < 2:
         return {}
