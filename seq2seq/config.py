@@ -63,8 +63,20 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field the project reads, with its default. Locked: no new keys can be added."""
     config = ml_collections.ConfigDict()
     config.seed = 0  # seeds parameters, dropout and data order
+    config.model = _model_defaults()
+    config.data = _data_defaults()
+    config.train = _train_defaults()
+    config.mesh = _mesh_defaults()
+    config.checkpoint = _checkpoint_defaults()
+    config.eval = _eval_defaults()
+    config.decode = _decode_defaults()
+    config.lock()
+    return config
 
-    config.model = model = ml_collections.ConfigDict()
+
+def _model_defaults() -> ml_collections.ConfigDict:
+    """The model family and one section of settings per registered family."""
+    model = ml_collections.ConfigDict()
     # A registered family (seq2seq.models.registry): "transformer" (Vaswani et al. 2017) or
     # "rnnsearch" (Bahdanau et al. 2015)
     model.name = "transformer"
@@ -74,8 +86,12 @@ def default_config() -> ml_collections.ConfigDict:
     # the base model of Table 3) and models/rnnsearch.py (RNNSearchConfig, Appendix A/B).
     for name, defaults in _model_sections().items():
         model[name] = ml_collections.ConfigDict(defaults)
+    return model
 
-    config.data = data = ml_collections.ConfigDict()
+
+def _data_defaults() -> ml_collections.ConfigDict:
+    """Where the sentence pairs come from, how they are tokenised and batched."""
+    data = ml_collections.ConfigDict()
     data.source = "synthetic"  # "synthetic" (embedded toy pair), "text" (files) or "tfds" (WMT)
     data.synthetic_lengths = "grammar"  # synthetic lengths: "grammar" (mostly short), "uniform"
     data.synthetic_min_words = 3  # shortest synthetic source sentence (words, at least 3)
@@ -98,8 +114,12 @@ def default_config() -> ml_collections.ConfigDict:
     data.sentences_per_batch = 0  # exactly this many sentences per batch (all hosts); 0: by tokens
     data.bucket_width = 16  # padded lengths are multiples of this (fewer compiled shapes)
     data.pack = False  # pack several pairs per row of max_length tokens (families that pack)
+    return data
 
-    config.train = train = ml_collections.ConfigDict()
+
+def _train_defaults() -> ml_collections.ConfigDict:
+    """Optimizer, schedule, loss, budget and early stopping."""
+    train = ml_collections.ConfigDict()
     train.steps = 100_000  # optimizer updates
     train.log_every_steps = 100  # steps between metrics.jsonl lines
     # The budget counts minutes of training across resumes; validation decoding is left out.
@@ -126,8 +146,12 @@ def default_config() -> ml_collections.ConfigDict:
     # row without a new best validation BLEU; the budget (steps, minutes) stays its cap. 0: off.
     train.early_stopping_patience = 0
     train.early_stopping_min_delta = 0.0  # BLEU a point must gain over the best to be a new best
+    return train
 
-    config.mesh = mesh = ml_collections.ConfigDict()
+
+def _mesh_defaults() -> ml_collections.ConfigDict:
+    """Devices, the logical-axis rule table and the processes of a multi-host job."""
+    mesh = ml_collections.ConfigDict()
     mesh.data = -1  # devices along the "data" axis; -1: all that fsdp and tensor leave
     mesh.fsdp = 1  # devices along the "fsdp" axis: the batch and parameters are split over them
     mesh.tensor = 1  # devices along the "tensor" axis: heads, d_ff, vocabulary split over them
@@ -155,13 +179,21 @@ def default_config() -> ml_collections.ConfigDict:
     mesh.coordinator_address = ""  # host:port of process 0's coordinator, e.g. "localhost:12345"
     mesh.num_processes = 0  # processes in the job; 0: unset (detected)
     mesh.process_id = -1  # this process, 0 .. num_processes - 1; -1: unset (detected)
+    return mesh
 
-    config.checkpoint = ckpt = ml_collections.ConfigDict()
+
+def _checkpoint_defaults() -> ml_collections.ConfigDict:
+    """When checkpoints are written and how many are kept."""
+    ckpt = ml_collections.ConfigDict()
     ckpt.every_steps = 1000  # steps between checkpoints (one is always written at the end); 0: off
     ckpt.every_minutes = 0.0  # training minutes between checkpoints, beside every_steps; 0: off
     ckpt.keep = 5  # most recent checkpoints kept (plus the best by validation BLEU)
+    return ckpt
 
-    config.eval = ev = ml_collections.ConfigDict()
+
+def _eval_defaults() -> ml_collections.ConfigDict:
+    """Validation during training and evaluation batches."""
+    ev = ml_collections.ConfigDict()
     ev.batch_size = 64  # sentences decoded together by eval.py
     ev.every_steps = 0  # validation (loss, perplexity, BLEU) every this many steps; 0: at the end
     # Training minutes between validations, beside every_steps; 0: off. Minutes give models of
@@ -170,8 +202,12 @@ def default_config() -> ml_collections.ConfigDict:
     ev.num_examples = 500  # validation sentences scored during training (the first N); 0: all
     ev.num_samples = 3  # sample translations written to the log at each validation
     ev.length_bucket_size = 10  # source words per bucket of BLEU by length (Bahdanau, Fig. 2)
+    return ev
 
-    config.decode = dec = ml_collections.ConfigDict()
+
+def _decode_defaults() -> ml_collections.ConfigDict:
+    """Beam search and its length penalty."""
+    dec = ml_collections.ConfigDict()
     dec.max_extra_length = 50  # output may be this many tokens longer than the input (Vaswani)
     dec.max_input_length = 256  # longer inputs are truncated to this many tokens (and flagged)
     dec.beam_size = 4  # hypotheses kept per sentence (Vaswani et al.: 4); 1 is greedy search
@@ -181,9 +217,7 @@ def default_config() -> ml_collections.ConfigDict:
     # loop: fewer compilations, for evaluations of a few sentences (the tests'). 0: by platform,
     # down to 8 rows on a CPU, one loop on a GPU or TPU (seq2seq.decoding.beam_search.stage_sizes).
     dec.min_rows = 0
-
-    config.lock()
-    return config
+    return dec
 
 
 # Next to the repository, as the developers' machines and CI have it (see shared/data/multi30k).
@@ -326,6 +360,23 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     Raises:
       ConfigError: one line naming the offending key and what would fix it.
     """
+    _check_choices(config)
+    _check_ranges(config)
+    _check_decode(config.decode)
+    _check_early_stopping(config)
+    _check_batches(config.data)
+    _check_source(config.data)
+    _check_families(config)
+    _validate_processes(config.mesh)
+    _validate_rules(config.mesh)
+    _require(
+        config.train.grad_accum_steps >= 1,
+        f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
+    )
+    return config
+
+
+def _check_choices(config: ml_collections.ConfigDict) -> None:
     _choice(config, "model.name", tuple(_families()))
     _choice(config, "data.source", DATA_SOURCES)
     _choice(config, "data.tokenizer", TOKENIZERS)
@@ -333,11 +384,17 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _choice(config, "train.optimizer", OPTIMIZERS)
     _choice(config, "train.schedule", SCHEDULES)
     _choice(config, "train.dtype", DTYPES)
+
+
+def _check_ranges(config: ml_collections.ConfigDict) -> None:
+    """Sizes and step counts positive (counts that may be 0 for "off": non-negative), minutes
+    non-negative; each family checks its own section (_check_families)."""
+    may_be_zero = ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps")
     for key, value in flatten(config):
-        if key.startswith("model."):  # each family checks its own section, below
+        if key.startswith("model."):
             continue
         if key.endswith(("_size", "steps")):
-            if key in ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps"):
+            if key in may_be_zero:
                 _require(value >= 0, f"config.{key}={value} must be >= 0")
             else:
                 _require(value > 0, f"config.{key}={value} must be positive")
@@ -345,17 +402,21 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             _require(value >= 0, f"config.{key}={value} must be >= 0 (0: off)")
         if key == "train.label_smoothing":
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
+
+
+def _check_decode(decode: ml_collections.ConfigDict) -> None:
     _require(
-        config.decode.min_rows >= 0,
-        f"config.decode.min_rows={config.decode.min_rows} must be >= 0 (rows of the last stage; "
+        decode.min_rows >= 0,
+        f"config.decode.min_rows={decode.min_rows} must be >= 0 (rows of the last stage; "
         "0: by platform)",
     )
     _require(
-        config.decode.alpha >= 0,
-        f"config.decode.alpha={config.decode.alpha} must be >= 0 (0 turns the length penalty off)",
+        decode.alpha >= 0,
+        f"config.decode.alpha={decode.alpha} must be >= 0 (0 turns the length penalty off)",
     )
-    _check_early_stopping(config)
-    data = config.data
+
+
+def _check_batches(data: ml_collections.ConfigDict) -> None:
     _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")
     _require(
         data.sentences_per_batch >= 0,
@@ -375,6 +436,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         data.max_length_ratio == 0 or data.max_length_ratio >= 1,
         f"config.data.max_length_ratio={data.max_length_ratio} must be 0 (no limit) or >= 1",
     )
+
+
+def _check_source(data: ml_collections.ConfigDict) -> None:
     _require(
         3 <= data.synthetic_min_words <= data.synthetic_max_words,
         f"config.data.synthetic_min_words={data.synthetic_min_words} and synthetic_max_words="
@@ -392,18 +456,15 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if data.source == "text":
         _require(bool(data.dir), "config.data.dir is empty; data.source='text' needs a folder")
     _require(data.src_lang != data.tgt_lang, "config.data.src_lang equals data.tgt_lang")
-    for family in _families().values():  # its section, its rules, packing, shared embeddings
+
+
+def _check_families(config: ml_collections.ConfigDict) -> None:
+    """Each registered family checks its section, its rules, packing and shared embeddings."""
+    for family in _families().values():
         try:
             family.check(config)
         except ValueError as error:  # one line, naming the key inside the config
             raise ConfigError(f"config.{error}") from None
-    _validate_processes(config.mesh)
-    _validate_rules(config.mesh)
-    _require(
-        config.train.grad_accum_steps >= 1,
-        f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
-    )
-    return config
 
 
 def _validate_rules(mesh: ml_collections.ConfigDict) -> None:

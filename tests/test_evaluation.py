@@ -529,6 +529,21 @@ def test_bench_decode_of_a_split_translates_all_of_it_to_eval_s_bleu(workdir, tm
 
 
 @pytest.mark.slow
+def test_bench_decode_with_ctranslate2_sets_its_figures_beside_jax_s(workdir, tmp_path):
+    """``bench decode --split test --engine ctranslate2``: the float32 export finds JAX's
+    translations (it computes the same log-probabilities), and its pace is set beside JAX's."""
+    from seq2seq.bench.measure import split_decode_benchmark
+
+    run = tmp_path / "run"
+    shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("eval"))
+    bench = split_decode_benchmark(run, "test", engine="ctranslate2", quantizations=("float32",))
+    assert bench["ctranslate2_float32_same_outputs"] >= 0.9, bench
+    assert bench["ctranslate2_float32_bleu"] == pytest.approx(bench["bleu"], abs=1.0)
+    ratio = bench["sentences_per_s"] / bench["ctranslate2_float32_sentences_per_s"]
+    assert bench["jax_over_ctranslate2_float32"] == pytest.approx(ratio)
+
+
+@pytest.mark.slow
 def test_eval_split_roles_name_the_configs_splits(workdir, tmp_path):
     """``--split validation`` translates the config's eval split, under that split's own name."""
     data = tmp_path / "data"

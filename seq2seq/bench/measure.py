@@ -229,15 +229,7 @@ def train_benchmark(
     memory, memory_source = peak_memory_mb()
     peaks = [peak["peak_gflops"]]
     peaks.append(matmul_peak(compute_dtype(config), tuple(peak["gflops_by_size"]))["peak_gflops"])
-    linen = {}
-    bench = model_family(config).bench
-    if yardstick and bench is not None and bench.speedup_over_linen is not None:
-        vocab = config.data.vocab_size
-        linen_seconds = _linen_step_seconds(config, vocab, compiled.host_batch, steps, warmup)
-        linen = {
-            "linen_step_ms": 1e3 * linen_seconds,
-            "speedup_over_linen": linen_seconds / step_seconds,
-        }
+    linen = _linen_yardstick(config, compiled, step_seconds, steps, warmup) if yardstick else {}
     return {
         "model": config.model.name,
         "device_kind": compiled.mesh.devices.flat[0].device_kind,
@@ -304,6 +296,22 @@ def mesh_benchmark(
     }
 
 
+def _linen_yardstick(
+    config, compiled: CompiledStep, step_seconds: float, steps: int, warmup: int
+) -> dict:
+    """The linen Transformer's step time and our speed-up over it, for the families whose
+    bench entry names one ({} for the others)."""
+    bench = model_family(config).bench
+    if bench is None or bench.speedup_over_linen is None:
+        return {}
+    vocab = config.data.vocab_size
+    linen_seconds = _linen_step_seconds(config, vocab, compiled.host_batch, steps, warmup)
+    return {
+        "linen_step_ms": 1e3 * linen_seconds,
+        "speedup_over_linen": linen_seconds / step_seconds,
+    }
+
+
 def _linen_step_seconds(config, vocab: int, batch: dict, steps: int, warmup: int) -> float:
     """Median step time of the plain Flax linen Transformer (``linen_baseline``) on ``batch``,
     on one device, timed as ``train_benchmark`` times the project's step."""
@@ -338,6 +346,14 @@ class _NeverEnds:
     def decode(self, encoded, target_inputs, **kwargs):
         logits, aux, cache = self.model.decode(encoded, target_inputs, **kwargs)
         return logits.at[..., EOS_ID].set(-jnp.inf), aux, cache
+
+
+def _untrained_sources(config, sentences: int, source_length: int):
+    """Freshly initialised parameters and random source ids: [sentences, source_length]."""
+    vocab = config.data.vocab_size
+    state, _ = create_state(config, vocab, vocab)
+    source = synthetic_batch(sentences, source_length, vocab, config.seed)["source"]
+    return state.graphdef, state.params, source
 
 
 def _trained_sources(config, workdir: Path, sentences: int):
@@ -375,10 +391,7 @@ def decode_benchmark(
     beam_size = beam_size or config.decode.beam_size
     alpha = config.decode.alpha
     if workdir is None:
-        vocab = config.data.vocab_size
-        state, _ = create_state(config, vocab, vocab)
-        graphdef, params = state.graphdef, state.params
-        source = synthetic_batch(sentences, source_length, vocab, config.seed)["source"]
+        graphdef, params, source = _untrained_sources(config, sentences, source_length)
         max_length, wrap = output_length, _NeverEnds
     else:
         graphdef, params, source = _trained_sources(config, workdir, sentences)
@@ -396,12 +409,7 @@ def decode_benchmark(
         )  # fmt: skip
         return tokens
 
-    start = time.perf_counter()
-    compiled = jax.jit(search).lower(params, source).compile()
-    compile_seconds = time.perf_counter() - start
-    jax.block_until_ready(compiled(params, source))  # warm-up
-    seconds = statistics.median(time_calls(lambda: compiled(params, source), repeats))
-    tokens = np.asarray(compiled(params, source))
+    compile_seconds, seconds, tokens = _compile_and_time(search, (params, source), repeats)
     generated = int(np.count_nonzero(tokens != PAD_ID))  # EOS counted, padding not
     return {
         "model": config.model.name,
@@ -416,6 +424,17 @@ def decode_benchmark(
         "tokens_per_s": generated / seconds,
         "compile_s": compile_seconds,
     }
+
+
+def _compile_and_time(function, arguments: tuple, repeats: int):
+    """(seconds to compile ``function`` under jit, median seconds of a call after a warm-up
+    call, its output on the host)."""
+    start = time.perf_counter()
+    compiled = jax.jit(function).lower(*arguments).compile()
+    compile_seconds = time.perf_counter() - start
+    jax.block_until_ready(compiled(*arguments))  # warm-up
+    seconds = statistics.median(time_calls(lambda: compiled(*arguments), repeats))
+    return compile_seconds, seconds, np.asarray(compiled(*arguments))
 
 
 def _two_passes(translator, sentences: list[str]) -> tuple[float, float, list[str]]:
@@ -476,21 +495,43 @@ def split_decode_benchmark(
         "bleu": sacrebleu_score(hypotheses, references)["bleu"],
     }
     if engine == "ctranslate2":
-        from seq2seq.export.run import exported_translator
-
         for quantization in quantizations:
-            exported = exported_translator(workdir, quantization, beam_size=beam_size)
-            if batch_size is not None:
-                exported.config.eval.batch_size = batch_size
-            _, ct2_seconds, ct2_hypotheses = _two_passes(exported, sentences)
-            name = f"ctranslate2_{quantization}"
-            result[f"{name}_sentences_per_s"] = len(sentences) / ct2_seconds
-            result[f"{name}_bleu"] = sacrebleu_score(ct2_hypotheses, references)["bleu"]
-            result[f"{name}_same_outputs"] = sum(
-                a == b for a, b in zip(ct2_hypotheses, hypotheses, strict=True)
-            ) / len(sentences)
-            result[f"jax_over_{name}"] = result["sentences_per_s"] / (len(sentences) / ct2_seconds)
+            exported = _ctranslate2_figures(
+                workdir, quantization, beam_size, batch_size, pairs, hypotheses
+            )
+            exported[f"jax_over_ctranslate2_{quantization}"] = (
+                result["sentences_per_s"] / exported[f"ctranslate2_{quantization}_sentences_per_s"]
+            )
+            result.update(exported)
     return result
+
+
+def _ctranslate2_figures(
+    workdir: Path,
+    quantization: str,
+    beam_size: int | None,
+    batch_size: int | None,
+    pairs: list[tuple[str, str]],
+    jax_hypotheses: list[str],
+) -> dict[str, float]:
+    """The run exported to CTranslate2 at ``quantization`` decodes the sources of ``pairs``
+    with the same settings: its pace, sacreBLEU and share of outputs equal to JAX's."""
+    from seq2seq.evaluation.bleu import sacrebleu_score
+    from seq2seq.export.run import exported_translator
+
+    sentences = [source for source, _ in pairs]
+    references = [target for _, target in pairs]
+    exported = exported_translator(workdir, quantization, beam_size=beam_size)
+    if batch_size is not None:
+        exported.config.eval.batch_size = batch_size
+    _, seconds, hypotheses = _two_passes(exported, sentences)
+    same = sum(a == b for a, b in zip(hypotheses, jax_hypotheses, strict=True))
+    name = f"ctranslate2_{quantization}"
+    return {
+        f"{name}_sentences_per_s": len(sentences) / seconds,
+        f"{name}_bleu": sacrebleu_score(hypotheses, references)["bleu"],
+        f"{name}_same_outputs": same / len(sentences),
+    }
 
 
 def _draw(batches, count: int) -> dict[str, float]:

@@ -114,15 +114,7 @@ def beam_search(
       (tokens [B, K, max_length], scores [B, K]) best first; a sentence with fewer than K
       finished outputs has -inf scores in its last slots.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size={beam_size} must be at least 1")
-    if isinstance(alpha, int | float) and alpha < 0:
-        raise ValueError(f"alpha={alpha} must be >= 0 (a negative length penalty favours stopping)")
-    if min_rows < 0:
-        raise ValueError(f"min_rows={min_rows} must be >= 0 (0: by platform)")
-    kept = 1 if nbest is None else nbest
-    if not 1 <= kept <= beam_size:
-        raise ValueError(f"nbest={nbest} must be between 1 and the beam size {beam_size}")
+    kept = _check_search(beam_size, alpha, min_rows, nbest)
     batch = jax.tree.leaves(source)[0].shape[0]  # an ensemble may read a source per model
     if limits is None:
         limits = jnp.full((batch,), max_length, jnp.int32)
@@ -133,10 +125,40 @@ def beam_search(
         cache = expand_to_beams(cache, beam_size)  # rows [B * N, ...]
     else:  # the teacher-forced pass reads a copy of the sentence per hypothesis
         encoded, cache = expand_to_beams(encoded, beam_size), None
-    # Every sentence starts from one empty hypothesis; one with no room (a batch's padding
-    # rows) starts finished, with no output.
+    state = _first_state(limits, beam_size, kept, max_length, cache)
+    reorder = cache_reorder(model)
+
+    def step_once(state: BeamState, encoded: Encoded, limits: Array) -> BeamState:
+        logits, cache = _next_logits(model, encoded, state)  # [B, N, V]
+        return _advance(state, logits, cache, limits, alpha, reorder)
+
+    sizes = stage_sizes(batch, min_rows, jax.default_backend())
+    best_tokens, best_scores = _search_in_stages(state, encoded, limits, sizes, step_once)
+    if nbest is None:
+        return best_tokens[:, 0], best_scores[:, 0]
+    return best_tokens, best_scores
+
+
+def _check_search(beam_size: int, alpha: float, min_rows: int, nbest: int | None) -> int:
+    """Raises ValueError for a setting no search can run with; returns K, outputs kept."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size} must be at least 1")
+    if isinstance(alpha, int | float) and alpha < 0:
+        raise ValueError(f"alpha={alpha} must be >= 0 (a negative length penalty favours stopping)")
+    if min_rows < 0:
+        raise ValueError(f"min_rows={min_rows} must be >= 0 (0: by platform)")
+    kept = 1 if nbest is None else nbest
+    if not 1 <= kept <= beam_size:
+        raise ValueError(f"nbest={nbest} must be between 1 and the beam size {beam_size}")
+    return kept
+
+
+def _first_state(limits: Array, beam_size: int, kept: int, max_length: int, cache) -> BeamState:
+    """Every sentence starts from one empty hypothesis; one with no room (a batch's padding
+    rows, limit 0) starts finished, with no output."""
+    batch = limits.shape[0]
     first_slot = (jnp.arange(beam_size) == 0)[None, :] & (limits >= 1)[:, None]  # [B, N]
-    state = BeamState(
+    return BeamState(
         step=jnp.zeros((), jnp.int32),
         live_tokens=jnp.full((batch, beam_size, max_length), PAD_ID, jnp.int32),
         live_log_probs=jnp.where(first_slot, 0.0, -jnp.inf),
@@ -145,17 +167,18 @@ def beam_search(
         cache=cache,
     )
 
-    reorder = cache_reorder(model)
 
-    def step_once(state: BeamState, encoded: Encoded, limits: Array) -> BeamState:
-        logits, cache = _next_logits(model, encoded, state)  # [B, N, V]
-        return _advance(state, logits, cache, limits, alpha, reorder)
+def _search_in_stages(
+    state: BeamState, encoded: Encoded, limits: Array, sizes: list[int], step_once
+) -> tuple[Array, Array]:
+    """Runs the search to its end; returns every sentence's (best_tokens, best_scores).
 
-    # Finished sentences leave the loop: whenever no more than half of the rows still search,
-    # those rows move to a batch half the size and the search goes on there, so the last long
-    # sentences do not carry the whole batch's finished ones with them (a stage per size,
-    # each compiled once).
-    sizes = stage_sizes(batch, min_rows, jax.default_backend())
+    Finished sentences leave the loop: whenever no more than half of the rows still search,
+    those rows move to a batch half the size and the search goes on there, so the last long
+    sentences do not carry the whole batch's finished ones with them (a stage per size in
+    ``sizes``, each compiled once).
+    """
+    batch, beam_size, max_length = state.live_tokens.shape
     rows = jnp.arange(batch)  # [B'] the sentence each row of the state holds
     best_tokens, best_scores = state.best_tokens, state.best_scores  # [B, ...], every sentence
     for stage, size in enumerate(sizes):
@@ -171,8 +194,6 @@ def beam_search(
         )
         best_tokens = best_tokens.at[rows].set(state.best_tokens)
         best_scores = best_scores.at[rows].set(state.best_scores)
-    if nbest is None:
-        return best_tokens[:, 0], best_scores[:, 0]
     return best_tokens, best_scores
 
 
