@@ -198,6 +198,7 @@ def _eval_defaults() -> ml_collections.ConfigDict:
     ev.every_steps = 0  # validation (loss, perplexity, BLEU) every this many steps; 0: at the end
     # Training minutes between validations, beside every_steps; 0: off. Minutes give models of
     # different step speeds validation points (and so `best` and curves) at the same times.
+    # Several processes agree on the minutes at log steps (as for checkpoint.every_minutes).
     ev.every_minutes = 0.0
     ev.num_examples = 500  # validation sentences scored during training (the first N); 0: all
     ev.num_samples = 3  # sample translations written to the log at each validation

@@ -145,3 +145,62 @@ def test_a_slice_ends_with_a_checkpoint_and_no_final_validation_then_resumes(tmp
     assert finished.step > sliced.step and finished.stop_reason
     assert finished.elapsed_seconds > config.train.time_budget_minutes * 60
     assert run.read_metrics()[-1]["kind"] == "stop"
+
+
+def _two_processes(monkeypatch) -> list[float]:
+    """Makes the clock believe it runs in one of two processes; returns the list of values it
+    broadcasts (each broadcast returns the value it was given, as process 0's)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    broadcasts: list[float] = []
+
+    def broadcast(value):
+        broadcasts.append(float(value))
+        return value
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(multihost_utils, "broadcast_one_to_all", broadcast)
+    return broadcasts
+
+
+@pytest.mark.parametrize("every_step", [True, False])
+def test_a_shared_clock_without_a_budget_agrees_at_log_steps_only(monkeypatch, every_step):
+    from seq2seq.training.clock import TrainingClock
+
+    broadcasts = _two_processes(monkeypatch)
+    clock = TrainingClock(shared=True, every_step=every_step)
+    clock.start()
+    readings = []
+    for step in range(1, 13):
+        time.sleep(0.002)
+        readings.append(clock.tick(agree=step % 4 == 0))
+    assert len(broadcasts) == (12 if every_step else 3)
+    for step, (before, now) in enumerate(readings, start=1):
+        moved = every_step or step % 4 == 0
+        assert (now > before) == moved, (step, before, now)  # between agreements it stands still
+    assert clock.elapsed == pytest.approx(broadcasts[-1], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "overrides, shared, every_step",
+    [
+        ({}, False, False),  # nothing depends on time: no collective at all
+        ({"eval.every_minutes": 5.0}, True, False),  # minute intervals: at log steps
+        ({"checkpoint.every_minutes": 10.0}, True, False),
+        ({"train.time_budget_minutes": 60.0, "eval.every_minutes": 5.0}, True, True),  # a budget
+    ],
+)
+def test_the_loop_shares_its_clock_only_as_often_as_its_schedule_needs(
+    monkeypatch, overrides, shared, every_step
+):
+    from seq2seq.training import trainer
+
+    _two_processes(monkeypatch)
+    config = tiny_config("transformer")
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        config[section][name] = value
+    fields = {field: None for field in trainer._Loop.__dataclass_fields__ if field != "config"}
+    loop = trainer._Loop(config=config, **fields)
+    assert (loop.clock.shared, loop.clock.every_step) == (shared, every_step)

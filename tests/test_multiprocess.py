@@ -64,13 +64,14 @@ def _one_process(workdir, steps: int) -> str:
     return result.stderr
 
 
-def _two_processes(workdir, steps: int) -> list[str]:
+def _two_processes(workdir, steps: int, *overrides: str) -> list[str]:
     """Starts process 0 and 1 of one job (one CPU device each); returns their logs."""
     mesh = [
         f"--config.mesh.coordinator_address=localhost:{_free_port()}",
         "--config.mesh.num_processes=2",
     ]
-    command = train_command(workdir, "transformer", f"--config.train.steps={steps}", *TINY, *mesh)
+    steps_flag = f"--config.train.steps={steps}"
+    command = train_command(workdir, "transformer", steps_flag, *TINY, *mesh, *overrides)
     processes = [
         subprocess.Popen(
             [*command, f"--config.mesh.process_id={index}"],
@@ -127,6 +128,16 @@ def test_two_processes_train_and_resume_as_one_process_on_two_devices(tmp_path):
     assert not list(shared.rglob("*.tmp*")), "a temporary file was left behind"
     starts = json.loads((shared / "provenance.json").read_text())["entries"]
     assert [start["process_count"] for start in starts] == [2, 2]  # process 0 records each start
+
+
+@pytest.mark.slow
+def test_two_processes_validate_by_minutes_together_at_log_steps(tmp_path):
+    """A validation every N minutes on two processes: their one clock agrees at log steps, so
+    both validate at the same steps (one that validated alone would leave the other waiting
+    in a collective) and without a collective at every step. An interval of 1e-6 minutes is
+    due at every step where the clock moves: at the log steps 2, 4 and 6."""
+    _two_processes(tmp_path, 6, "--config.eval.every_minutes=1e-6")
+    assert sorted(_validation(tmp_path)) == [2, 4, 6]
 
 
 def test_two_processes_gather_each_others_share_of_texts_in_order():

@@ -25,13 +25,17 @@ OFF_THE_CLOCK = ("validation", "compile", "checkpoint")
 class TrainingClock:
     """Seconds of training so far, and the seconds spent off the clock by kind.
 
-    ``shared``: one clock for every process of a multi-process run (process 0's, broadcast at
-    each tick), so that budgets, pauses and minute intervals end at the same step everywhere; a
-    run whose schedule does not depend on time has no need of it and skips the collective.
+    ``shared``: one clock for every process of a multi-process run (process 0's, broadcast),
+    so that budgets, pauses and minute intervals end at the same step everywhere; a run whose
+    schedule does not depend on time has no need of it and skips the collective.
+    ``every_step``: the shared clock agrees at every tick, so a budget or a pause ends within
+    one step of its time; False: only at the ticks told to (``tick(agree=True)``, the log
+    steps), which minute intervals need, without a collective (and a wait) at every step.
     """
 
-    def __init__(self, shared: bool = False):
+    def __init__(self, shared: bool = False, every_step: bool = True):
         self.shared = shared and jax.process_count() > 1
+        self.every_step = every_step
         self.spent = {"elapsed_seconds": 0.0, **{f"{k}_seconds": 0.0 for k in OFF_THE_CLOCK}}
         self._start = self._interval_start = time.monotonic()
         self._session_base = 0.0  # elapsed seconds before this session
@@ -52,9 +56,13 @@ class TrainingClock:
         self._session_base = self.elapsed
         self._excluded = 0.0
 
-    def tick(self) -> tuple[float, float]:
-        """Reads the clock after a step: (elapsed before it, elapsed now), in seconds."""
+    def tick(self, agree: bool = True) -> tuple[float, float]:
+        """Reads the clock after a step: (elapsed before it, elapsed now), in seconds. A shared
+        clock that agrees only when told keeps, between agreements, the last reading every
+        process shares: (before, before)."""
         before = self.elapsed
+        if self.shared and not (self.every_step or agree):
+            return before, before
         session = time.monotonic() - self._start - self._excluded
         if self.shared:
             session = float(multihost_utils.broadcast_one_to_all(np.float32(session)))

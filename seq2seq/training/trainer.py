@@ -271,13 +271,11 @@ class _Loop:
 
     def __post_init__(self):
         train, evaluation = self.config.train, self.config.eval
-        # Only a schedule that depends on time needs one clock for all processes.
-        timed = bool(
-            train.time_budget_minutes
-            or evaluation.every_minutes
-            or self.config.checkpoint.every_minutes
-        )
-        self.clock = TrainingClock(shared=timed)
+        # Only a schedule that depends on time needs one clock for all processes; a budget
+        # reads it at every step, minute intervals at the log steps.
+        intervals = bool(evaluation.every_minutes or self.config.checkpoint.every_minutes)
+        budgeted = bool(train.time_budget_minutes)
+        self.clock = TrainingClock(shared=budgeted or intervals, every_step=budgeted)
         self.stopping = EarlyStopping(train.early_stopping_patience, train.early_stopping_min_delta)
         self.flops = 0.0  # analytic training FLOPs across every session
         self.loss = math.nan
@@ -302,8 +300,9 @@ class _Loop:
     def run(self, state: TrainState, preemption: Preemption) -> TrainState:
         train = self.config.train
         budget = train.time_budget_minutes * 60 or math.inf
-        if preemption.timed:  # a stop at a time: one clock for all processes
+        if preemption.timed:  # a stop at a time: one clock for all processes, every step
             self.clock.shared = jax.process_count() > 1
+            self.clock.every_step = True
         self.clock.start()
         if self._nothing_to_train(budget):
             return state
@@ -316,8 +315,9 @@ class _Loop:
         for step in range(int(state.step) + 1, train.steps + 1):
             state = self._one_step(state)
             progress.update(1)
-            before, now = self.clock.tick()
-            if step % train.log_every_steps == 0 or step == train.steps:
+            log_step = step % train.log_every_steps == 0 or step == train.steps
+            before, now = self.clock.tick(agree=log_step)
+            if log_step:
                 self._log(step, progress)  # only on schedule, so resumed logs match exactly
             self._validate_or_save(state, step, before, now)
             if self._should_stop(state, step, now, budget, preemption):
