@@ -1,7 +1,6 @@
 """Tuning inside a comparison: the same trials for every model, chosen on validation only,
 trials reused on a rerun, bad --tune flags refused with one line."""
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -428,19 +427,21 @@ def test_a_winning_trial_trained_to_the_final_budget_is_the_final_run_of_its_see
     halved, monkeypatch
 ):
     plan, workdir, results = halved
-    final = Settings(budget_minutes=plan.rung_minutes(1), seeds=2, slice_minutes=0)
-    outcomes = [
-        runner.prepare(result.tuned_spec(), final, seed, workdir)
-        for result in results
-        for seed in range(final.seeds)
-    ]
-    assert (
-        tuning.reuse_winners(results, outcomes, dataclasses.replace(final, budget_minutes=1), plan)
-        == []
-    )
-    assert not any(outcome.run.path.exists() for outcome in outcomes)
 
-    copied = tuning.reuse_winners(results, outcomes, final, plan)
+    def final_runs(budget_minutes: float) -> list:
+        final = Settings(budget_minutes=budget_minutes, seeds=2, slice_minutes=0)
+        return [
+            runner.prepare(result.tuned_spec(), final, seed, workdir)
+            for result in results
+            for seed in range(final.seeds)
+        ]
+
+    short = final_runs(plan.rung_minutes(1) / 2)  # shorter than the trials trained: afresh
+    assert tuning.reuse_winners(results, short, plan) == []
+    assert not any(outcome.run.path.exists() for outcome in short)
+
+    outcomes = final_runs(plan.rung_minutes(1))
+    copied = tuning.reuse_winners(results, outcomes, plan)
     assert copied == [f"{name}-seed0" for name in MODELS]
     runner.check_reuse(outcomes)  # the same identity as the trial: reusable, not refused
     for result in results:
@@ -453,7 +454,25 @@ def test_a_winning_trial_trained_to_the_final_budget_is_the_final_run_of_its_see
         patched.setattr(runner, "train", lambda *args, **kwargs: pytest.fail("trained again"))
         assert not runner.train_in_slices(outcomes[:1], 0)
     assert outcomes[0].run.metrics_file.read_text() == metrics
-    assert tuning.reuse_winners(results, outcomes, final, plan) == copied  # a rerun: the same
+    assert tuning.reuse_winners(results, outcomes, plan) == copied  # a rerun: the same
+
+
+@pytest.mark.slow
+def test_a_final_run_with_a_longer_budget_continues_its_winning_trial(halved, tmp_path):
+    """A final budget beyond the last rung (a cap for early stopping, say): the final run of
+    the trial's seed starts from the trial, and its training picks up at the trial's step."""
+    plan, workdir, results = halved
+    final = Settings(budget_minutes=3 * plan.rung_minutes(1), seeds=1, slice_minutes=0)
+    outcomes = [runner.prepare(r.tuned_spec(), final, 0, tmp_path) for r in results]  # new finals
+    assert tuning.reuse_winners(results, outcomes, plan) == list(MODELS)  # one seed: no suffix
+    first = outcomes[0]
+    trial_log = Path((first.run.path / tuning.WINNER_MARK).read_text().strip()) / "metrics.jsonl"
+    trial_steps = [r["step"] for r in map(json.loads, trial_log.read_text().splitlines())]
+    runner.train_in_slices(outcomes[:1], 0)
+    records = first.run.read_metrics()
+    trial_records = [json.loads(line) for line in trial_log.read_text().splitlines()]
+    assert records[: len(trial_steps)] == trial_records
+    assert max(r["step"] for r in records) > max(trial_steps)  # trained on, from the trial
 
 
 def test_factors_scale_each_configs_own_value(tmp_path):

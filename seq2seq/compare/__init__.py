@@ -86,7 +86,7 @@ def compare(
             for spec in specs
             for seed_index in range(settings.seeds)
         ]
-        copied = reuse_winners(tuned, outcomes, settings, tuning) if tuned else []
+        copied = reuse_winners(tuned, outcomes, tuning) if tuned else []
         check_reuse(outcomes)
         if tuned:
             write_tuning_records(tuning, tuned, outcomes)

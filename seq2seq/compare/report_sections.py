@@ -348,11 +348,11 @@ def tuning(report: dict) -> list[str]:
     if winners:
         lines += [
             "",
-            f"The final runs {', '.join(f'`{name}`' for name in winners)} are their "
-            "config's winning trial, whose last rung trained to the final budget: copied, "
-            "not trained again. Chosen for its validation BLEU, such a run may score a "
-            "little higher on the test set than a fresh seed would; every config's seed "
-            "shares this.",
+            f"The final runs {', '.join(f'`{name}`' for name in winners)} start from their "
+            "config's winning trial (the same config and seed): copied, then trained on to "
+            "the final budget or convergence, not trained again from scratch. Chosen for its "
+            "validation BLEU, such a run may score a little higher on the test set than a "
+            "fresh seed would; every config's seed shares this.",
         ]
     return lines
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,7 +74,7 @@ from seq2seq.run_directory import RunDirectory
 logger = logging.getLogger(__name__)
 
 TUNING_DIR = "tuning"  # trials live in WORKDIR/tuning/<config name>/<point>
-WINNER_MARK = "winning_trial.txt"  # in a final run copied from its winning trial: the trial
+WINNER_MARK = "winning_trial.txt"  # in a final run started from its winning trial: the trial
 
 
 @dataclasses.dataclass
@@ -207,32 +208,33 @@ def _ranked(trials: Sequence[Trial]) -> list[Trial]:
 
 
 def reuse_winners(
-    results: Sequence[ModelTuning], outcomes: Sequence, settings: Settings, tuning: Tuning
+    results: Sequence[ModelTuning], outcomes: Sequence, tuning: Tuning
 ) -> list[str]:
-    """Final runs that are their config's winning trial, copied instead of trained again.
+    """Final runs that start from their config's winning trial instead of from scratch.
 
-    When the last rung's minutes equal the final budget, the winning trial is exactly the final
-    run of its seed (the same config, seed and minutes; resuming is exact, so the rungs' pauses
-    change nothing): its folder is copied to that run's, and the comparison reuses it as it
-    reuses any finished run. Only runs whose folder does not exist yet are filled this way.
-    Picked for its validation BLEU, the copy may score a little luckier on the test set than a
-    fresh seed would; every config gets the same treatment, and the report says which runs.
+    The winning trial is the beginning of the final run of its seed: the same config and seed
+    (resuming is exact, so the rungs' pauses change nothing, and more steps or minutes do not
+    change a run: ``config.NOT_IDENTITY``). Whenever the final run's budget reaches at least as
+    far as the trial trained, the trial's folder is copied to that run's, and the final run
+    continues it to its own budget or convergence; a trial already there is the final run. Only
+    runs whose folder does not exist yet are filled this way. Picked for its validation BLEU,
+    the copy may score a little luckier on the test set than a fresh seed would; every config
+    gets the same treatment, and the report says which runs.
 
     Returns:
       The names of the runs copied, now and by earlier invocations of the same comparison.
     """
-    last = tuning.rung_minutes(tuning.rungs - 1)
-    final = settings.budget_steps if tuning.unit == "steps" else settings.budget_minutes
-    other = settings.budget_minutes if tuning.unit == "steps" else settings.budget_steps
-    if other is not None or final != last:
-        return []
     copied = []
     for result in results:
         winner = next((t for t in result.trials if t.point == result.chosen), None)
         if winner is None or winner.status != "ok" or winner.config is None:
             continue
         for outcome in outcomes:
-            if outcome.spec.name == result.spec.name and _same_run(winner, outcome):
+            if (
+                outcome.spec.name == result.spec.name
+                and _same_run(winner, outcome)
+                and _budget_reaches(outcome.config, winner, tuning)
+            ):
                 _copy_winner(winner, outcome)
                 if (outcome.run.path / WINNER_MARK).exists():
                     copied.append(outcome.name)
@@ -240,11 +242,22 @@ def reuse_winners(
 
 
 def _same_run(winner: Trial, outcome: RunOutcome) -> bool:
-    """Whether the final run ``outcome`` would train exactly what ``winner`` trained: the same
-    seed, and no difference in any setting that changes a run."""
+    """Whether the final run ``outcome`` would train exactly what ``winner`` trained, for as
+    long as it trained: the same seed, and no difference in any setting that changes a run."""
     if outcome.config is None or outcome.config.seed != winner.config.seed:
         return False
     return not config_lib.identity_differences(winner.config, outcome.config)
+
+
+def _budget_reaches(final: ml_collections.ConfigDict, winner: Trial, tuning: Tuning) -> bool:
+    """Whether a final run of config ``final`` trains at least as far as ``winner`` did: its
+    last rung's horizon, in the unit the rungs count, and no fewer steps or minutes than the
+    trial spent in the other."""
+    horizon = tuning.rung_minutes(tuning.rungs - 1)
+    steps, minutes = final.train.steps, final.train.time_budget_minutes or math.inf
+    if tuning.unit == "steps":
+        return horizon <= steps and (winner.train_minutes or 0.0) <= minutes
+    return horizon <= minutes and (winner.step or 0) <= steps
 
 
 def _copy_winner(winner: Trial, outcome: RunOutcome) -> None:
@@ -253,7 +266,7 @@ def _copy_winner(winner: Trial, outcome: RunOutcome) -> None:
     if outcome.run.config_file.exists():
         return
     logger.info(
-        "== %s: the winning trial %s, copied (trained to the final budget)",
+        "== %s: starts from the winning trial %s (copied; trained on to the final budget)",
         outcome.name,
         winner.run.path.name,
     )
