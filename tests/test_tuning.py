@@ -104,10 +104,12 @@ def test_each_final_run_records_how_its_values_were_chosen(tuned, tmp_path):
     from seq2seq.compare.frontier_report import _size_rows
 
     _, _, _, workdir, outcomes, _, _ = tuned
-    report = json.loads((workdir / "report.json").read_text())["tuning"]
+    whole = json.loads((workdir / "report.json").read_text())
+    report, copied = whole["tuning"], whole["copied_from_winning_trial"]
     for model, outcome in zip(report["models"], outcomes, strict=True):
         record = outcome.run.read_tuning()
         assert record["models"] == [model]  # its own config's trials and choice, no other's
+        assert record["started_from_winning_trial"] == (outcome.name in copied)
         assert record["chosen_on"] == "validation"
         rate = outcome.run.load_config().train.learning_rate
         assert record["models"][0]["chosen"] == {"train.learning_rate": rate}
@@ -116,9 +118,12 @@ def test_each_final_run_records_how_its_values_were_chosen(tuned, tmp_path):
         assert kept.read_tuning() == record  # the committed record carries it
     records = tmp_path / "records"
     runs = [read_run(RunDirectory(records / o.name), o.result["split"], "latest") for o in outcomes]
-    for row, model in zip(_size_rows(runs), report["models"], strict=True):
+    for row, model, outcome in zip(_size_rows(runs), report["models"], outcomes, strict=True):
         split = model["validation_split"]
-        assert row["chosen_by"] == f"2 trials of learning_rate on {split} (10 min)"
+        started = (
+            "; the final run trained on from the winning trial" if outcome.name in copied else ""
+        )
+        assert row["chosen_by"] == f"2 trials of learning_rate on {split} (10 min){started}"
 
 
 @pytest.mark.slow

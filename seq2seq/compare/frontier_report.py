@@ -66,8 +66,10 @@ def _chosen_by(members: Sequence[RunRecord]) -> str:
     keys = " x ".join(key.rsplit(".", 1)[-1] for key in tuning["grid"])
     unit = "min" if tuning["budget_unit"] == "minutes" else "steps"
     rungs = ", ".join(f"{budget:,g}" for budget in tuning["rung_minutes"])
-    return (
-        f"{len(model['trials'])} trials of {keys} on {model['validation_split']} ({rungs} {unit})"
+    chosen = f"{len(model['trials'])} trials of {keys} on {model['validation_split']}"
+    started = "; the final run trained on from the winning trial"
+    return f"{chosen} ({rungs} {unit})" + (
+        started if tuning.get("started_from_winning_trial") else ""
     )
 
 

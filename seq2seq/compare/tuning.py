@@ -400,13 +400,16 @@ def write_tuning_records(
     tuning: Tuning, results: Sequence[ModelTuning], outcomes: Sequence[RunOutcome]
 ) -> None:
     """Writes into each final run's folder how its values were chosen: its config's trials and
-    choice (``report_json`` for that config alone), so that the run's record carries them."""
+    choice (``report_json`` for that config alone), and whether the run started from the
+    winning trial (``reuse_winners``), so that the run's record carries them."""
     for result in results:
         record = report_json(tuning, [result])
         for outcome in outcomes:
             if outcome.spec.name == result.spec.name and outcome.status == "ok":
                 outcome.run.create()
-                outcome.run.tuning_file.write_text(json.dumps(record, indent=2) + "\n")
+                started = (outcome.run.path / WINNER_MARK).exists()
+                text = json.dumps({**record, "started_from_winning_trial": started}, indent=2)
+                outcome.run.tuning_file.write_text(text + "\n")
 
 
 def plot(tuning: Tuning, results: Sequence[ModelTuning], path: Path) -> Path:
