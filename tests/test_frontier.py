@@ -25,6 +25,33 @@ from seq2seq.models import train_flops
 from tests.conftest import tiny_config
 
 
+def test_many_crossings_are_summarised_as_the_range_where_the_lead_is_traded():
+    from seq2seq.compare.frontier_report import _findings
+
+    # A leads, then B passes it at 10 and they trade the lead until 40, where B passes for good.
+    a = [(1, 2.0), (20, 5.0), (35, 7.0)]
+    b = [(1, 1.0), (10, 3.0), (30, 6.0), (40, 8.0)]
+    found = crossings(a, b)
+    assert [cost for cost, _ in found] == [10, 20, 30, 35, 40]
+    data = {
+        "families": ["rnnsearch", "transformer"],
+        "crossings": [
+            {"flops": cost, "leader": "rnnsearch" if who == "a" else "transformer"}
+            for cost, who in found
+        ],
+        "best": [],
+    }
+    assert _findings(data) == [
+        "- The validation frontiers cross 5 times between 10 and 40 training FLOPs, trading the "
+        "lead (before it, `rnnsearch` leads); from 40 on, `transformer` leads."
+    ]
+    data["crossings"] = data["crossings"][:2]  # two crossings: each its own line
+    assert [line.split(":")[0] for line in _findings(data)] == [
+        "- The validation frontiers cross at 10 training FLOPs",
+        "- The validation frontiers cross at 20 training FLOPs",
+    ]
+
+
 def test_the_envelope_holds_the_best_score_reached_at_each_cost():
     points = [(1, 5.0), (2, 4.0), (3, 7.0), (3, 6.0), (5, 6.5), (8, 9.0), (8, 8.0)]
     assert upper_envelope(points) == [(1, 5.0), (3, 7.0), (8, 9.0)]

@@ -340,10 +340,25 @@ def _verdict(data: dict) -> list[str]:
     return lines
 
 
+# More crossings than this are summarised in one line: the range where the frontiers trade the
+# lead (validation noise, usually), and who leads after it.
+MAX_CROSSINGS_LISTED = 2
+
+
 def _findings(data: dict) -> list[str]:
     """Where the validation frontiers cross, and each family's best converged run."""
     lines = []
-    for crossing in data["crossings"]:
+    crossings = data["crossings"]
+    if len(crossings) > MAX_CROSSINGS_LISTED:  # noisy curves trading the lead: one line
+        first, last = crossings[0], crossings[-1]
+        lines.append(
+            f"- The validation frontiers cross {len(crossings)} times between "
+            f"{first['flops']:.2g} and {last['flops']:.2g} training FLOPs, trading the lead "
+            f"(before it, `{_leader_before(data, first)}` leads); from {last['flops']:.2g} on, "
+            f"`{last['leader']}` leads."
+        )
+        crossings = []
+    for crossing in crossings:
         lines.append(
             f"- The validation frontiers cross at {crossing['flops']:.2g} training FLOPs: "
             f"from there `{crossing['leader']}` leads (before it, "
