@@ -240,6 +240,11 @@ class Checkpoints:
             )
         return None
 
+    def delete(self, step: int) -> None:
+        """Deletes checkpoint ``step`` if it is still there."""
+        if step in self.manager.all_steps():
+            self.manager.delete(step)
+
     def wait(self) -> None:
         self.manager.wait_until_finished()
 

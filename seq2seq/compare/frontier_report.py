@@ -66,11 +66,11 @@ def _chosen_by(members: Sequence[RunRecord]) -> str:
     keys = " x ".join(key.rsplit(".", 1)[-1] for key in tuning["grid"])
     unit = "min" if tuning["budget_unit"] == "minutes" else "steps"
     rungs = ", ".join(f"{budget:,g}" for budget in tuning["rung_minutes"])
-    chosen = f"{len(model['trials'])} trials of {keys} on {model['validation_split']}"
-    started = "; the final run trained on from the winning trial"
-    return f"{chosen} ({rungs} {unit})" + (
-        started if tuning.get("started_from_winning_trial") else ""
-    )
+    chosen = f"{len(model['trials'])} trials of {keys} on {model['validation_split']} "
+    chosen += f"({rungs} {unit})"
+    if tuning.get("started_from_winning_trial"):
+        chosen += "; the final run trained on from the winning trial"
+    return chosen
 
 
 def _size_rows(runs: Sequence[RunRecord]) -> list[dict]:
@@ -347,24 +347,23 @@ MAX_CROSSINGS_LISTED = 2
 
 def _findings(data: dict) -> list[str]:
     """Where the validation frontiers cross, and each family's best converged run."""
-    lines = []
     crossings = data["crossings"]
     if len(crossings) > MAX_CROSSINGS_LISTED:  # noisy curves trading the lead: one line
         first, last = crossings[0], crossings[-1]
-        lines.append(
+        lines = [
             f"- The validation frontiers cross {len(crossings)} times between "
             f"{first['flops']:.2g} and {last['flops']:.2g} training FLOPs, trading the lead "
             f"(before it, `{_leader_before(data, first)}` leads); from {last['flops']:.2g} on, "
             f"`{last['leader']}` leads."
-        )
-        crossings = []
-    for crossing in crossings:
-        lines.append(
+        ]
+    else:
+        lines = [
             f"- The validation frontiers cross at {crossing['flops']:.2g} training FLOPs: "
             f"from there `{crossing['leader']}` leads (before it, "
             f"`{_leader_before(data, crossing)}`)."
-        )
-    if not data["crossings"] and len(data["families"]) == 2:
+            for crossing in crossings
+        ]
+    if not crossings and len(data["families"]) == 2:
         lines.append("- The validation frontiers do not cross over the FLOPs both cover.")
     for best in data["best"]:
         lines.append(

@@ -207,9 +207,7 @@ def _ranked(trials: Sequence[Trial]) -> list[Trial]:
     return sorted(scored, key=lambda t: (-t.validation_bleu, t.validation_perplexity or 0.0))
 
 
-def reuse_winners(
-    results: Sequence[ModelTuning], outcomes: Sequence, tuning: Tuning
-) -> list[str]:
+def reuse_winners(results: Sequence[ModelTuning], outcomes: Sequence, tuning: Tuning) -> list[str]:
     """Final runs that start from their config's winning trial instead of from scratch.
 
     The winning trial is the beginning of the final run of its seed: the same config and seed

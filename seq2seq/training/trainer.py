@@ -286,6 +286,9 @@ class _Loop:
         self._validated_step = -1  # the step of this session's last validation
         self._pending: list[dict] = []  # per-step metrics since the last log line
         self._padding: list[float] = []
+        # The step of the checkpoint this session resumed from, if a stop wrote it off schedule
+        # (SIGTERM, a comparison's pause): deleted once a later checkpoint is saved.
+        self._interrupted_at: int | None = None
 
     def progress(self) -> dict:
         """What the run has spent so far: saved with each checkpoint and in every record."""
@@ -296,6 +299,7 @@ class _Loop:
         self.clock.restore(saved)
         self.flops = float(saved.get("train_flops", 0.0))
         self.stopping.restore(saved.get("early_stopping", {}))
+        self._interrupted_at = saved.get("interrupted_at")
 
     def run(self, state: TrainState, preemption: Preemption) -> TrainState:
         train = self.config.train
@@ -348,7 +352,7 @@ class _Loop:
         """Whether the loop ends after ``step``: preempted (saved here), or converged or out of
         time (the final save follows in ``train``)."""
         if preemption.reached(step, now):
-            self.save(state)  # save now, skip the final validation: time is short
+            self.save(state, interrupted=True)  # skip the final validation: time is short
             return True
         if self.stopping.converged:
             logger.info(
@@ -430,8 +434,19 @@ class _Loop:
         logger.info("validation at step %d: %s", step, metrics)
         return metrics
 
-    def save(self, state: TrainState, metrics: dict | None = None, final: bool = False) -> None:
-        """Checkpoints ``state``, after making sure no NaN is about to be saved."""
+    def save(
+        self,
+        state: TrainState,
+        metrics: dict | None = None,
+        final: bool = False,
+        interrupted: bool = False,
+    ) -> None:
+        """Checkpoints ``state``, after making sure no NaN is about to be saved.
+
+        A checkpoint that an interruption wrote off schedule (``interrupted``) is there to
+        resume from, not to be averaged: once the resumed run saves a later one, it is deleted,
+        so ``average:K`` reads the same scheduled checkpoints as an uninterrupted run.
+        """
         step = int(state.step)
         if final and self.steps_run == 0:
             return  # nothing trained in this session (its budget or steps were already spent)
@@ -441,11 +456,17 @@ class _Loop:
             metrics = self._validate(state, step)
         with self.clock.off_the_clock("checkpoint"):
             progress = {**self.progress(), "early_stopping": self.stopping.state()}
+            if interrupted:
+                progress["interrupted_at"] = step
             self.checkpoints.save(
                 step, state, self.batches.get_state(), metrics=metrics, progress=progress
             )
             if final:
                 self.checkpoints.wait()
+            if self._interrupted_at is not None and self._interrupted_at != step:
+                self.checkpoints.wait()  # the later checkpoint is on disk before the older goes
+                self.checkpoints.delete(self._interrupted_at)
+                self._interrupted_at = None
 
     def record_stop(self, state: TrainState) -> None:
         """Writes why the run ended (converged, or its budget ran out) to metrics.jsonl."""
