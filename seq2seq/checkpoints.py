@@ -12,7 +12,9 @@ a checkpoint damaged later is skipped, with a warning, in favour of the previous
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,25 +69,48 @@ def _without_value_level(tree: Any) -> Any:
     return tree
 
 
+INTERRUPTED = "interrupted"  # marks a checkpoint an interruption wrote off schedule
+
+
+@dataclasses.dataclass
+class _Retention(policies.PreservationPolicy):
+    """Keeps the newest ``keep`` scheduled checkpoints, the best by validation BLEU, and the
+    newest of all, which a run resumes from.
+
+    A checkpoint written off schedule by an interruption (SIGTERM, a comparison's pause) exists
+    to resume from: it neither takes a scheduled checkpoint's place among the newest ``keep``
+    nor survives a later save, so ``average:K`` reads the same checkpoints in an interrupted
+    run as in an uninterrupted one.
+    """
+
+    keep: int
+
+    def should_preserve(self, checkpoints, *, context) -> list[bool]:
+        del context  # orbax's extra properties; none matter here
+        metrics = [info.metrics or {} for info in checkpoints]
+        scheduled = [i for i, values in enumerate(metrics) if INTERRUPTED not in values]
+        kept = set(scheduled[-self.keep :]) | {len(checkpoints) - 1}
+        scored = [i for i, values in enumerate(metrics) if BEST_METRIC in values]
+        if scored:  # the best, ties to the later step
+            kept.add(max(scored, key=lambda i: (metrics[i][BEST_METRIC], checkpoints[i].step)))
+        return [i in kept for i in range(len(checkpoints))]
+
+
 class Checkpoints:
-    """Keeps the newest ``keep`` checkpoints plus the best by validation BLEU."""
+    """Keeps the newest ``keep`` checkpoints plus the best by validation BLEU (``_Retention``)."""
 
     def __init__(self, directory: Path, *, keep: int):
         """``directory``: a run's ``RunDirectory.checkpoints_dir``."""
         self.keep = keep
-        preservation = policies.AnyPreservationPolicy(
-            [
-                policies.LatestN(n=keep),
-                policies.BestN(
-                    get_metric_fn=lambda metrics: metrics[BEST_METRIC],
-                    n=1,
-                    keep_checkpoints_without_metrics=False,
-                ),
-            ]
-        )
         self.manager = ocp.CheckpointManager(
             directory.absolute(),
-            options=ocp.CheckpointManagerOptions(create=True, preservation_policy=preservation),
+            options=ocp.CheckpointManagerOptions(
+                create=True,
+                preservation_policy=_Retention(keep),
+                # Set only so that orbax writes each step's metrics and reads them back when a
+                # run resumes; without it the marks and scores would be lost at a restart.
+                best_fn=lambda metrics: metrics.get(BEST_METRIC, -math.inf),
+            ),
             item_handlers={
                 "state": ocp.StandardCheckpointHandler(),
                 "data": ocp.JsonCheckpointHandler(),
@@ -105,24 +130,28 @@ class Checkpoints:
         data_state: dict,
         metrics: dict | None = None,
         progress: dict | None = None,
+        interrupted: bool = False,
     ) -> None:
         """Saves ``state`` (asynchronously) as checkpoint ``step`` unless it already exists.
 
         ``data_state`` is the iterator's position; ``progress`` what the run has spent so far
-        (``elapsed_seconds`` of training, ``train_flops``), carried across resumes.
+        (``elapsed_seconds`` of training, ``train_flops``), carried across resumes;
+        ``interrupted``: written off schedule, to resume from (see ``_Retention``).
         """
         if step in self.manager.all_steps():
             return
-        best = None
+        best = {}
         if metrics is not None and BEST_METRIC in metrics:
-            best = {BEST_METRIC: float(metrics[BEST_METRIC])}
+            best[BEST_METRIC] = float(metrics[BEST_METRIC])
+        if interrupted:
+            best[INTERRUPTED] = 1.0
         self.manager.save(
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(_saveable(state)),
                 data=ocp.args.JsonSave({"iterator": data_state, "progress": progress or {}}),
             ),
-            metrics=best,
+            metrics=best,  # possibly empty: orbax then writes an empty record
             force=True,
         )
 
@@ -239,11 +268,6 @@ class Checkpoints:
                 f"none of the checkpoints {steps} in {self.manager.directory} can be read"
             )
         return None
-
-    def delete(self, step: int) -> None:
-        """Deletes checkpoint ``step`` if it is still there."""
-        if step in self.manager.all_steps():
-            self.manager.delete(step)
 
     def wait(self) -> None:
         self.manager.wait_until_finished()

@@ -26,6 +26,26 @@ def test_keeps_the_newest_and_the_best_by_bleu(tmp_path):
     checkpoints.close()
 
 
+def test_an_interrupted_checkpoint_takes_no_place_and_marks_and_scores_survive_restarts(tmp_path):
+    state, _ = create_state(tiny_config("transformer"), 20, 20)
+    checkpoints = Checkpoints(tmp_path / "checkpoints", keep=2)
+
+    def save(step, **kwargs):
+        checkpoints.save(step, state, {"epoch": 0, "position": step}, **kwargs)
+        checkpoints.wait()
+
+    save(10, metrics={"bleu": 30.0})
+    save(20)
+    save(25, interrupted=True)  # the newest, to resume from: kept beside the two scheduled
+    assert checkpoints.all_steps() == [10, 20, 25]
+    checkpoints.close()
+    checkpoints = Checkpoints(tmp_path / "checkpoints", keep=2)  # marks and scores survive
+    save(30, metrics={"bleu": 12.0})
+    save(40)
+    assert checkpoints.all_steps() == [10, 30, 40]  # the best (10), then the newest two
+    checkpoints.close()
+
+
 class _StopAt(Preemption):
     """Stops the run after one given step, as SIGTERM or a comparison's pause would."""
 
@@ -38,35 +58,32 @@ class _StopAt(Preemption):
         return self.requested
 
 
+def _saved_steps(workdir) -> list[int]:
+    checkpoints = Checkpoints(RunDirectory(workdir).checkpoints_dir, keep=3)
+    try:
+        return checkpoints.all_steps()
+    finally:
+        checkpoints.close()
+
+
 @pytest.mark.slow
 def test_an_interrupted_run_averages_the_checkpoints_of_an_uninterrupted_one(tmp_path):
-    # Saved every 10 steps, the newest 3 kept. Stopped at step 27 (off schedule), the run writes
-    # checkpoint 27, and retention drops step 10 for it. Resumed, it saves step 30 and deletes 27:
-    # what remains, and what average:3 reads, is the uninterrupted run's 20, 30, 40.
+    # Saved every 10 steps, the newest 3 kept. Stopped at step 23 (off schedule), the run writes
+    # checkpoint 23. Resumed and stopped again at 27, it writes 27 and deletes 23; retention has
+    # dropped nothing scheduled but step 10's slot is taken. Resumed to the end, it saves step 30
+    # and deletes 27: what remains, and what average:3 reads, is the uninterrupted run's 20, 30,
+    # 40 (without the deletions: 27, 30, 40).
     config = tiny_config("transformer")
     config.train.steps = 40
     config.checkpoint.keep = 3
-    whole = tmp_path / "whole"
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     train(config, whole)
-    stopped = tmp_path / "stopped"
+    assert train(config, stopped, preemption=_StopAt(23)).step == 23
+    assert _saved_steps(stopped) == [10, 20, 23]
     assert train(config, stopped, preemption=_StopAt(27)).step == 27
-    assert Checkpoints(RunDirectory(stopped).checkpoints_dir, keep=3).all_steps() == [10, 20, 27]
+    assert _saved_steps(stopped) == [10, 20, 27]  # the second interruption replaces the first
     train(config, stopped)
 
-    for workdir in (whole, stopped):
-        checkpoints = Checkpoints(RunDirectory(workdir).checkpoints_dir, keep=3)
-        assert checkpoints.all_steps() == [20, 30, 40]
-        checkpoints.close()
+    assert _saved_steps(whole) == _saved_steps(stopped) == [20, 30, 40]
     choice = checkpoint_choice(RunDirectory(stopped), config, "average:3")
     assert choice.steps == (20, 30, 40)
-
-
-@pytest.mark.slow
-def test_a_second_interruption_replaces_the_first(tmp_path):
-    config = tiny_config("transformer")
-    config.train.steps = 40
-    train(config, tmp_path, preemption=_StopAt(23))
-    train(config, tmp_path, preemption=_StopAt(25))  # resumed at 23, stopped again before 30
-    checkpoints = Checkpoints(RunDirectory(tmp_path).checkpoints_dir, keep=3)
-    assert checkpoints.all_steps() == [10, 20, 25]
-    checkpoints.close()

@@ -367,7 +367,8 @@ def _findings(data: dict) -> list[str]:
         lines.append("- The validation frontiers do not cross over the FLOPs both cover.")
     for best in data["best"]:
         lines.append(
-            f"- Best converged `{best['family']}`: `{best['size']}` ({best['seeds']} seed(s)), "
+            f"- Best converged `{best['family']}` by validation: `{best['size']}` "
+            f"({best['seeds']} seed(s), validation BLEU {best['validation_bleu']:.2f}), "
             f"test BLEU {best['test_bleu']:.2f}, after {best['flops']:.2g} training FLOPs, "
             f"{best['steps']:,.0f} steps and {best['minutes']:.0f} training minutes "
             f"({best['minutes'] / 60:.1f} h) on the machine that trained it."

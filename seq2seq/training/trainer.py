@@ -286,9 +286,6 @@ class _Loop:
         self._validated_step = -1  # the step of this session's last validation
         self._pending: list[dict] = []  # per-step metrics since the last log line
         self._padding: list[float] = []
-        # The step of the checkpoint this session resumed from, if a stop wrote it off schedule
-        # (SIGTERM, a comparison's pause): deleted once a later checkpoint is saved.
-        self._interrupted_at: int | None = None
 
     def progress(self) -> dict:
         """What the run has spent so far: saved with each checkpoint and in every record."""
@@ -299,7 +296,6 @@ class _Loop:
         self.clock.restore(saved)
         self.flops = float(saved.get("train_flops", 0.0))
         self.stopping.restore(saved.get("early_stopping", {}))
-        self._interrupted_at = saved.get("interrupted_at")
 
     def run(self, state: TrainState, preemption: Preemption) -> TrainState:
         train = self.config.train
@@ -441,12 +437,8 @@ class _Loop:
         final: bool = False,
         interrupted: bool = False,
     ) -> None:
-        """Checkpoints ``state``, after making sure no NaN is about to be saved.
-
-        A checkpoint that an interruption wrote off schedule (``interrupted``) is there to
-        resume from, not to be averaged: once the resumed run saves a later one, it is deleted,
-        so ``average:K`` reads the same scheduled checkpoints as an uninterrupted run.
-        """
+        """Checkpoints ``state``, after making sure no NaN is about to be saved; ``interrupted``
+        marks one written off schedule, to resume from (``seq2seq.checkpoints._Retention``)."""
         step = int(state.step)
         if final and self.steps_run == 0:
             return  # nothing trained in this session (its budget or steps were already spent)
@@ -456,17 +448,16 @@ class _Loop:
             metrics = self._validate(state, step)
         with self.clock.off_the_clock("checkpoint"):
             progress = {**self.progress(), "early_stopping": self.stopping.state()}
-            if interrupted:
-                progress["interrupted_at"] = step
             self.checkpoints.save(
-                step, state, self.batches.get_state(), metrics=metrics, progress=progress
+                step,
+                state,
+                self.batches.get_state(),
+                metrics=metrics,
+                progress=progress,
+                interrupted=interrupted,
             )
             if final:
                 self.checkpoints.wait()
-            if self._interrupted_at is not None and self._interrupted_at != step:
-                self.checkpoints.wait()  # the later checkpoint is on disk before the older goes
-                self.checkpoints.delete(self._interrupted_at)
-                self._interrupted_at = None
 
     def record_stop(self, state: TrainState) -> None:
         """Writes why the run ended (converged, or its budget ran out) to metrics.jsonl."""
