@@ -68,11 +68,10 @@ def _saved_steps(workdir) -> list[int]:
 
 @pytest.mark.slow
 def test_an_interrupted_run_averages_the_checkpoints_of_an_uninterrupted_one(tmp_path):
-    # Saved every 10 steps, the newest 3 kept. Stopped at step 23 (off schedule), the run writes
-    # checkpoint 23. Resumed and stopped again at 27, it writes 27 and deletes 23; retention has
-    # dropped nothing scheduled but step 10's slot is taken. Resumed to the end, it saves step 30
-    # and deletes 27: what remains, and what average:3 reads, is the uninterrupted run's 20, 30,
-    # 40 (without the deletions: 27, 30, 40).
+    # Saved every 10 steps, the newest 3 scheduled ones kept. Stopped at step 23 (off schedule),
+    # the run writes checkpoint 23 beside 10 and 20. Stopped again at 27, it writes 27 and drops
+    # 23. Resumed to the end, it drops 27 at step 30: what remains, and what average:3 reads, is
+    # the uninterrupted run's 20, 30, 40 (counted as scheduled, 27 would give 27, 30, 40).
     config = tiny_config("transformer")
     config.train.steps = 40
     config.checkpoint.keep = 3
