@@ -56,6 +56,7 @@ DEVICE_PYTHON ?= python3
 DEVICE_SITE   ?= /tmp/seq2seq-site
 DEVICE_OUT    ?= $(if $(OUT),$(OUT),device-bench)
 DEVICE_MINUTES ?= 9
+DEVICE_PARTS  ?=# comma-separated names of seq2seq/bench/device.py's parts; empty: all of them
 WHEEL_PLATFORM := --python-version 3.12 --implementation cp --only-binary=:all: \
 	$(foreach n,28 27 24 17,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64
 
@@ -67,7 +68,7 @@ device-bench:
 	$(DEVICE_PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
 		--upgrade --target $(DEVICE_SITE) .whl/*.whl
 	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.device --out $(DEVICE_OUT) \
-		--minutes $(DEVICE_MINUTES)
+		--minutes $(DEVICE_MINUTES) --parts=$(DEVICE_PARTS)
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check . && $(PYTHON) -m ruff format --check .

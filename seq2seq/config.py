@@ -142,6 +142,10 @@ def _train_defaults() -> ml_collections.ConfigDict:
     train.label_smoothing = 0.1  # epsilon_ls (Vaswani et al.: 0.1)
     train.clip_grad_norm = 0.0  # clip gradients to this global norm; 0 for none (Bahdanau: 1)
     train.grad_accum_steps = 1  # micro-batches per update (same update as one big batch)
+    # Target tokens per chunk of the projected loss (seq2seq.training.losses): the [tokens, V]
+    # logits are made a chunk at a time. 0: the whole batch at once; -1 ("auto"): chunks sized
+    # for a CPU's cache on a CPU, the whole batch on an accelerator. The update is the same.
+    train.loss_chunk_tokens = -1
     # Early stopping: the run has converged, and ends, after this many validation points in a
     # row without a new best validation BLEU; the budget (steps, minutes) stays its cap. 0: off.
     train.early_stopping_patience = 0
@@ -278,14 +282,15 @@ def unknown_key_message(key: str, config: ml_collections.ConfigDict | None = Non
 # as, a run trained with another. Every key of these sections counts, so a key added to the schema
 # is covered without a list to keep up to date; only the chosen model's section counts.
 IDENTITY_SECTIONS = ("seed", "model.name", "data", "train")
-# Keys of those sections that only say what is scored or logged, or how far training goes: a run
-# extended to more steps or minutes is the same run, continued.
+# Keys of those sections that only say what is scored or logged, how far training goes (a run
+# extended to more steps or minutes is the same run, continued) or how the same update is computed.
 NOT_IDENTITY = frozenset(
     {
         "data.eval_split",
         "data.test_split",
         "train.steps",
         "train.time_budget_minutes",
+        "train.loss_chunk_tokens",
         "train.log_every_steps",
         "train.early_stopping_patience",
         "train.early_stopping_min_delta",
@@ -373,6 +378,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _require(
         config.train.grad_accum_steps >= 1,
         f"config.train.grad_accum_steps={config.train.grad_accum_steps} must be >= 1",
+    )
+    _require(
+        config.train.loss_chunk_tokens >= -1,
+        f"config.train.loss_chunk_tokens={config.train.loss_chunk_tokens} must be a number of"
+        " tokens, 0 (whole batch) or -1 (auto)",
     )
     return config
 

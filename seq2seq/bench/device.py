@@ -13,7 +13,9 @@ timeout leaves the other parts' figures, in the order of what matters most:
    the equations) and the step traced with the CPU backend failing;
 6. Transformer-big under ``bench profile``: a restart's compile (the first part filled the
    persistent cache) and where the step's time goes, by kind of operation;
-7. Transformer-big with XLA's Triton GEMMs off (cuBLAS for every product), beside part 1.
+7. variants beside parts 1-4: XLA's Triton GEMMs off (cuBLAS for every product) for each
+   training step and the search, Transformer-big's layers in a scan, and its loss in chunks
+   of 1,024 tokens (the CPU's default) instead of the whole batch at once.
 
 This process never loads JAX: it would take the accelerator's memory from its parts. A part
 starts only while enough of ``--minutes`` is left and gets no more than what is left.
@@ -77,22 +79,23 @@ def _bench(command: str, config: str, *flags_: str) -> tuple[str, ...]:
 
 def parts(cache: Path, tests: str = "tests/test_fused_attention.py") -> list[Part]:
     """The parts in order. Parts 1-6 share one persistent compilation cache, empty at the start
-    (so every first compile is a real one, and part 6's is a restart's); part 7 has its own."""
+    (so every first compile is a real one, and part 6's is a restart's); each variant after them
+    has its own, so its compile is a real one too."""
     shared = (("JAX_COMPILATION_CACHE_DIR", str(cache / "shared")),)
     train = ("--persistent_cache", "--noyardstick", "--steps=10", "--warmup=3")
     big = ("--matmul_sizes=4096,8192", *train)
-    cublas_only = (
-        ("JAX_COMPILATION_CACHE_DIR", str(cache / "cublas")),
-        ("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false"),
-    )
+
+    def own_cache(name: str, triton: bool = True) -> tuple[tuple[str, str], ...]:
+        env = (("JAX_COMPILATION_CACHE_DIR", str(cache / name)),)
+        return env if triton else (*env, ("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false"))
+
+    def variant(name: str, config: str, *overrides: str, triton: bool = False) -> Part:
+        return Part(name, _bench("train", config, *big, *overrides), 200, own_cache(name, triton))
+
+    decode = ("--persistent_cache", "--beam_size=4", "--sentences=256")
     return [
         Part("train_big", _bench("train", BIG, *big), 240, shared),
-        Part(
-            "decode_base",
-            _bench("decode", BASE, "--persistent_cache", "--beam_size=4", "--sentences=256"),
-            150,
-            shared,
-        ),
+        Part("decode_base", _bench("decode", BASE, *decode), 150, shared),
         Part("train_base", _bench("train", BASE, *big), 150, shared),
         Part("train_rnnsearch50", _bench("train", RNNSEARCH, *big), 150, shared),
         Part(
@@ -107,7 +110,14 @@ def parts(cache: Path, tests: str = "tests/test_fused_attention.py") -> list[Par
             120,
             shared,
         ),
-        Part("train_big_cublas", _bench("train", BIG, *big), 240, cublas_only),
+        # Variants: XLA's Triton GEMMs off (cuBLAS for every product), layers in a scan, and the
+        # loss in chunks of 1,024 tokens (a CPU's default) against the whole batch at once.
+        variant("train_big_cublas", BIG),
+        Part("decode_base_cublas", _bench("decode", BASE, *decode), 150, own_cache("dc", False)),
+        variant("train_big_scan_cublas", BIG, "--config.model.transformer.scan_layers=True"),
+        variant("train_big_chunk1024", BIG, "--config.train.loss_chunk_tokens=1024", triton=True),
+        variant("train_rnnsearch50_cublas", RNNSEARCH),
+        variant("train_base_cublas", BASE),
     ]
 
 

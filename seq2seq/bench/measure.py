@@ -30,7 +30,7 @@ from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.search_parts import cache_reorder, output_limits
 from seq2seq.models import compute_dtype, count_params, model_family, train_flops
 from seq2seq.models.base import Seq2SeqModel
-from seq2seq.training import sharding
+from seq2seq.training import losses, sharding
 from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
 from seq2seq.vocabulary import EOS_ID, PAD_ID
@@ -186,6 +186,7 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
         batch_sharding=batch_sharding,
         metrics_sharding=sharding.replicated(mesh),
         axis_rules=rules,
+        loss_chunk_tokens=losses.chunk_tokens(config.train.loss_chunk_tokens),
     )
     start = time.perf_counter()
     compiled = step.lower(state, device_batch).compile()

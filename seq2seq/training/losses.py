@@ -51,6 +51,17 @@ def smoothed_cross_entropy(
 CHUNK_TOKENS = 1024
 
 
+def chunk_tokens(setting: int) -> int | None:
+    """``train.loss_chunk_tokens`` for ``projected_cross_entropy``: N tokens a chunk, 0 the whole
+    batch (None), -1 ("auto") ``CHUNK_TOKENS`` on a CPU and the whole batch elsewhere, where
+    memory is plentiful and every chunk is one more pass over the [V, D] weight gradient."""
+    if setting > 0:
+        return setting
+    if setting == 0 or jax.default_backend() != "cpu":
+        return None
+    return CHUNK_TOKENS
+
+
 def projected_cross_entropy(
     features: jax.Array,
     output: OutputLayer,

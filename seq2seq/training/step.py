@@ -191,12 +191,14 @@ def make_train_step(
     batch_sharding: Any = None,
     metrics_sharding: Any = None,
     axis_rules: AxisRules | None = None,
+    loss_chunk_tokens: int | None = CHUNK_TOKENS,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """``train_step`` compiled with ``jax.jit``, its input state donated (updated in place).
 
     The shardings (see ``seq2seq.training.sharding``) place the state, the batch and the
     metrics on a mesh; left out, jit places everything on the default device. ``axis_rules``
-    lays the models' activations out on that mesh by their logical names. A batch split
+    lays the models' activations out on that mesh by their logical names.
+    ``loss_chunk_tokens``: see ``projected_cross_entropy``. A batch split
     over several devices takes the loss in one chunk: chunked, the output layer's weight
     gradient would be summed across devices once per chunk, which costs more than the chunks save.
     """
@@ -206,7 +208,7 @@ def make_train_step(
         label_smoothing=label_smoothing,
         schedule=schedule,
         grad_accum_steps=grad_accum_steps,
-        loss_chunk_tokens=None if split else CHUNK_TOKENS,
+        loss_chunk_tokens=None if split else loss_chunk_tokens,
     )
     if state_sharding is None:
         return jax.jit(step, donate_argnums=0)

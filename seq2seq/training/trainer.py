@@ -34,7 +34,7 @@ from seq2seq.models import (
     train_flops,
 )
 from seq2seq.run_directory import RunDirectory
-from seq2seq.training import sharding
+from seq2seq.training import losses, sharding
 from seq2seq.training.clock import TrainingClock
 from seq2seq.training.logs import MetricsWriter, interval_record, short_line
 from seq2seq.training.schedules import build_optimizer, build_schedule
@@ -210,6 +210,7 @@ def _build_loop(
         batch_sharding=batch_sharding,
         metrics_sharding=sharding.replicated(mesh),
         axis_rules=rules,
+        loss_chunk_tokens=losses.chunk_tokens(config.train.loss_chunk_tokens),
     )
     params = count_params(state.params)
     _log_model(config.model.name, params, mesh, state_shardings)
