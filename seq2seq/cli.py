@@ -27,6 +27,7 @@ from absl import logging as absl_logging
 from seq2seq.compilation_cache import keep_compiled_programs
 from seq2seq.config import ConfigError, unknown_key_message
 from seq2seq.host_memory import keep_host_memory
+from seq2seq.xla_flags import use_library_gemms
 
 CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
 
@@ -171,11 +172,13 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
 def start() -> None:
     """The preamble of every command, run before JAX loads: compiled programs kept on disk for
     later processes (``seq2seq.compilation_cache``; ``JAX_ENABLE_COMPILATION_CACHE=false`` turns
-    that off) and XLA's host memory kept between steps.
+    that off), GPU matrix products from cuBLAS (``seq2seq.xla_flags``) and XLA's host memory
+    kept between steps.
 
     On Linux with glibc this restarts the process once (``seq2seq.host_memory``).
     """
     keep_compiled_programs()
+    use_library_gemms()
     keep_host_memory()
 
 

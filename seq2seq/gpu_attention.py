@@ -61,7 +61,8 @@ def attention_by_lengths(
     """Vaswani et al. 2017, Eq. 1, masked by lengths: query t of row b reads key s when
     ``t < query_lengths[b]``, ``s < key_lengths[b]`` and, if ``causal``, ``s <= t``.
 
-    A query past its row's length (padding) gets a zero output.
+    A query that reads no key (past its row's length, or in a row without keys) gets a zero
+    output.
 
     Args:
       queries: [B, T, H, K].
@@ -76,12 +77,24 @@ def attention_by_lengths(
     Returns:
       [B, T, H, K].
     """
-    return jax.nn.dot_product_attention(
+    if query_lengths is None and key_lengths is None:
+        return jax.nn.dot_product_attention(
+            queries, keys, values, is_causal=causal, implementation=implementation
+        )
+    batch, length = queries.shape[:2]
+    query_lengths = jnp.full((batch,), length) if query_lengths is None else query_lengths
+    key_lengths = jnp.full((batch,), keys.shape[1]) if key_lengths is None else key_lengths
+    # A row with no query or no key (a row that fills a shard, an empty source) is given one of
+    # each, so the kernel never normalises over nothing (cuDNN's 0/0, then NaN gradients), and
+    # its outputs are zeroed below with every other query that reads no key.
+    outputs = jax.nn.dot_product_attention(
         queries,
         keys,
         values,
         is_causal=causal,
-        query_seq_lengths=query_lengths,
-        key_value_seq_lengths=key_lengths,
+        query_seq_lengths=jnp.maximum(query_lengths, 1),
+        key_value_seq_lengths=jnp.maximum(key_lengths, 1),
         implementation=implementation,
     )
+    reads = (jnp.arange(length)[None, :] < query_lengths[:, None]) & (key_lengths[:, None] > 0)
+    return jnp.where(reads[:, :, None, None], outputs, jnp.zeros((), outputs.dtype))

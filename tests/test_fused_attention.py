@@ -233,11 +233,12 @@ def _transformer(dtype):
     return Transformer(config, rngs=nnx.Rngs(0))
 
 
-def _padded_batch():
-    # Even widths (10 source positions, 6 target): cuDNN takes no odd ones (``cudnn_takes``).
-    tokens = jax.random.randint(jax.random.key(1), (4, 10), 4, VOCAB)
-    source = jnp.where(_segments(SOURCE_LENGTHS, 10) > 0, tokens, PAD_ID)
-    target = jnp.where(_segments(TARGET_LENGTHS, 6) > 0, tokens[:, :6], PAD_ID)
+def _padded_batch(source_width=10, target_width=6):
+    # Even widths: cuDNN takes no odd ones (``cudnn_takes``).
+    tokens = jax.random.randint(jax.random.key(1), (4, source_width), 4, VOCAB)
+    source = jnp.where(_segments(SOURCE_LENGTHS, source_width) > 0, tokens, PAD_ID)
+    target_tokens = tokens[:, :target_width]
+    target = jnp.where(_segments(TARGET_LENGTHS, target_width) > 0, target_tokens, PAD_ID)
     return {"source": source, "target": target}
 
 
@@ -375,9 +376,10 @@ def test_cudnn_equals_the_reference_within_bfloat16_rounding(kind):
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="cuDNN's kernel needs an NVIDIA GPU; this has none")
-def test_a_bfloat16_transformer_on_cudnn_equals_the_explicit_equations():
+@pytest.mark.parametrize("widths", [(10, 6), (72, 64)])
+def test_a_bfloat16_transformer_on_cudnn_equals_the_explicit_equations(widths):
     model = _transformer("bfloat16")
-    batch = _padded_batch()
+    batch = _padded_batch(*widths)
     fused = _loss_and_gradients(model, batch)
     for _, module in nnx.iter_graph(model):
         if isinstance(module, attention.MultiHeadAttention):

@@ -13,9 +13,9 @@ timeout leaves the other parts' figures, in the order of what matters most:
    the equations) and the step traced with the CPU backend failing;
 6. Transformer-big under ``bench profile``: a restart's compile (the first part filled the
    persistent cache) and where the step's time goes, by kind of operation;
-7. variants beside parts 1-4: XLA's Triton GEMMs off (cuBLAS for every product) for each
-   training step and the search, Transformer-big's layers in a scan, and its loss in chunks
-   of 1,024 tokens (the CPU's default) instead of the whole batch at once.
+7. variants beside parts 1-2: XLA's own (Triton) matrix products instead of cuBLAS's for
+   Transformer-big's step and the search, Transformer-big's layers in a scan, and its loss in
+   chunks of 1,024 tokens (the CPU's default) instead of the whole batch at once.
 
 This process never loads JAX: it would take the accelerator's memory from its parts. A part
 starts only while enough of ``--minutes`` is left and gets no more than what is left.
@@ -85,12 +85,11 @@ def parts(cache: Path, tests: str = "tests/test_fused_attention.py") -> list[Par
     train = ("--persistent_cache", "--noyardstick", "--steps=10", "--warmup=3")
     big = ("--matmul_sizes=4096,8192", *train)
 
-    def own_cache(name: str, triton: bool = True) -> tuple[tuple[str, str], ...]:
-        env = (("JAX_COMPILATION_CACHE_DIR", str(cache / name)),)
-        return env if triton else (*env, ("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false"))
-
-    def variant(name: str, config: str, *overrides: str, triton: bool = False) -> Part:
-        return Part(name, _bench("train", config, *big, *overrides), 200, own_cache(name, triton))
+    def variant(name: str, command: str, config: str, *flags_: str, triton=False) -> Part:
+        env = [("JAX_COMPILATION_CACHE_DIR", str(cache / name))]
+        if triton:
+            env.append(("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=true"))
+        return Part(name, _bench(command, config, *flags_), 200, tuple(env))
 
     decode = ("--persistent_cache", "--beam_size=4", "--sentences=256")
     return [
@@ -110,14 +109,15 @@ def parts(cache: Path, tests: str = "tests/test_fused_attention.py") -> list[Par
             120,
             shared,
         ),
-        # Variants: XLA's Triton GEMMs off (cuBLAS for every product), layers in a scan, and the
-        # loss in chunks of 1,024 tokens (a CPU's default) against the whole batch at once.
-        variant("train_big_cublas", BIG),
-        Part("decode_base_cublas", _bench("decode", BASE, *decode), 150, own_cache("dc", False)),
-        variant("train_big_scan_cublas", BIG, "--config.model.transformer.scan_layers=True"),
-        variant("train_big_chunk1024", BIG, "--config.train.loss_chunk_tokens=1024", triton=True),
-        variant("train_rnnsearch50_cublas", RNNSEARCH),
-        variant("train_base_cublas", BASE),
+        # Variants of parts 1-2: XLA's own (Triton) matrix products instead of cuBLAS's
+        # (seq2seq.xla_flags), Transformer-big's layers in a scan, and its loss in chunks of
+        # 1,024 tokens (a CPU's default) instead of the whole batch at once.
+        variant("train_big_triton", "train", BIG, *big, triton=True),
+        variant("decode_base_triton", "decode", BASE, *decode, triton=True),
+        variant(
+            "train_big_scan", "train", BIG, *big, "--config.model.transformer.scan_layers=True"
+        ),
+        variant("train_big_chunk1024", "train", BIG, *big, "--config.train.loss_chunk_tokens=1024"),
     ]
 
 
