@@ -66,6 +66,7 @@ def test_schema_is_locked_against_new_keys():
         ("model.transformer.dropout_rate", 1.5, "dropout_rate"),
         ("train.steps", 0, "train.steps"),
         ("decode.min_rows", -1, "decode.min_rows"),
+        ("train.loss_chunk_tokens", -2, "train.loss_chunk_tokens"),
     ],
 )
 def test_validate_names_the_offending_key(key, value, named):

@@ -41,13 +41,16 @@ def test_targets_say_met_not_met_and_why_a_figure_is_missing():
     assert rows["train_rnnsearch50", "compile_s"] == ["-", "<= 60: not measured (not run)"]
 
 
-def test_the_parts_share_one_cache_except_the_cublas_one(tmp_path):
+def test_the_shipped_parts_share_one_cache_and_each_variant_has_its_own(tmp_path):
     by_name = {part.name: dict(part.env) for part in device.parts(tmp_path)}
     shared = str(tmp_path / "shared")
     assert by_name["train_big"]["JAX_COMPILATION_CACHE_DIR"] == shared
     assert by_name["profile_big"]["JAX_COMPILATION_CACHE_DIR"] == shared  # a restart's compile
-    assert by_name["train_big_cublas"]["JAX_COMPILATION_CACHE_DIR"] != shared
-    assert "triton_gemm=false" in by_name["train_big_cublas"]["XLA_FLAGS"]
+    variants = ["train_big_triton", "decode_base_triton", "train_big_scan", "train_big_chunk1024"]
+    caches = {by_name[name]["JAX_COMPILATION_CACHE_DIR"] for name in variants}
+    assert len(caches) == len(variants) and shared not in caches
+    assert by_name["train_big_triton"]["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=true"
+    assert "XLA_FLAGS" not in by_name["train_big"]  # the commands' own default: cuBLAS
 
 
 def test_a_part_runs_in_its_own_process_and_returns_its_figures(monkeypatch):
