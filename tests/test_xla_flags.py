@@ -1,8 +1,10 @@
 """Every command asks XLA for cuBLAS's matrix products on a GPU, unless told otherwise."""
 
+import os
 import subprocess
 import sys
 
+from seq2seq import xla_flags
 from seq2seq.training import losses
 from seq2seq.xla_flags import LIBRARY_GEMMS, flags_environment
 from tests.conftest import REPO, subprocess_env
@@ -20,11 +22,11 @@ def test_a_users_own_setting_of_the_option_wins():
     assert flags_environment(mine) == mine
 
 
-def test_a_command_runs_with_the_option_on_a_cpu():
-    # XLA refuses the whole process on a flag it does not know: the CPU build must know it.
+def test_a_command_leaves_xla_flags_alone_without_a_cuda_plugin():
+    # This machine's JAX has no CUDA plugin: its compiled programs keep the keys they had.
     script = (
         "from seq2seq import cli; cli.start(); import os, jax.numpy as jnp;"
-        "print(os.environ['XLA_FLAGS'], float(jnp.ones(3).sum()))"
+        "print(repr(os.environ.get('XLA_FLAGS')), float(jnp.ones(3).sum()))"
     )
     environment = subprocess_env()
     environment.pop("XLA_FLAGS", None)
@@ -37,10 +39,18 @@ def test_a_command_runs_with_the_option_on_a_cpu():
         env=environment,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-2:] == [LIBRARY_GEMMS, "3.0"]
+    assert not xla_flags.cuda_installed()
+    assert done.stdout.split()[-2:] == ["None", "3.0"]
 
 
 def test_the_loss_is_chunked_on_a_cpu_and_whole_when_asked():
     assert losses.chunk_tokens(-1) == losses.CHUNK_TOKENS  # "auto", on this CPU
     assert losses.chunk_tokens(0) is None
     assert losses.chunk_tokens(4096) == 4096
+
+
+def test_the_option_is_set_where_a_cuda_plugin_is_found(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/d")
+    monkeypatch.setattr(xla_flags, "CUDA_PLUGINS", ("jax_plugins.xla_cuda99", "json"))
+    xla_flags.use_library_gemms()
+    assert os.environ["XLA_FLAGS"] == f"--xla_dump_to=/d {LIBRARY_GEMMS}"
