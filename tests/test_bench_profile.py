@@ -65,6 +65,41 @@ def test_gpu_kernels_count_for_the_operation_they_ran():
     assert [op["name"] for op in figures["operations"]] == ["fusion.7", "loop.3"]
 
 
+GPU_HLO = """\
+ENTRY %main.9 (p0: bf16[8,8], p1: bf16[8,8]) -> bf16[8,8] {
+  %p0 = bf16[8,8]{1,0} parameter(0)
+  %p1 = bf16[8,8]{1,0} parameter(1)
+  %custom-call.1 = (bf16[8,8]{1,0}, s8[0]{0}) custom-call(%p0, %p1), custom_call_target="__cublas$gemm", metadata={op_name="jit(f)/dot_general"}
+  %custom-call.2 = (bf16[8,8]{1,0}, u8[0]{0}) custom-call(%p0, %p1, %p1), custom_call_target="__cudnn$fmhaSoftmax", metadata={op_name="jit(f)/dot_product_attention"}
+  ROOT %custom-call.3 = bf16[8,8]{1,0} custom-call(%p0), custom_call_target="my_callback"
+}
+"""  # noqa: E501  (HLO's lines are as long as XLA writes them)
+
+
+def test_a_gpus_library_kernels_count_as_products():
+    kinds = classify(GPU_HLO)
+    assert kinds["custom-call.1"] == ("products", "jit(f)/dot_general")  # cuBLAS
+    assert kinds["custom-call.2"][0] == "products"  # cuDNN's attention
+    assert kinds["custom-call.3"][0] == "element-wise"  # any other library call
+
+
+def test_the_longest_unmapped_events_are_listed_with_their_args():
+    kinds = {"fusion.7": ("products", "")}
+    events = [
+        {"ph": "X", "name": "k", "ts": 0, "dur": 10, "args": {"hlo_op": "fusion.7"}},
+        {"ph": "X", "name": "sm90_xmma_gemm", "ts": 10, "dur": 30, "args": {"stream": 7}},
+        {"ph": "X", "name": "sm90_xmma_gemm", "ts": 40, "dur": 30, "args": {"stream": 7}},
+        {"ph": "X", "name": "flash_fprop", "ts": 70, "dur": 20},
+        {"ph": "X", "name": "k", "ts": 90, "dur": 10, "args": {"hlo_op": "fusion.7"}},
+        {"ph": "X", "name": "python startup", "ts": -500, "dur": 400},  # before the steps
+    ]
+    unmapped = summarise(events, kinds, steps=1)["unmapped"]
+    assert unmapped == [
+        {"name": "sm90_xmma_gemm", "ms": pytest.approx(60e-3), "args": ["stream"]},
+        {"name": "flash_fprop", "ms": pytest.approx(20e-3), "args": []},
+    ]
+
+
 def _profile(*flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "seq2seq.bench", "profile", *TINY_TRAIN, *flags],

@@ -53,6 +53,14 @@ def test_the_shipped_parts_share_one_cache_and_each_variant_has_its_own(tmp_path
     assert "XLA_FLAGS" not in by_name["train_big"]  # the commands' own default: cuBLAS
 
 
+def test_the_profiles_are_kept_in_the_output_folder_and_one_runs_without_cuda_graphs(tmp_path):
+    by_name = {part.name: part for part in device.parts(tmp_path / "c", keep=tmp_path / "out")}
+    assert f"--profile_dir={tmp_path / 'out' / 'profile'}" in by_name["profile_big"].args
+    kernels = by_name["profile_big_kernels"]
+    assert f"--profile_dir={tmp_path / 'out' / 'profile_kernels'}" in kernels.args
+    assert dict(kernels.env)["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer="
+
+
 def test_a_part_runs_in_its_own_process_and_returns_its_figures(monkeypatch):
     for key, value in subprocess_env().items():
         monkeypatch.setenv(key, value)
@@ -67,7 +75,7 @@ def test_a_failing_part_is_reported_and_the_next_one_still_runs(tmp_path, monkey
         monkeypatch.setenv(key, value)
     broken = device.Part("broken", ("seq2seq.bench", "train", "--config=configs/none.py"), 300)
     matmul = device.Part("matmul", ("seq2seq.bench", "matmul", "--matmul_sizes=64", "--json"), 300)
-    monkeypatch.setattr(device, "parts", lambda cache: [broken, matmul])
+    monkeypatch.setattr(device, "parts", lambda cache, keep: [broken, matmul])
     results = device.bench(tmp_path, minutes=10)
     assert results["broken"]["status"] == "failed"
     assert "none.py" in results["broken"]["stderr_tail"]

@@ -12,7 +12,8 @@ timeout leaves the other parts' figures, in the order of what matters most:
 5. the fused-attention tests that need a GPU (``tests/test_fused_attention.py``: cuDNN against
    the equations) and the step traced with the CPU backend failing;
 6. Transformer-big under ``bench profile``: a restart's compile (the first part filled the
-   persistent cache) and where the step's time goes, by kind of operation;
+   persistent cache) and where the step's time goes, by kind of operation; then the same with
+   XLA's command buffers off, so each kernel's event names its operation;
 7. variants beside parts 1-2: XLA's own (Triton) matrix products instead of cuBLAS's for
    Transformer-big's step and the search, Transformer-big's layers in a scan, and its loss in
    chunks of 1,024 tokens (the CPU's default) instead of the whole batch at once.
@@ -77,10 +78,14 @@ def _bench(command: str, config: str, *flags_: str) -> tuple[str, ...]:
     return ("seq2seq.bench", command, f"--config={config}", "--json", *flags_)
 
 
-def parts(cache: Path, tests: str = "tests/test_fused_attention.py") -> list[Part]:
+def parts(
+    cache: Path, tests: str = "tests/test_fused_attention.py", keep: Path | None = None
+) -> list[Part]:
     """The parts in order. Parts 1-6 share one persistent compilation cache, empty at the start
     (so every first compile is a real one, and part 6's is a restart's); each variant after them
-    has its own, so its compile is a real one too."""
+    has its own, so its compile is a real one too. The profiles' traces and HLO go under
+    ``keep`` (default: ``cache``)."""
+    keep = cache if keep is None else keep
     shared = (("JAX_COMPILATION_CACHE_DIR", str(cache / "shared")),)
     train = ("--persistent_cache", "--noyardstick", "--steps=10", "--warmup=3")
     big = ("--matmul_sizes=4096,8192", *train)
@@ -105,9 +110,17 @@ def parts(cache: Path, tests: str = "tests/test_fused_attention.py") -> list[Par
         ),
         Part(
             "profile_big",
-            _bench("profile", BIG, "--persistent_cache", f"--profile_dir={cache / 'profile'}"),
+            _bench("profile", BIG, "--persistent_cache", f"--profile_dir={keep / 'profile'}"),
             120,
             shared,
+        ),
+        # The profile again with XLA's command buffers (CUDA graphs) off: kernels a graph
+        # launches may carry no operation's name in the trace.
+        Part(
+            "profile_big_kernels",
+            _bench("profile", BIG, f"--profile_dir={keep / 'profile_kernels'}"),
+            150,
+            (("XLA_FLAGS", "--xla_gpu_enable_command_buffer="),),
         ),
         # Variants of parts 1-2: XLA's own (Triton) matrix products instead of cuBLAS's
         # (seq2seq.xla_flags), Transformer-big's layers in a scan, and its loss in chunks of
@@ -227,6 +240,11 @@ def markdown(results: dict) -> str:
         lines += [f"| {key} | {figures[key]} |" for key in _SHOWN if key in figures]
         if "by_kind_ms" in figures:
             lines += [f"| {kind} (ms) | {ms:.2f} |" for kind, ms in figures["by_kind_ms"].items()]
+            lines += [f"| no operation (ms) | {figures['no_operation_ms']:.2f} |"]
+            lines += [
+                f"| unmapped: {event['name'][:60]} (ms) | {event['ms']:.2f} |"
+                for event in figures.get("unmapped", [])[:8]
+            ]
         for key in ("reason", "stderr_tail"):
             if key in figures:
                 lines += ["", "```", figures[key][-1500:], "```"]
@@ -239,7 +257,7 @@ def bench(out: Path, minutes: float, selected: list[str] | None = None) -> dict:
     deadline = time.perf_counter() + 60 * minutes
     results = {"environment": environment()}
     with tempfile.TemporaryDirectory(prefix="seq2seq-device-bench-") as cache:
-        for part in parts(Path(cache)):
+        for part in parts(Path(cache), keep=out):
             if selected and part.name not in selected:
                 continue
             print(f"device bench: {part.name} ...", file=sys.stderr, flush=True)

@@ -77,6 +77,10 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+.*?\s([a-z][\w\-]
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _TO_APPLY = re.compile(r"to_apply=%?([\w.\-]+)")
 _SOURCE = re.compile(r'op_name="([^"]*)"')
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+# A custom call is a library's kernel: on a GPU, cuBLAS's products (``__cublas$gemm``,
+# ``__cublas$lt$matmul``) and cuDNN's attention (``__cudnn$fmha...``), mostly products too.
+_PRODUCT_TARGETS = ("gemm", "matmul", "fmha", "conv")
 
 
 class Operation(NamedTuple):
@@ -86,6 +90,7 @@ class Operation(NamedTuple):
     calls: str | None  # a fusion's computation
     applies: str | None  # a reduction's (or scatter's) combining computation
     source: str
+    target: str = ""  # a custom call's target (the library function it calls)
 
 
 def parse_hlo(hlo_text: str) -> dict[str, dict[str, Operation]]:
@@ -100,13 +105,9 @@ def parse_hlo(hlo_text: str) -> dict[str, dict[str, Operation]]:
         instruction = _INSTRUCTION.match(line)
         if instruction and current is not None:
             name, opcode, rest = instruction.groups()
-            calls, applies, source = (p.search(rest) for p in (_CALLS, _TO_APPLY, _SOURCE))
-            current[name] = Operation(
-                opcode,
-                calls and calls.group(1),
-                applies and applies.group(1),
-                source.group(1) if source else "",
-            )
+            found = [p.search(rest) for p in (_CALLS, _TO_APPLY, _SOURCE, _TARGET)]
+            calls, applies, source, target = (m and m.group(1) for m in found)
+            current[name] = Operation(opcode, calls, applies, source or "", target or "")
     return computations
 
 
@@ -148,6 +149,8 @@ def classify(hlo_text: str) -> dict[str, tuple[str, str]]:
                 continue
             if op.opcode == "fusion" and op.calls in computations:
                 opcodes = {fused.opcode for fused in computations[op.calls].values()}
+            elif op.opcode == "custom-call" and any(t in op.target for t in _PRODUCT_TARGETS):
+                opcodes = {"dot"}
             else:
                 opcodes = {op.opcode}
             kinds[name] = (_kind_of_opcodes(opcodes), op.source)
@@ -200,6 +203,7 @@ def summarise(events: list[dict], kinds: dict[str, tuple[str, str]], steps: int)
         "by_kind_ms": {kind: us * per_step_ms for kind, us in by_kind.items()},
         "no_operation_ms": (last - first - covered) * per_step_ms,
         "traced_span_ms": (last - first) * per_step_ms,
+        "unmapped": _unmapped(events, kinds, first, last, per_step_ms),
         "operations": [
             {
                 "name": name,
@@ -211,6 +215,24 @@ def summarise(events: list[dict], kinds: dict[str, tuple[str, str]], steps: int)
             for name, us in by_op.most_common()
         ],
     }
+
+
+def _unmapped(events, kinds, first, last, per_step_ms, top=15) -> list[dict]:
+    """The longest events inside the traced span that name no operation of the step, by name,
+    with the keys of their args: what a trace calls its kernels when the mapping misses them."""
+    time_by_name: dict[str, float] = collections.Counter()
+    args_by_name: dict[str, list[str]] = {}
+    for event in events:
+        if event.get("ph") != "X" or "dur" not in event or operation_name(event, kinds):
+            continue
+        if event["ts"] < first or event["ts"] + event["dur"] > last:
+            continue
+        time_by_name[event["name"]] += event["dur"]
+        args_by_name.setdefault(event["name"], sorted(event.get("args", {})))
+    return [
+        {"name": name, "ms": us * per_step_ms, "args": args_by_name[name]}
+        for name, us in time_by_name.most_common(top)
+    ]
 
 
 def profile_benchmark(
