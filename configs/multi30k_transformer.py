@@ -5,8 +5,8 @@
 
 The size the compute frontier chose (docs/results.md#which-architecture-is-better): of the
 Transformers trained to convergence on Multi30k with the same tuning trials (d_model 128 with
-2+2 layers, 256 with 3+3), this one reached the highest validation BLEU over two seeds, in the
-fewest FLOPs (40.88 and 40.95; converged at 6,750 and 4,750 steps, 18-25 training minutes on
+2+2 layers, 256 with 3+3, 512 with 4+4), this one reached the highest validation BLEU over two
+seeds, in the fewest FLOPs (40.88 and 40.95; converged at 6,750 and 4,750 steps, 18-25 training minutes on
 one core; test_2016_flickr 40.43 and 41.57, mean 41.00, from the mean of the last 5
 checkpoints). Pre-LN, a shared subword vocabulary and three-way weight tying as in Vaswani et
 al.; batches pack several captions per row. Adam with linear warm-up to a peak, then inverse
