@@ -158,6 +158,34 @@ def test_packed_rows_hold_whole_pairs_with_matching_segments():
     assert 24 <= len(counts) / 2 < 60 and set(counts.values()) == {1}  # no repeat in an epoch
 
 
+def test_gather_reads_the_sentences_asked_for_in_their_order():
+    corpus = make_corpus(30, 16, seed=2)
+    pairs = np.array([7, 2, 7, 29, 0])  # out of order, one twice
+    for side, one in (("source", corpus.source), ("target", corpus.target)):
+        ids, lengths = corpus.gather(side, pairs)
+        np.testing.assert_array_equal(ids, np.concatenate([one(i) for i in pairs]))
+        assert lengths.tolist() == [len(one(i)) for i in pairs]
+        ids, lengths = corpus.gather(side, np.array([], np.int64))
+        assert ids.shape == lengths.shape == (0,)
+
+
+def test_a_packed_batch_puts_each_pair_after_those_placed_in_its_row_before():
+    corpus = make_corpus(40, 6, seed=3)  # pairs of at most 6 tokens: three fit a row of 16
+    dataset = packed(corpus)
+    assert dataset.rows >= 2
+    pairs, rows = np.array([3, 0, 5, 1, 8]), [1, 0, 1, 0, 1]
+    batch = dataset.batch(pairs, rows)
+    for side, one in (("source", corpus.source), ("target", corpus.target)):
+        for row, members in ((0, [0, 1]), (1, [3, 5, 8])):
+            ids = np.concatenate([one(i) for i in members])
+            segments = np.concatenate([[k + 1] * len(one(i)) for k, i in enumerate(members)])
+            np.testing.assert_array_equal(batch[side][row, : len(ids)], ids)
+            np.testing.assert_array_equal(batch[f"{side}_segments"][row, : len(ids)], segments)
+            assert not batch[side][row, len(ids) :].any()
+            assert not batch[f"{side}_segments"][row, len(ids) :].any()
+        assert not batch[side][2:].any() and not batch[f"{side}_segments"][2:].any()
+
+
 def test_packed_attention_never_crosses_pairs():
     """A pair's logits in a packed row equal its logits alone in a row of its own."""
     corpus = make_corpus(12, 8, seed=2, vocab=24)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from seq2seq.data.encoded import EncodedCorpus
+from seq2seq.data.encoded import EncodedCorpus, token_spans
 from seq2seq.vocabulary import PAD_ID
 
 Example = tuple[np.ndarray, np.ndarray]  # (source ids, target ids), EOS included
@@ -285,8 +285,14 @@ class BucketedBatches(grain.IterDataset):
         length = planned.padded_length
         rows = padded_rows(self.spec.batch_size(length), self.row_multiple) // self.shard_count
         members = planned.members[self.shard_index * rows : (self.shard_index + 1) * rows]
-        examples = [(self.corpus.source(i), self.corpus.target(i)) for i in self.indices[members]]
-        return collate(examples, rows, length)
+        batch = {}
+        for side in ("source", "target"):  # member k in row k, cut at ``length`` tokens
+            ids, lengths = self.corpus.gather(side, self.indices[members])
+            owners, within = token_spans(lengths)
+            kept = within < length
+            batch[side] = np.full((rows, length), PAD_ID, np.int32)
+            batch[side][owners[kept], within[kept]] = ids[kept]
+        return batch
 
 
 class BucketedBatchIterator(grain.DatasetIterator):

@@ -63,6 +63,24 @@ class EncodedCorpus:
         start, stop = self.target_offsets[index], self.target_offsets[index + 1]
         return self.target_ids[start:stop].astype(np.int32)
 
+    def gather(self, side: str, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sentences ``pairs`` of one side (``"source"`` or ``"target"``) in one read.
+
+        Returns:
+          ([T] int32 ids of the sentences, concatenated in the order of ``pairs``, [K] int64
+          tokens of each sentence): one gather from the flat array however many sentences
+          there are, where ``source(i)`` for each of them costs a Python call apiece.
+        """
+        ids, offsets = (
+            (self.source_ids, self.source_offsets)
+            if side == "source"
+            else (self.target_ids, self.target_offsets)
+        )
+        starts = offsets[pairs]
+        lengths = offsets[np.asarray(pairs) + 1] - starts
+        owners, within = token_spans(lengths)
+        return np.asarray(ids[starts[owners] + within], np.int32), lengths
+
     @property
     def source_lengths(self) -> np.ndarray:
         """[N] tokens per source sentence, EOS included."""
@@ -72,6 +90,14 @@ class EncodedCorpus:
     def target_lengths(self) -> np.ndarray:
         """[N] tokens per target sentence, EOS included."""
         return np.diff(self.target_offsets)
+
+
+def token_spans(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sentences of ``lengths`` tokens laid end to end: [T] the sentence of each token and [T]
+    its position inside that sentence, T = ``lengths.sum()``."""
+    owners = np.repeat(np.arange(len(lengths)), lengths)
+    firsts = np.cumsum(lengths) - lengths  # [K] where each sentence starts
+    return owners, np.arange(len(owners)) - firsts[owners]
 
 
 def _id_dtype(vocab_size: int) -> np.dtype:

@@ -22,7 +22,7 @@ import grain
 import numpy as np
 
 from seq2seq.data.batching import check_row_multiple, corpus_sides, padded_rows
-from seq2seq.data.encoded import EncodedCorpus
+from seq2seq.data.encoded import EncodedCorpus, token_spans
 from seq2seq.vocabulary import PAD_ID
 
 SIZING_PAIRS = 200_000  # pairs of the first epoch whose packing fixes the row count
@@ -139,25 +139,23 @@ class PackedBatches(grain.IterDataset):
         """This host's rows of a planned global batch: pair ``pairs[k]`` (an index into
         ``indices``) placed in row ``rows[k]``, after the pairs placed there before it."""
         shape = (self.host_rows, self.row_length)
-        batch = {
-            key: np.full(shape, PAD_ID, np.int32)
-            for key in ("source", "target", "source_segments", "target_segments")
-        }
-        used = np.zeros((2, self.host_rows), np.int64)  # [side, row] tokens placed so far
-        segments = np.zeros(self.host_rows, np.int32)  # [row] pairs placed so far
-        first = self.shard_index * self.host_rows
-        for pair, row in zip(self.indices[pairs].tolist(), rows, strict=True):
-            row -= first
-            if not 0 <= row < self.host_rows:
-                continue  # another host's row
-            segments[row] += 1
-            for side, (key, ids) in enumerate(
-                (("source", self.corpus.source(pair)), ("target", self.corpus.target(pair)))
-            ):
-                start, stop = used[side, row], used[side, row] + len(ids)
-                batch[key][row, start:stop] = ids
-                batch[f"{key}_segments"][row, start:stop] = segments[row]
-                used[side, row] = stop
+        rows = np.asarray(rows, np.int64) - self.shard_index * self.host_rows
+        mine = (rows >= 0) & (rows < self.host_rows)  # the others are another host's rows
+        # The pairs of one row side by side, in the order they were placed there.
+        order = np.argsort(rows[mine], kind="stable")
+        rows, pairs = rows[mine][order], self.indices[np.asarray(pairs)[mine][order]]
+        opens = np.searchsorted(rows, rows)  # [K] the first pair of each pair's row
+        segments = np.arange(len(rows)) - opens + 1  # [K] 1, 2, ... along a row
+        batch = {}
+        for side in ("source", "target"):
+            ids, lengths = self.corpus.gather(side, pairs)
+            owners, _ = token_spans(lengths)
+            row_starts = (np.cumsum(lengths) - lengths)[opens]  # [K] where its row begins in ids
+            where = rows[owners], np.arange(len(ids)) - row_starts[owners]
+            batch[side] = np.full(shape, PAD_ID, np.int32)
+            batch[side][where] = ids
+            batch[f"{side}_segments"] = np.zeros(shape, np.int32)
+            batch[f"{side}_segments"][where] = segments[owners]
         return batch
 
 
