@@ -93,10 +93,10 @@ def test_the_loop_keeps_two_steps_in_flight_and_fetches_metrics_at_log_steps(tmp
     config.checkpoint.every_steps = 1_000
     config.data.pack = True
     dispatched: list[int] = []
-    make_step = trainer.make_train_step
+    make_step = trainer.configured_train_step
 
-    def tagged_step(**kwargs):
-        step = make_step(**kwargs)
+    def tagged_step(*args):
+        step = make_step(*args)
 
         def run(state, batch):  # tags each step's metrics with its number
             state, metrics = step(state, batch)
@@ -116,7 +116,7 @@ def test_the_loop_keeps_two_steps_in_flight_and_fetches_metrics_at_log_steps(tmp
         fetches.append(len(dispatched))
         return get(tree)
 
-    monkeypatch.setattr(trainer, "make_train_step", tagged_step)
+    monkeypatch.setattr(trainer, "configured_train_step", tagged_step)
     monkeypatch.setattr(jax, "block_until_ready", wait)
     monkeypatch.setattr(jax, "device_get", fetch)
     train(config, tmp_path)

@@ -30,8 +30,8 @@ from seq2seq.decoding.beam_search import beam_search
 from seq2seq.decoding.search_parts import cache_reorder, output_limits
 from seq2seq.models import compute_dtype, count_params, model_family, train_flops
 from seq2seq.models.base import Seq2SeqModel
-from seq2seq.training import losses, sharding
-from seq2seq.training.step import make_train_step
+from seq2seq.training import sharding
+from seq2seq.training.step import configured_train_step
 from seq2seq.training.trainer import create_state
 from seq2seq.vocabulary import EOS_ID, PAD_ID
 
@@ -178,16 +178,7 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
     state = jax.device_put(state, state_shardings)
     batch_sharding = sharding.batch_sharding(mesh, rules)
     device_batch = sharding.global_batch(batch, batch_sharding)
-    step = make_train_step(
-        label_smoothing=config.train.label_smoothing,
-        schedule=schedule,
-        grad_accum_steps=config.train.grad_accum_steps,
-        state_sharding=state_shardings,
-        batch_sharding=batch_sharding,
-        metrics_sharding=sharding.replicated(mesh),
-        axis_rules=rules,
-        loss_chunk_tokens=losses.chunk_tokens(config.train.loss_chunk_tokens),
-    )
+    step = configured_train_step(config, schedule, mesh, rules, state_shardings)
     start = time.perf_counter()
     compiled = step.lower(state, device_batch).compile()
     return CompiledStep(

@@ -3,7 +3,8 @@
 No I/O and no hidden state: dropout keys come from ``fold_in(state.rng, state.step)``, so the
 same state and batch always give the same result, which is what makes resume exact.
 ``make_train_step`` is the one place that compiles it (``jax.jit``, with the mesh's shardings
-when given): the trainer, the benchmarks and the tests all build their step there.
+when given): the trainer and the benchmarks build theirs from a config through
+``configured_train_step``, the tests directly.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from flax import nnx, struct
 
 from seq2seq.models.base import PAD_ID, Dropout, shift_right
-from seq2seq.training import sharding
+from seq2seq.training import losses, sharding
 from seq2seq.training.losses import CHUNK_TOKENS, projected_cross_entropy
 from seq2seq.training.sharding import AxisRules
 
@@ -219,6 +221,27 @@ def make_train_step(
         in_shardings=(state_sharding, batch_sharding),
         out_shardings=(state_sharding, metrics_sharding),
         donate_argnums=0,
+    )
+
+
+def configured_train_step(
+    config: ml_collections.ConfigDict,
+    schedule: optax.Schedule,
+    mesh: jax.sharding.Mesh,
+    axis_rules: AxisRules,
+    state_sharding: Any,
+) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
+    """The step ``config.train`` describes, on ``mesh``: the one the trainer runs and
+    ``bench train`` measures."""
+    return make_train_step(
+        label_smoothing=config.train.label_smoothing,
+        schedule=schedule,
+        grad_accum_steps=config.train.grad_accum_steps,
+        state_sharding=state_sharding,
+        batch_sharding=sharding.batch_sharding(mesh, axis_rules),
+        metrics_sharding=sharding.replicated(mesh),
+        axis_rules=axis_rules,
+        loss_chunk_tokens=losses.chunk_tokens(config.train.loss_chunk_tokens),
     )
 
 

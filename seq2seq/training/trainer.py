@@ -34,11 +34,11 @@ from seq2seq.models import (
     train_flops,
 )
 from seq2seq.run_directory import RunDirectory
-from seq2seq.training import losses, sharding
+from seq2seq.training import sharding
 from seq2seq.training.clock import TrainingClock
 from seq2seq.training.logs import MetricsWriter, interval_record, short_line
 from seq2seq.training.schedules import build_optimizer, build_schedule
-from seq2seq.training.step import TrainState, make_train_step
+from seq2seq.training.step import TrainState, configured_train_step
 from seq2seq.training.stopping import CAPPED, CONVERGED, EarlyStopping
 
 logger = logging.getLogger(__name__)
@@ -202,16 +202,7 @@ def _build_loop(
     batches = iter(data.batches)
     state, progress = _restore_or_place(checkpoints, state, state_shardings, batches)
     batch_sharding = sharding.batch_sharding(mesh, rules)
-    step_fn = make_train_step(
-        label_smoothing=config.train.label_smoothing,
-        schedule=schedule,
-        grad_accum_steps=config.train.grad_accum_steps,
-        state_sharding=state_shardings,
-        batch_sharding=batch_sharding,
-        metrics_sharding=sharding.replicated(mesh),
-        axis_rules=rules,
-        loss_chunk_tokens=losses.chunk_tokens(config.train.loss_chunk_tokens),
-    )
+    step_fn = configured_train_step(config, schedule, mesh, rules, state_shardings)
     params = count_params(state.params)
     _log_model(config.model.name, params, mesh, state_shardings)
     loop = _Loop(
