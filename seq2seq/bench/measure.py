@@ -164,7 +164,7 @@ class CompiledStep(NamedTuple):
 
 
 def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
-    """``make_train_step``'s step (the trainer's), placed on the config's mesh over all local
+    """The trainer's step (``configured_train_step``), placed on the config's mesh over all local
     devices and compiled for a synthetic batch of the config's largest shape (``batch_shape``),
     so ``--xla_force_host_platform_device_count`` measures data parallelism."""
     vocab = config.data.vocab_size
