@@ -64,12 +64,12 @@ class EncodedCorpus:
         return self.target_ids[start:stop].astype(np.int32)
 
     def gather(self, side: str, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The sentences ``pairs`` of one side (``"source"`` or ``"target"``) in one read.
+        """The sentences ``pairs`` of one side (``"source"`` or ``"target"``), read from the
+        flat array by one indexing operation however many there are (``source(i)`` reads one).
 
         Returns:
           ([T] int32 ids of the sentences, concatenated in the order of ``pairs``, [K] int64
-          tokens of each sentence): one gather from the flat array however many sentences
-          there are, where ``source(i)`` for each of them costs a Python call apiece.
+          tokens of each sentence).
         """
         ids, offsets = (
             (self.source_ids, self.source_offsets)
