@@ -6,9 +6,9 @@
 The size the compute frontier chose (docs/results.md#which-architecture-is-better): of the
 Transformers trained to convergence on Multi30k with the same tuning trials (d_model 128 with
 2+2 layers, 256 with 3+3, 512 with 4+4), this one reached the highest validation BLEU, in the
-fewest FLOPs (three seeds: 40.88, 40.95 and 40.35, mean 40.73; converged at 6,750, 4,750 and
-3,750 steps, 14-25 training minutes on one core; test_2016_flickr 40.43, 41.57 and 40.16, mean
-40.72, from the mean of the last 5 checkpoints). Pre-LN, a shared subword vocabulary and
+fewest FLOPs (four seeds: 40.88, 40.95, 40.35 and 40.85, mean 40.76; converged at 6,750,
+4,750, 3,750 and 3,500 steps, 13-25 training minutes on one core; test_2016_flickr 40.43,
+41.57, 40.16 and 40.59, mean 40.69, from the mean of the last 5 checkpoints). Pre-LN, a shared subword vocabulary and
 three-way weight tying as in Vaswani et al.; batches pack several captions per row. Adam with
 linear warm-up to a peak, then inverse square root (Eq. 3's shape with the peak stated
 directly); the peak is the 256-wide config's 4e-3 scaled by Eq. 3's d_model^-0.5. The horizon
