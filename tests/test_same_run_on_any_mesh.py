@@ -42,9 +42,12 @@ def test_one_device_and_eight_log_the_same_losses(runs, setup):
 
 
 @pytest.mark.parametrize("setup", SETUPS)
-def test_every_step_logs_the_same_real_tokens_within_the_budget(runs, setup):
+def test_every_step_logs_the_same_real_tokens_and_flops_within_the_budget(runs, setup):
     one, eight = (report[setup]["tokens"] for report in runs)
-    assert one == eight  # the empty rows a mesh adds are not counted
+    assert one == eight  # the empty rows a mesh adds are not counted, nor their FLOPs
+    flops_one, flops_eight = (report[setup]["flops"] for report in runs)
+    assert len(flops_one) == STEPS and flops_one == sorted(flops_one)
+    np.testing.assert_allclose(flops_eight, flops_one, rtol=1e-6)
     model, _ = SETUPS[setup]
     budget = load_config_file(REPO / f"configs/quickstart_{model}.py").data.tokens_per_batch
     assert len(one) == STEPS and max(max(tokens) for tokens in one) <= budget

@@ -1,10 +1,13 @@
 """The training step learns; the schedule and the loss give the numbers worked out by hand."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from seq2seq.models import train_flops
 from seq2seq.models.base import PAD_ID, OutputLayer
 from seq2seq.training.losses import projected_cross_entropy, smoothed_cross_entropy
 from seq2seq.training.schedules import transformer_schedule
@@ -44,18 +47,47 @@ def test_empty_rows_change_no_update_and_the_step_counts_real_tokens(model_name)
     source[0, 6:], target[1, 5:] = PAD_ID, PAD_ID  # 30 - 4 real source, 24 - 3 target tokens
     batch = {"source": source, "target": target}
     padded = {key: np.pad(value, ((0, 5), (0, 0))) for key, value in batch.items()}
+    row_flops = functools.partial(train_flops, config, 30)
     results = []
     for inputs in (batch, padded):
         state, schedule = create_state(config, 30, 30)  # the step donates (consumes) its state
-        step = make_train_step(label_smoothing=0.1, schedule=schedule)
+        step = make_train_step(label_smoothing=0.1, schedule=schedule, flops=row_flops)
         results.append(step(state, inputs))
     (_, metrics), (_, padded_metrics) = results
     assert float(metrics["source_tokens"]) == padded_metrics["source_tokens"] == 26
     assert float(metrics["target_tokens"]) == padded_metrics["target_tokens"] == 21
+    # The rows' real lengths are (6, 8), (10, 5) and (10, 8); the empty rows cost no FLOPs.
+    flops = sum(train_flops(config, 30, s, t) for s, t in [(6, 8), (10, 5), (10, 8)])
+    np.testing.assert_allclose([metrics["train_flops"], padded_metrics["train_flops"]], flops)
+    np.testing.assert_allclose(metrics["padding_share"], 1 - 47 / 54, rtol=1e-6)
+    np.testing.assert_allclose(padded_metrics["padding_share"], 1 - 47 / 144, rtol=1e-6)
     # (Not the parameters: Adam's first update is about lr * sign(g), which float noise flips
     # where a gradient is nearly 0.)
     for key in ("loss", "nll", "grad_norm"):
         np.testing.assert_allclose(padded_metrics[key], metrics[key], rtol=1e-5, err_msg=key)
+
+
+def test_a_packed_step_counts_the_tokens_and_flops_of_its_rows():
+    # A packed row costs what its tokens cost together: its attention spans the row (masked).
+    config = tiny_config("transformer")
+    source_segments = np.array([[1, 1, 1, 2, 2, 0], [0] * 6, [1, 1, 0, 0, 0, 0]], np.int32)
+    target_segments = np.array([[1, 1, 2, 2, 2, 0], [0] * 6, [1, 1, 1, 0, 0, 0]], np.int32)
+    batch = {
+        "source": np.where(source_segments > 0, 7, PAD_ID).astype(np.int32),
+        "target": np.where(target_segments > 0, 9, PAD_ID).astype(np.int32),
+        "source_segments": source_segments,
+        "target_segments": target_segments,
+    }
+    state, schedule = create_state(config, 30, 30)
+    row_flops = functools.partial(train_flops, config, 30)
+    _, metrics = make_train_step(label_smoothing=0.1, schedule=schedule, flops=row_flops)(
+        state, batch
+    )
+    assert float(metrics["source_tokens"]) == 7 and float(metrics["target_tokens"]) == 8
+    expected = train_flops(config, 30, 5, 5) + train_flops(config, 30, 2, 3)
+    np.testing.assert_allclose(metrics["train_flops"], expected, rtol=1e-6)
+    np.testing.assert_allclose(metrics["padding_share"], 1 - 15 / 36, rtol=1e-6)
+    assert int(metrics["step"]) == 1  # the update this step made
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,7 @@ def compile_train_step(config: ml_collections.ConfigDict) -> CompiledStep:
     state = jax.device_put(state, state_shardings)
     batch_sharding = sharding.batch_sharding(mesh, rules)
     device_batch = sharding.global_batch(batch, batch_sharding)
-    step = configured_train_step(config, schedule, mesh, rules, state_shardings)
+    step = configured_train_step(config, schedule, mesh, rules, state_shardings, vocab)
     start = time.perf_counter()
     compiled = step.lower(state, device_batch).compile()
     return CompiledStep(

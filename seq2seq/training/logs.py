@@ -14,16 +14,20 @@ from seq2seq.run_directory import RunDirectory
 logger = logging.getLogger(__name__)
 
 
-def interval_record(step_metrics: list[dict], seconds: float, padding: list[float]) -> dict:
+def interval_record(step_metrics: list[dict], seconds: float, devices: int) -> dict:
     """One logged line: the logged step's own loss, and means over the interval since the last.
 
     ``loss`` and ``nll`` are the last step's values, so a resumed run logs exactly the same
     numbers as an uninterrupted one; the ``*_mean`` fields smooth over the interval, and
     ``source_tokens`` and ``target_tokens`` are the real (non-padding) tokens of a step's batch,
-    on average over the interval.
+    on average over the interval. ``flops_per_second_per_device`` is the analytic training
+    FLOPs of the interval's steps per second of training, shared by ``devices``: what a
+    model-FLOPs utilisation divides by one device's peak.
     """
     tokens = np.array([m["target_tokens"] for m in step_metrics], np.float64)
     weights = tokens / max(tokens.sum(), 1.0)
+    flops = sum(float(m["train_flops"]) for m in step_metrics)
+    seconds = max(seconds, 1e-9)
     last = step_metrics[-1]
     return {
         "loss": float(last["loss"]),
@@ -34,9 +38,10 @@ def interval_record(step_metrics: list[dict], seconds: float, padding: list[floa
         "grad_norm": float(last["grad_norm"]),
         "source_tokens": float(np.mean([m["source_tokens"] for m in step_metrics])),
         "target_tokens": float(tokens.mean()),
-        "target_tokens_per_second": float(tokens.sum() / max(seconds, 1e-9)),
+        "target_tokens_per_second": float(tokens.sum() / seconds),
+        "flops_per_second_per_device": flops / seconds / devices,
         "step_seconds": seconds / len(step_metrics),
-        "padding_share": float(np.mean(padding)),
+        "padding_share": float(np.mean([m["padding_share"] for m in step_metrics])),
     }
 
 
@@ -89,5 +94,6 @@ def short_line(step: int, record: dict) -> str:
     """A plain progress line for logs without a terminal (CI)."""
     return (
         f"step {step}: loss {record['loss_mean']:.4f}, lr {record['learning_rate']:.2e}, "
-        f"{record['target_tokens_per_second']:.0f} target tokens/s"
+        f"{record['target_tokens_per_second']:.0f} target tokens/s, "
+        f"{record['flops_per_second_per_device'] / 1e12:.3g} TFLOP/s per device"
     )

@@ -19,12 +19,14 @@ import ml_collections
 import optax
 from flax import nnx, struct
 
+from seq2seq.models import train_flops
 from seq2seq.models.base import PAD_ID, Dropout, shift_right
 from seq2seq.training import losses, sharding
 from seq2seq.training.losses import CHUNK_TOKENS, projected_cross_entropy
 from seq2seq.training.sharding import AxisRules
 
 Batch = dict[str, jax.Array]
+RowFlops = Callable[[jax.Array, jax.Array], jax.Array]  # real (source, target) lengths -> FLOPs
 
 
 class TrainState(struct.PyTreeNode):
@@ -152,13 +154,19 @@ def train_step(
     schedule: optax.Schedule,
     grad_accum_steps: int = 1,
     loss_chunk_tokens: int | None = CHUNK_TOKENS,
+    flops: RowFlops | None = None,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer update on the per-token mean of the smoothed loss.
 
     With ``grad_accum_steps > 1`` the batch is processed in that many micro-batches whose
     gradients are summed before the single update: the same update as the whole batch at once,
     in a fraction of the activation memory. ``loss_chunk_tokens``: see
-    ``projected_cross_entropy`` (the update does not depend on it).
+    ``projected_cross_entropy`` (the update does not depend on it). With ``flops``, the metrics
+    count the batch's training FLOPs too.
+
+    The metrics describe the whole global batch, whichever process reads them: the token counts
+    and ``padding_share`` of every row, and ``train_flops`` of every row from its real lengths
+    (a host's own rows would count only its share of a multi-process step).
     """
     dropout_key = jax.random.fold_in(state.rng, state.step)
     if grad_accum_steps == 1:
@@ -172,16 +180,33 @@ def train_step(
     grads = jax.tree.map(lambda g: g / tokens, grad_sums)
     updates, opt_state = state.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
+    source_lengths, target_lengths = real_lengths(batch)
+    real = jnp.sum(source_lengths) + jnp.sum(target_lengths)
     metrics = {
         "loss": loss_sum / tokens,
         "nll": nll_sum / tokens,
         "target_tokens": tokens,
-        "source_tokens": jnp.sum(batch["source"] != PAD_ID).astype(jnp.float32),
+        "source_tokens": jnp.sum(source_lengths),
+        "padding_share": 1.0 - real / (batch["source"].size + batch["target"].size),
         "grad_norm": optax.tree.norm(grads),
         "learning_rate": schedule(state.step),
+        "step": state.step + 1,  # the update this step makes
     }
+    if flops is not None:  # empty rows (padding up to a multiple of the devices) cost nothing
+        row_flops = flops(source_lengths, target_lengths)
+        metrics["train_flops"] = jnp.sum(jnp.where(target_lengths > 0, row_flops, 0.0))
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
+
+
+def real_lengths(batch: Batch) -> tuple[jax.Array, jax.Array]:
+    """[B] float32 real (non-padding) source and target tokens of each row, packed or not."""
+
+    def side(name: str) -> jax.Array:
+        tokens = batch.get(f"{name}_segments", batch[name])  # segment ids are 0 at padding too
+        return jnp.sum(tokens != PAD_ID, axis=1, dtype=jnp.float32)
+
+    return side("source"), side("target")
 
 
 def make_train_step(
@@ -194,6 +219,7 @@ def make_train_step(
     metrics_sharding: Any = None,
     axis_rules: AxisRules | None = None,
     loss_chunk_tokens: int | None = CHUNK_TOKENS,
+    flops: RowFlops | None = None,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """``train_step`` compiled with ``jax.jit``, its input state donated (updated in place).
 
@@ -211,6 +237,7 @@ def make_train_step(
         schedule=schedule,
         grad_accum_steps=grad_accum_steps,
         loss_chunk_tokens=None if split else loss_chunk_tokens,
+        flops=flops,
     )
     if state_sharding is None:
         return jax.jit(step, donate_argnums=0)
@@ -230,9 +257,10 @@ def configured_train_step(
     mesh: jax.sharding.Mesh,
     axis_rules: AxisRules,
     state_sharding: Any,
+    target_vocab_size: int,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """The step ``config.train`` describes, on ``mesh``: the one the trainer runs and
-    ``bench train`` measures."""
+    ``bench train`` measures. Its metrics count the batch's training FLOPs (``train_flops``)."""
     return make_train_step(
         label_smoothing=config.train.label_smoothing,
         schedule=schedule,
@@ -242,6 +270,7 @@ def configured_train_step(
         metrics_sharding=sharding.replicated(mesh),
         axis_rules=axis_rules,
         loss_chunk_tokens=losses.chunk_tokens(config.train.loss_chunk_tokens),
+        flops=functools.partial(train_flops, config, target_vocab_size),
     )
 
 

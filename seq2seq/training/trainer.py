@@ -8,7 +8,6 @@ that holds a run of another shape, and stops on a NaN loss before that loss reac
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 import signal
@@ -19,20 +18,13 @@ from pathlib import Path
 
 import jax
 import ml_collections
-import numpy as np
 from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from seq2seq import provenance
 from seq2seq.checkpoints import Checkpoints
-from seq2seq.data.pipeline import build_training_data, padding_share
-from seq2seq.models import (
-    build_model,
-    compute_dtype,
-    count_params,
-    schedule_width,
-    train_flops,
-)
+from seq2seq.data.pipeline import build_training_data
+from seq2seq.models import build_model, compute_dtype, count_params, schedule_width
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.clock import TrainingClock
@@ -202,7 +194,7 @@ def _build_loop(
     batches = iter(data.batches)
     state, progress = _restore_or_place(checkpoints, state, state_shardings, batches)
     batch_sharding = sharding.batch_sharding(mesh, rules)
-    step_fn = configured_train_step(config, schedule, mesh, rules, state_shardings)
+    step_fn = configured_train_step(config, schedule, mesh, rules, state_shardings, vocab)
     params = count_params(state.params)
     _log_model(config.model.name, params, mesh, state_shardings)
     loop = _Loop(
@@ -213,15 +205,9 @@ def _build_loop(
         batches=batches,
         validate=make_validate(config, data.tokenizer, state.graphdef) if make_validate else None,
         batch_sharding=batch_sharding,
-        batch_flops=functools.partial(_batch_flops, config, vocab),
     )
     loop.restore(progress)
     return loop, state, params
-
-
-def _batch_flops(config: ml_collections.ConfigDict, vocab: int, sources, targets) -> float:
-    """Training FLOPs of one batch, from its rows' real source and target lengths."""
-    return float(np.sum(train_flops(config, vocab, sources, targets)))
 
 
 def _log_model(name: str, params: int, mesh, state_shardings) -> None:
@@ -259,7 +245,6 @@ class _Loop:
     batches: Iterator  # this host's batches, with get_state/set_state for checkpoints
     validate: ValidateFn | None
     batch_sharding: object  # where each step's batch is placed
-    batch_flops: Callable[[np.ndarray, np.ndarray], float]  # (source, target lengths) -> FLOPs
 
     def __post_init__(self):
         train, evaluation = self.config.train, self.config.eval
@@ -269,18 +254,20 @@ class _Loop:
         budgeted = bool(train.time_budget_minutes)
         self.clock = TrainingClock(shared=budgeted or intervals, every_step=budgeted)
         self.stopping = EarlyStopping(train.early_stopping_patience, train.early_stopping_min_delta)
-        self.flops = 0.0  # analytic training FLOPs across every session
+        self.flops = 0.0  # analytic training FLOPs of every fetched step, across sessions
         self.loss = math.nan
         self.seconds = 0.0  # this session's training time (validation left out)
         self.steps_run = 0  # steps trained in this session
         self.stop_reason = ""  # set by ``record_stop`` once the run has ended
         self._seen_shapes: set[tuple] = set()  # batch shapes compiled in this session
         self._validated_step = -1  # the step of this session's last validation
-        self._pending: list[dict] = []  # per-step metrics since the last log line
-        self._padding: list[float] = []
+        self._pending: list[dict] = []  # metrics of the steps in flight, still on the devices
+        self._fetched: list[dict] = []  # metrics of the steps since the last log line, fetched
 
     def progress(self) -> dict:
-        """What the run has spent so far: saved with each checkpoint and in every record."""
+        """What the run has spent so far: saved with each checkpoint and in every record
+        (waits for the steps in flight, whose metrics count the FLOPs)."""
+        self._fetch()
         return {**self.clock.spent, "train_flops": self.flops}
 
     def restore(self, saved: dict) -> None:
@@ -358,8 +345,6 @@ class _Loop:
 
     def _one_step(self, state: TrainState) -> TrainState:
         batch = next(self.batches)  # already this host's rows (the batch planner splits)
-        self._padding.append(padding_share(batch))
-        self.flops += self.batch_flops(*_lengths(batch))
         # JAX dispatches steps asynchronously; unchecked, the host runs many steps ahead of the
         # device, so the clock lags the training it measures and a time budget is only seen at
         # the next log line. Waiting for the step before the previous one keeps IN_FLIGHT steps
@@ -379,11 +364,22 @@ class _Loop:
         self.steps_run += 1
         return state
 
+    def _fetch(self) -> None:
+        """Brings the metrics of the steps in flight to the host (waiting for them), adds their
+        FLOPs to the run's, and stops on a loss that is not finite."""
+        if not self._pending:
+            return
+        metrics = jax.device_get(self._pending)
+        self._pending = []
+        for step_metrics in metrics:  # one step at a time: a resumed run adds up the same
+            self.flops += float(step_metrics["train_flops"])
+        self._fetched.extend(metrics)
+        self._check_finite(metrics)
+
     def _log(self, step: int, progress: tqdm) -> None:
-        metrics = jax.device_get(self._pending)  # waits for the steps to finish
-        record = interval_record(metrics, self.clock.interval(), self._padding)
-        self._pending, self._padding = [], []
-        self._check_finite(step, [m["loss"] for m in metrics])
+        self._fetch()
+        record = interval_record(self._fetched, self.clock.interval(), jax.device_count())
+        self._fetched = []
         self.loss = record["loss"]
         shapes = {"compiled_shapes": len(self._seen_shapes)}  # this session's, bounded by buckets
         self.writer.write(step, {"kind": "train", **record, **shapes, **self.progress()})
@@ -391,11 +387,15 @@ class _Loop:
         if progress.disable:
             logger.info(short_line(step, record))
 
-    def _check_finite(self, step: int, losses: list) -> None:
-        if not all(math.isfinite(float(loss)) for loss in losses):
+    def _check_finite(self, metrics: list[dict]) -> None:
+        """Raises at the first of these steps whose loss is not finite."""
+        for step_metrics in metrics:
+            if math.isfinite(float(step_metrics["loss"])):
+                continue
             raise TrainingError(
-                f"loss is not finite by step {step}; the last good checkpoint is step "
-                f"{self.checkpoints.latest_step()}; lower train.learning_rate or check the data"
+                f"loss is not finite at step {int(step_metrics['step'])}; the last good "
+                f"checkpoint is step {self.checkpoints.latest_step()}; lower "
+                "train.learning_rate or check the data"
             )
 
     def _validation_due(self, step: int, before: float, now: float) -> bool:
@@ -434,8 +434,7 @@ class _Loop:
         step = int(state.step)
         if final and self.steps_run == 0:
             return  # nothing trained in this session (its budget or steps were already spent)
-        if self._pending:  # unlogged steps: check them before their parameters are kept
-            self._check_finite(step, [m["loss"] for m in jax.device_get(self._pending)])
+        self._fetch()  # unchecked steps: check them before their parameters are kept
         if final and self.validate is not None and self._validated_step != step:
             metrics = self._validate(state, step)
         with self.clock.off_the_clock("checkpoint"):
@@ -477,10 +476,3 @@ def _due(step: int, every_steps: int, before: float, now: float, every_minutes: 
         period = every_minutes * 60
         return math.floor(now / period) > math.floor(before / period)
     return False
-
-
-def _lengths(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Real (unpadded) source and target tokens of each row of a batch, packed or not."""
-    source = batch.get("source_segments", batch["source"])
-    target = batch.get("target_segments", batch["target"])
-    return np.count_nonzero(source, axis=1), np.count_nonzero(target, axis=1)
