@@ -49,7 +49,12 @@ from seq2seq.attention_equations import (
 from seq2seq.attention_equations import dot_product_scores as dot_product_scores  # re-exported
 from seq2seq.cpu_attention import grouped_attention
 from seq2seq.dropout import dropout
-from seq2seq.gpu_attention import attention_by_lengths, cudnn_takes
+from seq2seq.gpu_attention import (
+    attention_by_lengths,
+    attention_by_segments,
+    cudnn_takes,
+    packed_rows_supported,
+)
 from seq2seq.linear import Linear, project
 from seq2seq.logical_axes import constrain, param
 
@@ -115,13 +120,16 @@ class Mask:
 
     ``dense`` is read by the explicit equations, the CPU path and XLA. Where the mask is only
     each row's real length (one example, then padding) and, in a decoder, causality, the lengths
-    and ``causal`` say the same without a [B, T, S] array: the form cuDNN's kernel reads.
+    and ``causal`` say the same without a [B, T, S] array: the form cuDNN's kernel reads. Packed
+    rows keep their segment ids instead, which cuDNN's packed layout reads.
     """
 
     dense: Array  # [B, 1, T, S] bool, True where a query may read a key
     query_lengths: Array | None  # [B] int32 real queries per row; None when rows are packed
     key_lengths: Array | None  # [B] int32 real keys per row; None when rows are packed
     causal: bool  # query t reads keys s <= t only (in the lengths form; ``dense`` has it too)
+    query_segments: Array | None = None  # [B, T] int32, when rows are packed
+    key_segments: Array | None = None  # [B, S] int32, when rows are packed
 
 
 def sequence_mask(
@@ -152,7 +160,7 @@ def sequence_mask(
     if causal:
         dense = dense & causal_mask(length)
     if packed:
-        return Mask(dense, None, None, causal)
+        return Mask(dense, None, None, causal, query_segments, key_segments)
     key_lengths = jnp.sum(key_segments == 1, axis=1, dtype=jnp.int32)
     query_lengths = jnp.sum(query_segments == 1, axis=1, dtype=jnp.int32)
     # A query with no key to read reads nothing (a zero output), as the dense mask gives it.
@@ -210,9 +218,10 @@ def choose_implementation(
       over the cores).
     * "cudnn": on an NVIDIA GPU, cuDNN's flash attention (``seq2seq.gpu_attention``), for
       inputs it takes (bfloat16 or float16, ``cudnn_takes``) and a mask it can read as lengths
-      (a ``Mask`` of unpacked rows, or none).
+      (a ``Mask`` of unpacked rows, or none), or as examples' lengths and offsets (a ``Mask``
+      of packed rows, where ``packed_rows_supported``).
     * "xla": ``jax.nn.dot_product_attention`` with the dense mask: other GPUs, float32, packed
-      rows, TPUs.
+      rows elsewhere, TPUs.
 
     Args:
       queries, keys, values: as ``scaled_dot_product_attention`` takes them.
@@ -227,8 +236,11 @@ def choose_implementation(
         return "explicit"
     if platform == "cpu":
         return "cpu"
-    lengths_form = mask is None or (isinstance(mask, Mask) and mask.key_lengths is not None)
-    if platform == "cuda" and lengths_form and cudnn_takes(queries, keys, values):
+    if platform != "cuda" or not cudnn_takes(queries, keys, values):
+        return "xla"
+    if mask is None or (isinstance(mask, Mask) and mask.key_lengths is not None):
+        return "cudnn"
+    if isinstance(mask, Mask) and mask.key_segments is not None and packed_rows_supported():
         return "cudnn"
     return "xla"
 
@@ -284,6 +296,11 @@ def scaled_dot_product_attention(
     if implementation == "cudnn":
         if mask is None:
             return attention_by_lengths(queries, keys, values, None, None, causal=False), None
+        if mask.key_lengths is None:  # packed rows
+            outputs = attention_by_segments(
+                queries, keys, values, mask.query_segments, mask.key_segments, causal=mask.causal
+            )
+            return outputs, None
         outputs = attention_by_lengths(
             queries, keys, values, mask.query_lengths, mask.key_lengths, causal=mask.causal
         )

@@ -4,7 +4,9 @@
 picks "cudnn". The kernel never holds the [B, H, T, S] scores, so it cannot take the mask as a
 dense array without reading it in full (``jax.nn.dot_product_attention`` would add it as a bias);
 it takes each row's real query and key lengths and a causal flag instead, and computes the mask
-tile by tile. Shapes use the package's letters (B batch, T queries, S keys, H heads, K key width).
+tile by tile. Rows that pack several examples are described the same way, an example at a time:
+each one's length and where it starts (``segment_layout``), the kernel's packed layout.
+Shapes use the package's letters (B batch, T queries, S keys, H heads, K key width).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 # Widest head it takes on every GPU that has it: 128 (Hopper and later take 256, which would
 # need the device asked; the papers' models use 64).
 CUDNN_MAX_HEAD_WIDTH = 128
+# Packed rows through cuDNN's packed layout (JAX's private API; Hopper or later). Off until
+# tests/test_fused_attention.py's cuDNN packed-row test has passed on a GPU: it has not run on
+# one yet. Until then packed rows take XLA's path on every GPU.
+CUDNN_PACKED = False
+PACKED_MIN_CAPABILITY = (9, 0)  # JAX refuses the packed layout before Hopper
 
 
 def cudnn_takes(queries: Array, keys: Array, values: Array) -> bool:
@@ -98,3 +105,109 @@ def attention_by_lengths(
     )
     reads = (jnp.arange(length)[None, :] < query_lengths[:, None]) & (key_lengths[:, None] > 0)
     return jnp.where(reads[:, :, None, None], outputs, jnp.zeros((), outputs.dtype))
+
+
+def packed_rows_supported() -> bool:
+    """Whether cuDNN's packed layout is on (``CUDNN_PACKED``) and the GPU takes it."""
+    if not CUDNN_PACKED:
+        return False
+    capability = getattr(jax.devices()[0], "compute_capability", "0.0")
+    return tuple(int(part) for part in capability.split(".")) >= PACKED_MIN_CAPABILITY
+
+
+def segment_layout(segments: Array, count: int) -> tuple[Array, Array]:
+    """Each row's examples as cuDNN's packed layout reads them.
+
+    Rows hold examples 1, 2, ... one after another from position 0, then padding (0): the
+    layout of ``seq2seq.data.packing``. A row without examples is given one of length 1 at
+    position 0, so the kernel never normalises over nothing; its outputs are zeroed after.
+
+    Args:
+      segments: [B, T] int32 segment ids.
+      count: examples a row may hold, at most (a static bound: ``min(T, S)`` for attention
+        between rows of T and S positions, as every example has a token on each side).
+
+    Returns:
+      ([B, count] int32 lengths of the examples, [B, count + 1] int32 offsets where each
+      starts), both -1 past a row's last example.
+    """
+    lengths = jax.vmap(lambda row: jnp.bincount(row, length=count + 1))(segments)[:, 1:]
+    lengths = lengths.astype(jnp.int32)
+    starts = jnp.cumsum(lengths, axis=1) - lengths
+    empty_row = lengths[:, :1] == 0
+    first = jnp.arange(count)[None, :] == 0
+    lengths = jnp.where(empty_row & first, 1, lengths)
+    present = lengths > 0
+    offsets = jnp.where(present, starts, -1)
+    offsets = jnp.pad(offsets, ((0, 0), (0, 1)), constant_values=-1)
+    return jnp.where(present, lengths, -1), offsets
+
+
+def attention_by_segments(
+    queries: Array,
+    keys: Array,
+    values: Array,
+    query_segments: Array,
+    key_segments: Array,
+    *,
+    causal: bool,
+    implementation: Literal["cudnn", "xla"] = "cudnn",
+) -> Array:
+    """Vaswani et al. 2017, Eq. 1, on packed rows: a query of example m reads the keys of
+    example m of its row (and, if ``causal``, none after its own position).
+
+    Example m of the query row and of the key row are one sentence pair's two sides (or one
+    side, in self-attention), so both rows hold the same examples in the same order. A query
+    in padding gets a zero output.
+
+    Args:
+      queries: [B, T, H, K].
+      keys: [B, S, H, K].
+      values: [B, S, H, K].
+      query_segments: [B, T] int32 segment ids of the queries (0 is padding).
+      key_segments: [B, S] int32 segment ids of the keys.
+      causal: a decoder's self-attention (the same segments on both sides).
+      implementation: "cudnn", the GPU's kernel in its packed layout; "xla" computes the same
+        from the same layout on any platform (the tests' stand-in for cuDNN).
+
+    Returns:
+      [B, T, H, K].
+    """
+    count = min(queries.shape[1], keys.shape[1])
+    query_lengths, query_offsets = segment_layout(query_segments, count)
+    key_lengths, key_offsets = segment_layout(key_segments, count)
+    if implementation == "cudnn":
+        from jax._src.cudnn import fused_attention_stablehlo as cudnn  # JAX's packed layout
+
+        outputs = cudnn.dot_product_attention(
+            queries,
+            keys,
+            values,
+            q_seqlen=query_lengths,
+            kv_seqlen=key_lengths,
+            q_offsets=query_offsets,
+            kv_offsets=key_offsets,
+            scale=queries.shape[-1] ** -0.5,
+            mask_type=cudnn.MaskType.PADDING_CAUSAL if causal else cudnn.MaskType.PADDING,
+            qkv_layout="BTNH",
+        )
+    else:
+        query_ids = _example_ids(query_lengths, query_offsets, queries.shape[1])
+        key_ids = _example_ids(key_lengths, key_offsets, keys.shape[1])
+        mask = (query_ids[:, :, None] == key_ids[:, None, :]) & (query_ids[:, :, None] > 0)
+        if causal:
+            mask = mask & jnp.tri(queries.shape[1], keys.shape[1], dtype=bool)
+        outputs = jax.nn.dot_product_attention(
+            queries, keys, values, mask=mask[:, None], implementation="xla"
+        )
+    reads = query_segments > 0
+    return jnp.where(reads[:, :, None, None], outputs, jnp.zeros((), outputs.dtype))
+
+
+def _example_ids(lengths: Array, offsets: Array, width: int) -> Array:
+    """[B, width] the example (1, 2, ...) each position of a layout falls in, 0 in none."""
+    position = jnp.arange(width)[None, :, None]
+    starts = offsets[:, None, :-1]
+    inside = (position >= starts) & (position < starts + lengths[:, None, :])
+    inside = inside & (lengths[:, None, :] > 0)
+    return jnp.sum(inside * jnp.arange(1, lengths.shape[1] + 1), axis=2)

@@ -1,6 +1,6 @@
-"""The choice of how Eq. 1 is computed, and cuDNN's form of it (masks as lengths) against the
-reference equations: on a CPU through XLA with the arguments a GPU would pass cuDNN, and through
-cuDNN itself where an NVIDIA GPU is present."""
+"""The choice of how Eq. 1 is computed, and cuDNN's form of it (masks as lengths, packed rows as
+examples' lengths and offsets) against the reference equations: on a CPU through XLA with the
+arguments a GPU would pass cuDNN, and through cuDNN itself where an NVIDIA GPU is present."""
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,33 @@ def _random(key, *shape, dtype=jnp.float32):
 def _segments(lengths, width):
     """[B, width] segment ids: one example of each length (segment 1), then padding."""
     return (jnp.arange(width)[None, :] < jnp.asarray(lengths)[:, None]).astype(jnp.int32)
+
+
+def _packed_segments(rows, width):
+    """[B, width] segment ids: row b holds examples 1, 2, ... of lengths ``rows[b]``, then 0."""
+    return jnp.array(
+        [
+            sum(([m + 1] * n for m, n in enumerate(row)), []) + [0] * (width - sum(row))
+            for row in rows
+        ],
+        jnp.int32,
+    )
+
+
+@pytest.fixture
+def packed_cudnn(monkeypatch):
+    """cuDNN's packed layout switched on, the kernel stood in for by XLA computing the same from
+    the same layout. Returns the record of ``attention_by_segments``'s calls."""
+    calls = []
+    stock = gpu_attention.attention_by_segments
+
+    def recorded(*args, causal, implementation="cudnn"):
+        calls.append({"implementation": implementation, "causal": causal})
+        return stock(*args, causal=causal, implementation="xla")
+
+    monkeypatch.setattr(attention, "attention_by_segments", recorded)
+    monkeypatch.setattr(attention, "packed_rows_supported", lambda: True)
+    return calls
 
 
 @pytest.fixture
@@ -98,6 +125,14 @@ def test_one_place_chooses_how_equation_1_is_computed(case, expected):
     assert _choice(**case) == expected
 
 
+def test_packed_rows_go_to_cudnn_only_where_its_packed_layout_is_on(monkeypatch):
+    assert not gpu_attention.packed_rows_supported()  # off until a GPU has passed its test
+    monkeypatch.setattr(attention, "packed_rows_supported", lambda: True)
+    assert _choice(mask="packed") == "cudnn"
+    assert _choice(mask="packed", dtype=jnp.float32) == "xla"
+    assert _choice(mask="dense") == "xla"  # a bare array says nothing of segments
+
+
 def test_the_platform_is_read_from_the_default_backend_alone(monkeypatch):
     """A GPU is named by its runtime (only CUDA has cuDNN) without asking for a CPU backend,
     which a process started with JAX_PLATFORMS=cuda lacks."""
@@ -165,6 +200,17 @@ def test_a_mask_of_mismatched_segments_is_refused(segments, keys, causal, messag
         attention.sequence_mask(segments, keys, causal=causal)
 
 
+# -- packed rows as examples' lengths and offsets --------------------------------------------
+
+
+def test_the_packed_layout_of_rows_by_hand():
+    segments = jnp.array([[1, 1, 1, 2, 2, 0], [0] * 6, [1, 2, 2, 3, 0, 0]], jnp.int32)
+    lengths, offsets = gpu_attention.segment_layout(segments, 3)
+    # A row without examples is given one of length 1 (the kernel never normalises over none).
+    np.testing.assert_array_equal(lengths, [[3, 2, -1], [1, -1, -1], [1, 2, 1]])
+    np.testing.assert_array_equal(offsets, [[0, 3, -1, -1], [0, -1, -1, -1], [0, 1, 3, -1]])
+
+
 # -- cuDNN's arguments, computed by XLA on any platform ------------------------------------
 
 # [B] lengths: full, padded, padding only (a row added to fill a shard), and an empty source.
@@ -213,6 +259,40 @@ def test_attention_by_lengths_equals_the_reference_with_gradients(kind, dtype, t
     )
 
 
+# Rows of one to three examples, a full row and a row of padding only; example m of a target
+# row and of its source row are one pair's two sides.
+PACKED_TARGETS, PACKED_SOURCES = [[3, 2], [5], [1, 2, 3], []], [[4, 3], [9], [2, 2, 3], []]
+
+
+@pytest.mark.parametrize("kind", ["encoder self", "decoder self", "cross"])
+@pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+def test_attention_by_segments_equals_the_reference_with_gradients(kind, dtype, tolerance):
+    targets = _packed_segments(PACKED_TARGETS, 6)
+    sources = _packed_segments(PACKED_SOURCES, 10)
+    query, key = {"encoder self": (sources, sources), "decoder self": (targets, targets)}.get(
+        kind, (targets, sources)
+    )
+    mask = attention.sequence_mask(query, key, causal=kind == "decoder self")
+    q, k, v, cotangent = _inputs(dtype, query.shape[1], key.shape[1])
+
+    def by_segments(q, k, v):
+        return gpu_attention.attention_by_segments(
+            q, k, v, query, key, causal=mask.causal, implementation="xla"
+        )
+
+    def reference(q, k, v):
+        return attention.scaled_dot_product_attention(q, k, v, mask.dense, fused=False)[0]
+
+    outputs, backward = jax.vjp(by_segments, q, k, v)
+    expected, expected_backward = jax.vjp(reference, q, k, v)
+    assert float(jnp.abs(outputs[3].astype(jnp.float32)).max()) == 0.0  # a padding row
+    _assert_close(
+        (outputs, *backward(cotangent.astype(dtype))),
+        (expected, *expected_backward(cotangent.astype(dtype))),
+        tolerance,
+    )
+
+
 # -- the Transformer as a GPU traces it ----------------------------------------------------
 
 
@@ -242,12 +322,13 @@ def _padded_batch(source_width=10, target_width=6):
     return {"source": source, "target": target}
 
 
-def _packed_batch():
+def _packed_batch(source_width=9):
     """Rows of one to three examples, and a row of padding only."""
-    tokens = jax.random.randint(jax.random.key(1), (4, 9), 4, VOCAB)
+    tokens = jax.random.randint(jax.random.key(1), (4, source_width), 4, VOCAB)
     source_segments = jnp.array(
         [[1, 1, 1, 1, 2, 2, 2, 0, 0], [1] * 9, [1, 1, 2, 2, 3, 3, 3, 0, 0], [0] * 9], jnp.int32
     )
+    source_segments = jnp.pad(source_segments, ((0, 0), (0, source_width - 9)))
     target_segments = jnp.array(
         [[1, 1, 1, 2, 2, 0], [1] * 5 + [0], [1, 2, 2, 3, 3, 3], [0] * 6], jnp.int32
     )
@@ -348,6 +429,28 @@ def test_the_training_step_traces_without_a_cpu_backend(cuda_platform, monkeypat
             make_train_step(label_smoothing=0.1, schedule=schedule).trace(state, batch)
 
 
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 3e-2)])
+def test_a_gpu_trained_transformer_by_examples_equals_the_cpu_one(
+    cuda_platform, packed_cudnn, monkeypatch, dtype, tolerance
+):
+    """Packed rows, where cuDNN's packed layout is on: every attention goes by examples'
+    lengths and offsets (no dense mask reaches a kernel), and the loss and gradients are the
+    CPU path's."""
+    if dtype == "float32":
+        monkeypatch.setattr(gpu_attention, "CUDNN_DTYPES", (jnp.dtype(jnp.float32),))
+    batch = _packed_batch(source_width=10)  # even widths: cuDNN takes no odd ones
+    model = _transformer(dtype)
+    with monkeypatch.context() as cpu:
+        cpu.setattr(attention, "attention_platform", lambda: "cpu")
+        expected = _loss_and_gradients(model, batch)
+    gpu = _loss_and_gradients(model, batch)
+    _assert_close(gpu, expected, tolerance)
+    assert len(packed_cudnn) == 6  # two encoder layers; two decoder layers, self and cross
+    assert {call["causal"] for call in packed_cudnn} == {True, False}
+    assert all(call["implementation"] == "cudnn" for call in packed_cudnn)
+    assert all(call["implementation"] == "xla" for call in cuda_platform)  # the stand-in only
+
+
 # -- cuDNN itself --------------------------------------------------------------------------
 
 
@@ -385,3 +488,40 @@ def test_a_bfloat16_transformer_on_cudnn_equals_the_explicit_equations(widths):
         if isinstance(module, attention.MultiHeadAttention):
             module.fused = False
     _assert_close(fused, _loss_and_gradients(model, batch), 3e-2)
+
+
+HOPPER = (
+    ON_CUDA
+    and tuple(
+        int(part) for part in getattr(jax.devices()[0], "compute_capability", "0.0").split(".")
+    )
+    >= gpu_attention.PACKED_MIN_CAPABILITY
+)
+
+
+@pytest.mark.skipif(not HOPPER, reason="cuDNN's packed layout needs an NVIDIA GPU from Hopper on")
+@pytest.mark.parametrize("kind", ["encoder self", "decoder self", "cross"])
+def test_cudnn_reads_packed_rows_as_the_reference_does(monkeypatch, kind):
+    """The test that turns ``gpu_attention.CUDNN_PACKED`` on: cuDNN's packed layout against
+    the reference equations on rows of several examples, within bfloat16 rounding."""
+    monkeypatch.setattr(gpu_attention, "CUDNN_PACKED", True)
+    target_rows = [[20, 30, 10], [64], [5, 5, 5, 5], []]
+    source_rows = [[25, 25, 15], [70], [8, 9, 10, 11], []]
+    targets, sources = _packed_segments(target_rows, 64), _packed_segments(source_rows, 72)
+    query, key = {"encoder self": (sources, sources), "decoder self": (targets, targets)}.get(
+        kind, (targets, sources)
+    )
+    mask = attention.sequence_mask(query, key, causal=kind == "decoder self")
+    q, k, v, cotangent = _inputs(jnp.bfloat16, query.shape[1], key.shape[1])
+    assert attention.choose_implementation(q, k, v, mask, platform="cuda") == "cudnn"
+
+    def attend(fused):
+        return jax.jit(
+            lambda q, k, v: attention.scaled_dot_product_attention(q, k, v, mask, fused=fused)[0]
+        )
+
+    assert "cudnn" in attend(True).lower(q, k, v).as_text().lower()  # the kernel's custom call
+    cotangent = cotangent.astype(jnp.bfloat16)
+    outputs, backward = jax.vjp(attend(True), q, k, v)
+    expected, expected_backward = jax.vjp(attend(False), q, k, v)
+    _assert_close((outputs, *backward(cotangent)), (expected, *expected_backward(cotangent)), 2e-2)
