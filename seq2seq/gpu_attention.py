@@ -107,12 +107,15 @@ def attention_by_lengths(
     return jnp.where(reads[:, :, None, None], outputs, jnp.zeros((), outputs.dtype))
 
 
+def compute_capability() -> tuple[int, ...]:
+    """The first device's CUDA compute capability, e.g. (9, 0) on Hopper; (0, 0) off a GPU."""
+    capability = getattr(jax.devices()[0], "compute_capability", "0.0")
+    return tuple(int(part) for part in capability.split("."))
+
+
 def packed_rows_supported() -> bool:
     """Whether cuDNN's packed layout is on (``CUDNN_PACKED``) and the GPU takes it."""
-    if not CUDNN_PACKED:
-        return False
-    capability = getattr(jax.devices()[0], "compute_capability", "0.0")
-    return tuple(int(part) for part in capability.split(".")) >= PACKED_MIN_CAPABILITY
+    return CUDNN_PACKED and compute_capability() >= PACKED_MIN_CAPABILITY
 
 
 def segment_layout(segments: Array, count: int) -> tuple[Array, Array]:

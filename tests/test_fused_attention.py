@@ -230,18 +230,38 @@ def _assert_close(actual, expected, tolerance):
         np.testing.assert_allclose(a, b, atol=tolerance * max(1.0, np.abs(b).max()), rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["encoder self", "decoder self", "cross"])
-@pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
-def test_attention_by_lengths_equals_the_reference_with_gradients(kind, dtype, tolerance):
-    targets = _segments(TARGET_LENGTHS, 6)
-    sources = _segments(SOURCE_LENGTHS, 9)
-    query, key = {"encoder self": (sources, sources), "decoder self": (targets, targets)}.get(
+def _sides(kind, targets, sources):
+    """(query, key) segment ids of one kind of attention between target and source rows."""
+    return {"encoder self": (sources, sources), "decoder self": (targets, targets)}.get(
         kind, (targets, sources)
     )
-    mask = attention.sequence_mask(query, key, causal=kind == "decoder self", packed=False)
+
+
+# Rows of one to three examples, a full row and a row of padding only; example m of a target
+# row and of its source row are one pair's two sides.
+PACKED_TARGETS, PACKED_SOURCES = [[3, 2], [5], [1, 2, 3], []], [[4, 3], [10], [2, 2, 3], []]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["lengths", "examples"])
+@pytest.mark.parametrize("kind", ["encoder self", "decoder self", "cross"])
+@pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+def test_the_kernels_arguments_give_the_reference_with_gradients(packed, kind, dtype, tolerance):
+    """What a GPU passes cuDNN, computed by XLA from the same arguments: each row's lengths
+    (rows of one example), or each example's length and offset (packed rows)."""
+    if packed:
+        targets = _packed_segments(PACKED_TARGETS, 6)
+        sources = _packed_segments(PACKED_SOURCES, 10)
+    else:
+        targets, sources = _segments(TARGET_LENGTHS, 6), _segments(SOURCE_LENGTHS, 9)
+    query, key = _sides(kind, targets, sources)
+    mask = attention.sequence_mask(query, key, causal=kind == "decoder self", packed=packed)
     q, k, v, cotangent = _inputs(dtype, query.shape[1], key.shape[1])
 
-    def by_lengths(q, k, v):
+    def by_arguments(q, k, v):
+        if packed:
+            return gpu_attention.attention_by_segments(
+                q, k, v, query, key, causal=mask.causal, implementation="xla"
+            )
         return gpu_attention.attention_by_lengths(
             q, k, v, mask.query_lengths, mask.key_lengths, causal=mask.causal, implementation="xla"
         )
@@ -249,43 +269,10 @@ def test_attention_by_lengths_equals_the_reference_with_gradients(kind, dtype, t
     def reference(q, k, v):
         return attention.scaled_dot_product_attention(q, k, v, mask.dense, fused=False)[0]
 
-    outputs, backward = jax.vjp(by_lengths, q, k, v)
+    outputs, backward = jax.vjp(by_arguments, q, k, v)
     expected, expected_backward = jax.vjp(reference, q, k, v)
-    assert float(jnp.abs(outputs[2].astype(jnp.float32)).max()) == 0.0  # a padding row
-    _assert_close(
-        (outputs, *backward(cotangent.astype(dtype))),
-        (expected, *expected_backward(cotangent.astype(dtype))),
-        tolerance,
-    )
-
-
-# Rows of one to three examples, a full row and a row of padding only; example m of a target
-# row and of its source row are one pair's two sides.
-PACKED_TARGETS, PACKED_SOURCES = [[3, 2], [5], [1, 2, 3], []], [[4, 3], [9], [2, 2, 3], []]
-
-
-@pytest.mark.parametrize("kind", ["encoder self", "decoder self", "cross"])
-@pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
-def test_attention_by_segments_equals_the_reference_with_gradients(kind, dtype, tolerance):
-    targets = _packed_segments(PACKED_TARGETS, 6)
-    sources = _packed_segments(PACKED_SOURCES, 10)
-    query, key = {"encoder self": (sources, sources), "decoder self": (targets, targets)}.get(
-        kind, (targets, sources)
-    )
-    mask = attention.sequence_mask(query, key, causal=kind == "decoder self")
-    q, k, v, cotangent = _inputs(dtype, query.shape[1], key.shape[1])
-
-    def by_segments(q, k, v):
-        return gpu_attention.attention_by_segments(
-            q, k, v, query, key, causal=mask.causal, implementation="xla"
-        )
-
-    def reference(q, k, v):
-        return attention.scaled_dot_product_attention(q, k, v, mask.dense, fused=False)[0]
-
-    outputs, backward = jax.vjp(by_segments, q, k, v)
-    expected, expected_backward = jax.vjp(reference, q, k, v)
-    assert float(jnp.abs(outputs[3].astype(jnp.float32)).max()) == 0.0  # a padding row
+    padding_row = 3 if packed else 2
+    assert float(jnp.abs(outputs[padding_row].astype(jnp.float32)).max()) == 0.0
     _assert_close(
         (outputs, *backward(cotangent.astype(dtype))),
         (expected, *expected_backward(cotangent.astype(dtype))),
@@ -322,16 +309,12 @@ def _padded_batch(source_width=10, target_width=6):
     return {"source": source, "target": target}
 
 
-def _packed_batch(source_width=9):
-    """Rows of one to three examples, and a row of padding only."""
-    tokens = jax.random.randint(jax.random.key(1), (4, source_width), 4, VOCAB)
-    source_segments = jnp.array(
-        [[1, 1, 1, 1, 2, 2, 2, 0, 0], [1] * 9, [1, 1, 2, 2, 3, 3, 3, 0, 0], [0] * 9], jnp.int32
-    )
-    source_segments = jnp.pad(source_segments, ((0, 0), (0, source_width - 9)))
-    target_segments = jnp.array(
-        [[1, 1, 1, 2, 2, 0], [1] * 5 + [0], [1, 2, 2, 3, 3, 3], [0] * 6], jnp.int32
-    )
+def _packed_batch():
+    """Rows of one to three examples, and a row of padding only (even widths: cuDNN takes no
+    odd ones)."""
+    tokens = jax.random.randint(jax.random.key(1), (4, 10), 4, VOCAB)
+    source_segments = _packed_segments(PACKED_SOURCES, 10)
+    target_segments = _packed_segments(PACKED_TARGETS, 6)
     return {
         "source": jnp.where(source_segments > 0, tokens, PAD_ID),
         "target": jnp.where(target_segments > 0, tokens[:, :6], PAD_ID),
@@ -357,16 +340,17 @@ def _loss_and_gradients(model, batch):
 
 
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 3e-2)])
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("rows", ["padded", "packed", "packed, cuDNN's packed layout on"])
 def test_a_gpu_trained_transformer_equals_the_cpu_one(
-    cuda_platform, monkeypatch, dtype, tolerance, packed
+    cuda_platform, monkeypatch, request, dtype, tolerance, rows
 ):
     """Loss and gradients as a GPU traces them (cuDNN's arguments computed by XLA) equal the CPU
     path's. Padded rows go by lengths (float32 admitted here to check them tightly); packed rows
-    by the dense mask."""
+    by the dense mask, or by examples' lengths and offsets where cuDNN's packed layout is on."""
     if dtype == "float32":
         monkeypatch.setattr(gpu_attention, "CUDNN_DTYPES", (jnp.dtype(jnp.float32),))
-    batch = _packed_batch() if packed else _padded_batch()
+    by_examples = request.getfixturevalue("packed_cudnn") if "layout" in rows else None
+    batch = _padded_batch() if rows == "padded" else _packed_batch()
     model = _transformer(dtype)
     with monkeypatch.context() as cpu:
         cpu.setattr(attention, "attention_platform", lambda: "cpu")
@@ -374,13 +358,17 @@ def test_a_gpu_trained_transformer_equals_the_cpu_one(
     gpu = _loss_and_gradients(model, batch)
     _assert_close(gpu, expected, tolerance)
     implementations = {call["implementation"] for call in cuda_platform}
-    if packed:
-        assert implementations == {"xla"} and all(call["dense mask"] for call in cuda_platform)
-    else:
+    if rows == "padded":
         assert implementations == {"cudnn"}
         assert not any(call["dense mask"] for call in cuda_platform)
         assert all(call["lengths"] for call in cuda_platform)
         assert {call["causal"] for call in cuda_platform} == {True, False}  # self, cross
+    elif by_examples is None:
+        assert implementations == {"xla"} and all(call["dense mask"] for call in cuda_platform)
+    else:  # every attention by examples: two encoder layers, two decoder layers' self and cross
+        assert len(by_examples) == 6 and {call["causal"] for call in by_examples} == {True, False}
+        assert all(call["implementation"] == "cudnn" for call in by_examples)
+        assert implementations == {"xla"}  # only the stand-in's own calls
 
 
 def test_cached_decoding_on_a_gpu_equals_its_full_pass(cuda_platform, monkeypatch):
@@ -429,28 +417,6 @@ def test_the_training_step_traces_without_a_cpu_backend(cuda_platform, monkeypat
             make_train_step(label_smoothing=0.1, schedule=schedule).trace(state, batch)
 
 
-@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-5), ("bfloat16", 3e-2)])
-def test_a_gpu_trained_transformer_by_examples_equals_the_cpu_one(
-    cuda_platform, packed_cudnn, monkeypatch, dtype, tolerance
-):
-    """Packed rows, where cuDNN's packed layout is on: every attention goes by examples'
-    lengths and offsets (no dense mask reaches a kernel), and the loss and gradients are the
-    CPU path's."""
-    if dtype == "float32":
-        monkeypatch.setattr(gpu_attention, "CUDNN_DTYPES", (jnp.dtype(jnp.float32),))
-    batch = _packed_batch(source_width=10)  # even widths: cuDNN takes no odd ones
-    model = _transformer(dtype)
-    with monkeypatch.context() as cpu:
-        cpu.setattr(attention, "attention_platform", lambda: "cpu")
-        expected = _loss_and_gradients(model, batch)
-    gpu = _loss_and_gradients(model, batch)
-    _assert_close(gpu, expected, tolerance)
-    assert len(packed_cudnn) == 6  # two encoder layers; two decoder layers, self and cross
-    assert {call["causal"] for call in packed_cudnn} == {True, False}
-    assert all(call["implementation"] == "cudnn" for call in packed_cudnn)
-    assert all(call["implementation"] == "xla" for call in cuda_platform)  # the stand-in only
-
-
 # -- cuDNN itself --------------------------------------------------------------------------
 
 
@@ -459,10 +425,14 @@ def test_a_gpu_trained_transformer_by_examples_equals_the_cpu_one(
 def test_cudnn_equals_the_reference_within_bfloat16_rounding(kind):
     targets = _segments(TARGET_LENGTHS, 64)
     sources = _segments(SOURCE_LENGTHS, 72)
-    query, key = {"encoder self": (sources, sources), "decoder self": (targets, targets)}.get(
-        kind, (targets, sources)
-    )
-    mask = attention.sequence_mask(query, key, causal=kind == "decoder self", packed=False)
+    _assert_cudnn_equals_the_reference(kind, targets, sources, packed=False)
+
+
+def _assert_cudnn_equals_the_reference(kind, targets, sources, packed):
+    """cuDNN's kernel (it must be the one chosen) against the explicit equations, with
+    gradients, within bfloat16 rounding."""
+    query, key = _sides(kind, targets, sources)
+    mask = attention.sequence_mask(query, key, causal=kind == "decoder self", packed=packed)
     q, k, v, cotangent = _inputs(jnp.bfloat16, query.shape[1], key.shape[1])
     assert attention.choose_implementation(q, k, v, mask, platform="cuda") == "cudnn"
 
@@ -490,13 +460,7 @@ def test_a_bfloat16_transformer_on_cudnn_equals_the_explicit_equations(widths):
     _assert_close(fused, _loss_and_gradients(model, batch), 3e-2)
 
 
-HOPPER = (
-    ON_CUDA
-    and tuple(
-        int(part) for part in getattr(jax.devices()[0], "compute_capability", "0.0").split(".")
-    )
-    >= gpu_attention.PACKED_MIN_CAPABILITY
-)
+HOPPER = ON_CUDA and gpu_attention.compute_capability() >= gpu_attention.PACKED_MIN_CAPABILITY
 
 
 @pytest.mark.skipif(not HOPPER, reason="cuDNN's packed layout needs an NVIDIA GPU from Hopper on")
@@ -508,20 +472,4 @@ def test_cudnn_reads_packed_rows_as_the_reference_does(monkeypatch, kind):
     target_rows = [[20, 30, 10], [64], [5, 5, 5, 5], []]
     source_rows = [[25, 25, 15], [70], [8, 9, 10, 11], []]
     targets, sources = _packed_segments(target_rows, 64), _packed_segments(source_rows, 72)
-    query, key = {"encoder self": (sources, sources), "decoder self": (targets, targets)}.get(
-        kind, (targets, sources)
-    )
-    mask = attention.sequence_mask(query, key, causal=kind == "decoder self")
-    q, k, v, cotangent = _inputs(jnp.bfloat16, query.shape[1], key.shape[1])
-    assert attention.choose_implementation(q, k, v, mask, platform="cuda") == "cudnn"
-
-    def attend(fused):
-        return jax.jit(
-            lambda q, k, v: attention.scaled_dot_product_attention(q, k, v, mask, fused=fused)[0]
-        )
-
-    assert "cudnn" in attend(True).lower(q, k, v).as_text().lower()  # the kernel's custom call
-    cotangent = cotangent.astype(jnp.bfloat16)
-    outputs, backward = jax.vjp(attend(True), q, k, v)
-    expected, expected_backward = jax.vjp(attend(False), q, k, v)
-    _assert_close((outputs, *backward(cotangent)), (expected, *expected_backward(cotangent)), 2e-2)
+    _assert_cudnn_equals_the_reference(kind, targets, sources, packed=True)
