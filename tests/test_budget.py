@@ -127,6 +127,72 @@ def test_the_loop_keeps_two_steps_in_flight_and_fetches_metrics_at_log_steps(tmp
 
 
 @pytest.mark.slow
+def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, monkeypatch):
+    # With two steps in flight the clock reads the end of the step before the last two.
+    # Stopping on that reading ran two to three steps past the budget, and the record left the
+    # last two steps' time out. Each step here is made slow on the devices (a chain of
+    # products), and a thread notes when each one finishes: the training the run really did.
+    import threading
+    from queue import Queue
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from seq2seq.training import trainer
+
+    config = tiny_config("transformer")
+    config.train.steps = 100_000
+    config.train.time_budget_minutes = 4.0 / 60
+    config.train.log_every_steps = 4
+    config.checkpoint.every_steps = 1_000
+    config.data.pack = True  # one batch shape, one compile
+    make_step = trainer.configured_train_step
+    dispatched, finished, in_flight = [], [], Queue()
+
+    def slow_step(*args):
+        step = make_step(*args)
+
+        @jax.jit
+        def run(state, batch):
+            state, metrics = step(state, batch)
+            x = jnp.full((1024, 1024), metrics["loss"] / 1024)
+            for _ in range(24):  # about 0.25 s on two cores
+                x = jnp.tanh(x @ x)
+            # the next step reads the state, so it starts once these products are done
+            return state.replace(step=state.step + jnp.isnan(x[0, 0]).astype(jnp.int32)), metrics
+
+        def dispatch(state, batch):
+            state, metrics = run(state, batch)  # returns at once, after the first compile
+            dispatched.append(time.monotonic())
+            in_flight.put(metrics)
+            return state, metrics
+
+        return dispatch
+
+    def watch():
+        while (metrics := in_flight.get()) is not None:
+            finished.append(jax.block_until_ready(metrics) and time.monotonic())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    monkeypatch.setattr(trainer, "configured_train_step", slow_step)
+    try:
+        summary = train(config, tmp_path)
+    finally:
+        in_flight.put(None)
+        watcher.join()
+    budget = config.train.time_budget_minutes * 60
+    trained = finished[-1] - dispatched[0]  # the first step's compile is off the clock
+    steps = np.diff(finished)
+    one_step = float(np.median(steps[-5:]))  # as long as a step took when the run ended
+    assert len(finished) == summary.step and one_step > 0.2
+    assert summary.elapsed_seconds == pytest.approx(trained, abs=one_step / 3)  # every step
+    assert summary.elapsed_seconds > budget  # never short of it
+    assert trained - budget <= 1.5 * one_step, (trained, budget, steps)  # a step, give or take
+
+
+@pytest.mark.slow
 def test_a_slice_ends_with_a_checkpoint_and_no_final_validation_then_resumes(tmp_path):
     from seq2seq.compare.runner import PauseAt  # the comparison's own reason to stop a run
 

@@ -7,6 +7,7 @@ that holds a run of another shape, and stops on a NaN loss before that loss reac
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 ValidateFn = Callable[[TrainState], dict]
 IN_FLIGHT = 2  # steps dispatched and not yet waited for
+PACE_TICKS = 8  # clock readings the loop's step time is taken over, to foresee a budget's end
 # Builds a ValidateFn once the tokenizer and model structure exist: (config, tokenizer, graphdef).
 MakeValidateFn = Callable[..., ValidateFn]
 
@@ -79,6 +81,7 @@ class Preemption:
     """
 
     timed = False  # whether ``reached`` reads the training time (one clock for all processes)
+    seconds = math.inf  # the training time ``reached`` turns true at, where ``timed``
     message = "SIGTERM: saved step %d; rerun to resume"  # logged once the run has stopped
     log_level = logging.WARNING
 
@@ -262,6 +265,7 @@ class _Loop:
         self._seen_shapes: set[tuple] = set()  # batch shapes compiled in this session
         self._validated_step = -1  # the step of this session's last validation
         self._pending: list[dict] = []  # metrics of the steps in flight, still on the devices
+        self._pace = collections.deque(maxlen=PACE_TICKS)  # (steps finished, clock) at ticks
         self._fetched: list[dict] = []  # metrics of the steps since the last log line, fetched
 
     def progress(self) -> dict:
@@ -285,6 +289,7 @@ class _Loop:
         self.clock.start()
         if self._nothing_to_train(budget):
             return state
+        limit = min(budget, preemption.seconds)  # the training time the run stops at, if any
         progress = tqdm(
             total=train.steps,
             initial=int(state.step),
@@ -296,13 +301,20 @@ class _Loop:
             progress.update(1)
             log_step = step % train.log_every_steps == 0 or step == train.steps
             before, now = self.clock.tick(agree=log_step)
+            finish = self._finish_time(now)  # read before a log line waits for the steps
             if log_step:
                 self._log(step, progress)  # only on schedule, so resumed logs match exactly
+            if finish > limit:  # the steps in flight end past it: wait for them
+                now = self._settle()
             self._validate_or_save(state, step, before, now)
-            if self._should_stop(state, step, now, budget, preemption):
+            if self._should_stop(step, now, budget, preemption):
                 break
         progress.close()
+        if self.steps_run:
+            self._settle()  # the session's training ends when its last step does
         self.seconds = self.clock.session_seconds()
+        if preemption.requested:
+            self.save(state, interrupted=True)  # skip the final validation: time is short
         return state
 
     def _nothing_to_train(self, budget: float) -> bool:
@@ -323,11 +335,34 @@ class _Loop:
         elif _due(step, checkpoint.every_steps, before, now, checkpoint.every_minutes):
             self.save(state)
 
-    def _should_stop(self, state, step, now, budget, preemption) -> bool:
-        """Whether the loop ends after ``step``: preempted (saved here), or converged or out of
-        time (the final save follows in ``train``)."""
+    def _finish_time(self, now: float) -> float:
+        """Training seconds when the steps in flight will have finished, foreseen: ``now``
+        counts the steps known to be finished, and those in flight are added at the pace of the
+        last ``PACE_TICKS`` readings. Every process gets the same figure.
+
+        The clock runs ``IN_FLIGHT`` steps behind the training. A budget read from it alone
+        would end a run that many steps past its limit; the loop waits for the steps in flight
+        (``_settle``) once this passes the limit, and from there on reads the clock as it
+        stands, so the run ends within a step of its limit and never before it.
+        """
+        unfinished = min(len(self._pending), IN_FLIGHT)
+        finished = self.steps_run - unfinished
+        self._pace.append((finished, now))
+        earliest_finished, earliest = self._pace[0]
+        if finished <= earliest_finished:
+            return now
+        return now + unfinished * (now - earliest) / (finished - earliest_finished)
+
+    def _settle(self) -> float:
+        """Waits for the steps in flight and reads the clock: every step dispatched is counted."""
+        self._fetch()
+        return self.clock.tick()[1]
+
+    def _should_stop(self, step, now, budget, preemption) -> bool:
+        """Whether the loop ends after ``step``, at ``now`` training seconds: preempted (saved
+        at the end of ``run``), or converged or out of time (the final save follows in
+        ``train``)."""
         if preemption.reached(step, now):
-            self.save(state, interrupted=True)  # skip the final validation: time is short
             return True
         if self.stopping.converged:
             logger.info(
@@ -349,7 +384,7 @@ class _Loop:
         # device, so the clock lags the training it measures and a time budget is only seen at
         # the next log line. Waiting for the step before the previous one keeps IN_FLIGHT steps
         # queued (the device never waits for the host to prepare a batch) and the clock within
-        # a step of the training it counts.
+        # IN_FLIGHT steps of the training it counts (``_finish_time`` foresees those).
         if len(self._pending) >= IN_FLIGHT:
             jax.block_until_ready(self._pending[-IN_FLIGHT])
         # A batch shape not yet seen in this session is traced and compiled inside the call
@@ -407,6 +442,7 @@ class _Loop:
         )
 
     def _validate(self, state: TrainState, step: int) -> dict:
+        self._fetch()  # the steps in flight finish on the clock: they are training, not decoding
         with self.clock.off_the_clock("validation"):
             metrics = self.validate(state)
         self._validated_step = step
