@@ -24,12 +24,19 @@ from pathlib import Path
 from absl import app, flags
 from absl import logging as absl_logging
 
-from seq2seq.compilation_cache import keep_compiled_programs
+from seq2seq.compilation_cache import compile_afresh, keep_compiled_programs
 from seq2seq.config import ConfigError, unknown_key_message
 from seq2seq.host_memory import keep_host_memory
 from seq2seq.xla_flags import use_library_gemms
 
 CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
+
+flags.DEFINE_bool(
+    "compilation_cache",
+    True,
+    "Keep compiled programs on disk for later processes and load the ones kept "
+    "(seq2seq.compilation_cache); --nocompilation_cache compiles everything anew.",
+)
 
 
 def _offending_override(argv: list[str], error: Exception) -> str | None:
@@ -160,6 +167,8 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
         logging.basicConfig(level=logging.WARNING, format="%(message)s", force=True)
         logging.getLogger("seq2seq").setLevel(logging.INFO)
         absl_logging.get_absl_handler().setLevel(logging.WARNING)
+        if not flags.FLAGS.compilation_cache:
+            compile_afresh()
         try:
             main(argv)
         except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as error:
@@ -171,8 +180,8 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
 
 def start() -> None:
     """The preamble of every command, run before JAX loads: compiled programs kept on disk for
-    later processes (``seq2seq.compilation_cache``; ``JAX_ENABLE_COMPILATION_CACHE=false`` turns
-    that off), GPU matrix products from cuBLAS (``seq2seq.xla_flags``) and XLA's host memory
+    later processes (``seq2seq.compilation_cache``; ``--nocompilation_cache`` turns that off),
+    GPU matrix products from cuBLAS (``seq2seq.xla_flags``) and XLA's host memory
     kept between steps.
 
     On Linux with glibc this restarts the process once (``seq2seq.host_memory``).

@@ -11,7 +11,8 @@ loads (``cli.start``), in a per-user directory::
 It is set through JAX's own environment variables, so that the processes a command starts share
 it, and so that each can be changed without this module:
 
-* ``JAX_ENABLE_COMPILATION_CACHE=false`` turns the cache off;
+* ``--nocompilation_cache`` on any command line, or ``JAX_ENABLE_COMPILATION_CACHE=false``,
+  turns the cache off;
 * ``JAX_COMPILATION_CACHE_DIR=DIR`` puts it elsewhere (the tests keep theirs in the checkout);
 * ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` keeps only programs that took at least this
   long to compile (JAX's default, 1 s: what compiles faster is not worth a file).
@@ -39,6 +40,15 @@ def cache_environment(environ: Mapping[str, str]) -> dict[str, str]:
     if environ.get(DIRECTORY_VARIABLE):
         return dict(environ)
     return {**environ, DIRECTORY_VARIABLE: str(default_directory(environ))}
+
+
+def compile_afresh() -> None:
+    """Turns the cache off in this process and in the processes it starts
+    (``--nocompilation_cache``: every program compiled anew, nothing written)."""
+    import jax  # loaded by now: the flag is read after the command's imports
+
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 def keep_compiled_programs() -> None:

@@ -155,7 +155,8 @@ def read_entries(workdir: Path | RunDirectory) -> list[dict]:
 
 
 def changes(previous: dict, current: dict) -> list[str]:
-    """What differs between two entries' Python, package versions and device kind.
+    """What differs between two entries' Python, package versions, device kind and compute
+    dtype (an entry from before the dtype was recorded has none to compare).
 
     Returns:
       One ``"NAME OLD -> NEW"`` string per difference, e.g. ``["jax 0.9.0 -> 0.10.2"]``.
@@ -164,6 +165,9 @@ def changes(previous: dict, current: dict) -> list[str]:
     after = {"python": current.get("python"), **current.get("packages", {})}
     before["device_kind"] = previous.get("device_kind")
     after["device_kind"] = current.get("device_kind")
+    if "compute_dtype" in previous:
+        before["compute_dtype"] = previous["compute_dtype"]
+        after["compute_dtype"] = current.get("compute_dtype")
     return [
         f"{name} {before.get(name)} -> {after.get(name)}"
         for name in after
@@ -231,6 +235,7 @@ def summary(workdir: Path) -> dict[str, object] | None:
         "processor": latest.get("processor"),
         "cpu_cores": latest.get("cpu_cores"),
         "jax": latest.get("packages", {}).get("jax"),
+        "compute_dtype": latest.get("compute_dtype"),
         "starts": len(entries),
         "commits": commits,
         "changed_during_run": _changes_between_starts(entries),

@@ -8,9 +8,9 @@ Run by ``tests/test_same_run_on_any_mesh.py`` in subprocesses, once with one dev
 
 Each quickstart keeps its own data and token batching (bucketed, and packed for the Transformer);
 the models are shrunk to a few thousand parameters, so each of the bucket shapes compiles fast.
-It prints {setup: {"losses": [...], "tokens": [...], "flops": [...], "resumed": [...]}}: every
-logged step's loss, real (source, target) tokens and training FLOPs so far, and the losses of the
-resumed run.
+It prints {setup: {"losses": [...], "tokens": [...], "flops": [...], "shapes": [...],
+"resumed": [...]}}: every logged step's loss, real (source, target) tokens, training FLOPs and
+batch shapes compiled so far, and the losses of the resumed run.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def main() -> None:
                 )
             ],
             "flops": logged(full, "train_flops"),
+            "shapes": logged(full, "compiled_shapes"),
             "resumed": logged(resumed, "loss"),
         }
     print(json.dumps(report))

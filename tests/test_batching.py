@@ -89,6 +89,8 @@ def test_bucketed_epoch_holds_every_pair_once_within_budget():
     batches = draw(iter(dataset), epoch)
     seen = [i for batch in batches for i in pair_ids(batch)]
     assert sorted(seen) == list(range(70))
+    shapes = {(batch["source"].shape, batch["target"].shape) for batch in batches}
+    assert len(shapes) == dataset.shapes > 1  # what the step compiles, announced at the start
     for batch in batches:
         rows, length = batch["source"].shape
         assert length % 4 == 0 and rows == dataset.spec.batch_size(length)

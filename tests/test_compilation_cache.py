@@ -29,10 +29,11 @@ def _entries(directory: Path) -> set[str]:
     return {path.name for path in directory.iterdir() if path.name.endswith("-cache")}
 
 
-def _train(workdir: Path, environment: dict[str, str], steps: int = 2) -> str:
+def _train(workdir: Path, environment: dict[str, str], *flags: str, steps: int = 2) -> str:
     command = train_command(
-        workdir, "transformer", f"--config.train.steps={steps}", "--config.eval.every_minutes=0"
-    )
+        workdir, "transformer", f"--config.train.steps={steps}", "--config.eval.every_minutes=0",
+        *flags,
+    )  # fmt: skip
     result = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
     )
@@ -48,7 +49,7 @@ def test_a_second_start_compiles_nothing_new(tmp_path):
     environment["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tiny programs kept too
     cache = tmp_path / "user_cache" / "seq2seq" / "jax"
 
-    _train(tmp_path / "off", {**environment, "JAX_ENABLE_COMPILATION_CACHE": "false"})
+    _train(tmp_path / "off", environment, "--nocompilation_cache")
     assert not _entries(cache), "the cache was written although it was turned off"
 
     assert "encoded before" not in _train(tmp_path / "first", environment)

@@ -95,3 +95,19 @@ def test_the_resolved_dtype_is_recorded_with_each_start(tmp_path):
     first, second = provenance.read_entries(tmp_path)
     assert first["compute_dtype"] == "bfloat16"
     assert "compute_dtype" not in second
+
+
+def test_the_report_shows_each_runs_dtype_and_a_run_resumed_in_another(tmp_path):
+    from seq2seq.compare.report_sections import provenance_warnings
+
+    provenance.record_start(tmp_path, ["train.py"], compute_dtype="bfloat16")  # on a GPU
+    provenance.record_start(tmp_path, ["train.py"], compute_dtype="float32")  # resumed on a CPU
+    made_by = provenance.summary(tmp_path)
+    assert made_by["compute_dtype"] == "float32"
+    assert made_by["changed_during_run"] == ["compute_dtype bfloat16 -> float32"]
+    other = {**made_by, "compute_dtype": "bfloat16", "changed_during_run": []}
+    rows = [{"name": "a", "provenance": made_by}, {"name": "b", "provenance": other}]
+    assert provenance_warnings(rows) == [
+        "runs were produced under different compute dtypes: bfloat16, float32",
+        "`a` changed between its starts: compute_dtype bfloat16 -> float32",
+    ]

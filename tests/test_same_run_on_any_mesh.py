@@ -54,6 +54,14 @@ def test_every_step_logs_the_same_real_tokens_and_flops_within_the_budget(runs, 
 
 
 @pytest.mark.parametrize("setup", SETUPS)
+def test_each_batch_shape_compiles_once_whatever_the_mesh(runs, setup):
+    one, eight = (report[setup]["shapes"] for report in runs)
+    assert one == eight == sorted(one)  # counted as they come, the same shapes on any mesh
+    _, pack = SETUPS[setup]
+    assert one[-1] == 1 if pack else one[-1] > 1  # packed rows have one shape, buckets several
+
+
+@pytest.mark.parametrize("setup", SETUPS)
 def test_a_run_resumed_on_another_mesh_logs_the_same_losses(runs, setup):
     one, eight = runs
     assert len(one[setup]["resumed"]) == RESUME_STEP  # the first 5 steps, on one device

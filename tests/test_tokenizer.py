@@ -98,6 +98,24 @@ def test_flat_encoding_matches_per_sentence_encoding(tmp_path):
     assert flat.tolist() == [i for r in rows for i in r.tolist()]
 
 
+def test_the_tokenizer_trains_on_every_core_the_process_may_use(tmp_path, monkeypatch):
+    import os
+
+    import sentencepiece as spm
+
+    threads = []
+    trainer = spm.SentencePieceTrainer.train
+
+    def train(**options):
+        threads.append(options.get("num_threads"))
+        return trainer(**options)
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", train)
+    build_tokenizer(tiny_config(), tmp_path, ListCorpus([("a b c", "x y"), ("c", "z z")] * 20))
+    assert threads == [6]  # one shared vocabulary, trained on the six cores it was given
+
+
 def _word_tokenizer(pairs, directory, vocab_size=30000, shared=False):
     return train_tokenizer(
         pairs,

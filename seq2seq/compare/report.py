@@ -68,7 +68,10 @@ def run_row(outcome: RunOutcome) -> dict:
     if made_by:
         commit = (made_by["commit"] or "no git")[:10] + ("+dirty" if made_by["dirty"] else "")
         row["provenance"] = made_by
-        row["made_by"] = f"{commit}, {made_by['device_kind']}, jax {made_by['jax']}"
+        row["made_by"] = (
+            f"{commit}, {made_by['device_kind']}, jax {made_by['jax']}, "
+            f"computing in {made_by['compute_dtype'] or 'an unrecorded dtype'}"
+        )
     return row
 
 

@@ -211,12 +211,19 @@ def _off_the_clock(runs: list[dict]) -> list[str]:
 
 
 def provenance_warnings(runs: list[dict]) -> list[str]:
-    """Lines flagging runs made under different jax versions, devices or commits, or changed
-    between their own starts: numbers from such runs may not be comparable."""
+    """Lines flagging runs made under different jax versions, devices, compute dtypes or
+    commits (among the runs that recorded one), or changed between their own starts: numbers
+    from such runs may not be comparable."""
     made = [r for r in runs if r.get("provenance")]
     warnings = []
-    for field, what in (("jax", "jax versions"), ("device_kind", "devices"), ("commit", "commits")):
-        values = sorted({str(r["provenance"][field]) for r in made})
+    fields = (
+        ("jax", "jax versions"),
+        ("device_kind", "devices"),
+        ("compute_dtype", "compute dtypes"),
+        ("commit", "commits"),
+    )
+    for field, what in fields:
+        values = sorted({str(r["provenance"][field]) for r in made if r["provenance"].get(field)})
         if len(values) > 1:
             warnings.append(f"runs were produced under different {what}: {', '.join(values)}")
     for row in made:
@@ -226,7 +233,8 @@ def provenance_warnings(runs: list[dict]) -> list[str]:
 
 
 def provenance(report: dict) -> list[str]:
-    """What made each run (commit, device, jax), and warnings where they differ."""
+    """What made each run (commit, device, jax, compute dtype), and warnings where they
+    differ."""
     runs = report["runs"]
     lines = ["", "## Provenance", ""]
     lines += [f"- `{r['name']}`: {r.get('made_by', 'no provenance record')}" for r in runs]

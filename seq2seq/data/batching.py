@@ -276,6 +276,12 @@ class BucketedBatches(grain.IterDataset):
     def __iter__(self) -> BucketedBatchIterator:
         return BucketedBatchIterator(self)
 
+    @property
+    def shapes(self) -> int:
+        """Distinct batch shapes this stream gives, each one compile of the training step: one
+        per bucket holding pairs (its length and its one row count)."""
+        return len(np.unique(self.spec.padded_lengths(self.lengths)))
+
     def plan(self, epoch: int) -> list[PlannedBatch]:
         """The global batches of ``epoch``, in training order."""
         return plan_epoch(self.lengths, self.spec, self.seed, epoch, self.sides)

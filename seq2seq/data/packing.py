@@ -131,6 +131,8 @@ class PackedBatches(grain.IterDataset):
     def __iter__(self) -> PackedBatchIterator:
         return PackedBatchIterator(self)
 
+    shapes = 1  # every batch has the same rows of the same length: one compile of the step
+
     def order(self, epoch: int) -> np.ndarray:
         """[N] the pairs of ``epoch`` in training order (indices into ``indices``)."""
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.indices))

@@ -177,7 +177,8 @@ def _training_corpus(
 ) -> tuple[Tokenizer, EncodedCorpus]:
     """The tokenizer and the encoded training split: read from ``encoded_dir`` when an earlier
     start wrote them there (nothing is read or tokenized again), else read, tokenized and
-    written there."""
+    written there by process 0 alone, and memory-mapped by every process (the run directory is
+    one for all processes, as its tokenizer and checkpoints are)."""
     tokenizer = load_tokenizer(tokenizer_dir) if encoded_dir is not None else None
     if tokenizer is not None:
         encoded = load_encoded(encoded_dir / encoded_corpus_key(config, tokenizer_dir))
@@ -191,9 +192,16 @@ def _training_corpus(
         data, data.train_split, seed=config.seed, limit=data.max_train_examples
     )
     tokenizer = build_tokenizer(config, tokenizer_dir, corpus)
-    encoded = encode_corpus(corpus, tokenizer)
-    if encoded_dir is not None:
-        encoded = save_encoded(encoded, encoded_dir / encoded_corpus_key(config, tokenizer_dir))
+    if encoded_dir is None:
+        return tokenizer, encode_corpus(corpus, tokenizer)
+    folder = encoded_dir / encoded_corpus_key(config, tokenizer_dir)
+    if jax.process_index() == 0:
+        save_encoded(encode_corpus(corpus, tokenizer), folder)
+    if jax.process_count() > 1:  # the others read process 0's copy, as they read its tokenizer
+        multihost_utils.sync_global_devices("seq2seq: training split encoded")
+    encoded = load_encoded(folder)
+    if jax.process_index() > 0:
+        logger.info("training split encoded by process 0: %d pairs read from disk", len(encoded))
     return tokenizer, encoded
 
 
@@ -239,7 +247,7 @@ def build_training_data(
     report = report_efficiency(batches)
     logger.info(
         "%s batches: %.1f%% padding, %.2f examples per row, %.1f rows, %.0f source and %.0f "
-        "target real tokens (first %d batches, this host's rows)",
+        "target real tokens (first %d batches, this host's rows); %d batch shapes to compile",
         "packed" if data.pack else "bucketed",
         100 * report["padding_share"],
         report["examples_per_row"],
@@ -247,5 +255,6 @@ def build_training_data(
         report["source_tokens"],
         report["target_tokens"],
         REPORT_BATCHES,
+        batches.shapes,
     )
     return TrainingData(tokenizer, batches, counts)
