@@ -338,7 +338,8 @@ class _Loop:
     def _finish_time(self, now: float) -> float:
         """Training seconds when the steps in flight will have finished, foreseen: ``now``
         counts the steps known to be finished, and those in flight are added at the pace of the
-        last ``PACE_TICKS`` readings. Every process gets the same figure.
+        last ``PACE_TICKS`` readings (this one is kept for the next). Every process gets the
+        same figure.
 
         The clock runs ``IN_FLIGHT`` steps behind the training. A budget read from it alone
         would end a run that many steps past its limit; the loop waits for the steps in flight
