@@ -1,6 +1,5 @@
 """From a config to batches: filter counts in the log, config checks, the Multi30k configs."""
 
-import itertools
 import logging
 from pathlib import Path
 
@@ -171,34 +170,39 @@ def test_long_synthetic_sentences_refuse_a_max_length_that_drops_them(tmp_path):
         build_training_data(config, tmp_path / "run")
 
 
-def _real_tokens(config, tokenizer_dir: Path, batches: int = 200) -> np.ndarray:
-    """[batches, 2] real (source, target) tokens of the first training batches of ``config``."""
+def _real_tokens(config, tokenizer_dir: Path, batches: int = 200) -> tuple[np.ndarray, int]:
+    """[batches, 2] real (source, target) tokens of the first training batches of ``config``,
+    and how many of them may fall short: one per batch shape (a bucket; packed rows have one)
+    and epoch they span, the batch that closes its share of the epoch."""
     data = build_training_data(config, tokenizer_dir)
-    drawn = itertools.islice(iter(data.batches), batches)
-    return np.array([[real_tokens(b, "source"), real_tokens(b, "target")] for b in drawn])
+    iterator = iter(data.batches)
+    drawn = [next(iterator) for _ in range(batches)]
+    epochs = iterator.get_state()["epoch"] + 1
+    tokens = np.array([[real_tokens(b, "source"), real_tokens(b, "target")] for b in drawn])
+    return tokens, data.batches.shapes * epochs
 
 
-def _assert_near_the_budget(tokens: np.ndarray, budget: int) -> None:
-    """Each batch holds up to ``budget`` real tokens per side, and its fuller side nearly that
-    (a short batch closes each bucket's share of an epoch)."""
+def _assert_near_the_budget(tokens: np.ndarray, may_fall_short: int, budget: int) -> None:
+    """Each batch holds up to ``budget`` real tokens per side, and its fuller side within 5% of
+    that, but for the batches that close a bucket's share of an epoch."""
     fullest = tokens.max(axis=1)
     assert fullest.max() <= budget
-    assert np.mean(fullest) >= 0.95 * budget, np.mean(fullest)
-    assert np.mean(fullest >= 0.95 * budget) >= 0.9, np.sort(fullest)[:20]
+    short = np.count_nonzero(fullest < 0.95 * budget)
+    assert short <= may_fall_short, (short, may_fall_short, np.sort(fullest)[:20])
 
 
 @pytest.mark.parametrize("pack", [False, True], ids=["bucketed", "packed"])
 def test_batches_hold_the_budget_in_real_tokens_on_the_synthetic_task(tmp_path, pack):
     config = load_config_file(REPO / "configs/quickstart_transformer.py")
     config.data.pack = pack
-    _assert_near_the_budget(_real_tokens(config, tmp_path), config.data.tokens_per_batch)
+    _assert_near_the_budget(*_real_tokens(config, tmp_path), config.data.tokens_per_batch)
 
 
 @pytest.mark.parametrize("path", CONFIGS)
 def test_batches_hold_the_budget_in_real_tokens_on_multi30k(multi30k, tmp_path_factory, path):
     config = load_config_file(REPO / path)
     tokenizer_dir = tmp_path_factory.getbasetemp() / "multi30k_tokenizer"  # one for both configs
-    _assert_near_the_budget(_real_tokens(config, tokenizer_dir), config.data.tokens_per_batch)
+    _assert_near_the_budget(*_real_tokens(config, tokenizer_dir), config.data.tokens_per_batch)
 
 
 def _first_batches(data, count=3):
