@@ -1,6 +1,7 @@
 """Every command keeps its compiled programs on disk, and a second start loads them back."""
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,19 @@ def test_a_second_start_compiles_nothing_new(tmp_path):
     # and 4 may draw batches of a new shape, whose step is compiled once, then kept.)
     log = _train(tmp_path / "first", environment, steps=4)
     assert "training split encoded before" in log, log[-3000:]
+
+    # An eval compiles the search for its own batches once; evaluating again loads them.
+    trained = _entries(cache)
+    _evaluate(tmp_path / "first", environment)
+    evaluated = _entries(cache)
+    assert evaluated > trained, "the eval kept nothing"  # the whole split: other batch shapes
+    _evaluate(tmp_path / "first", environment)
+    assert _entries(cache) == evaluated, "a second eval compiled programs the first had kept"
+
+
+def _evaluate(workdir: Path, environment: dict[str, str]) -> None:
+    command = [sys.executable, "eval.py", "--workdir", str(workdir), "--split", "validation"]
+    result = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
