@@ -23,10 +23,10 @@ CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 # Widest head it takes on every GPU that has it: 128 (Hopper and later take 256, which would
 # need the device asked; the papers' models use 64).
 CUDNN_MAX_HEAD_WIDTH = 128
-# Packed rows through cuDNN's packed layout (JAX's private API; Hopper or later). Off until
-# tests/test_fused_attention.py's cuDNN packed-row test has passed on a GPU: it has not run on
-# one yet. Until then packed rows take XLA's path on every GPU.
-CUDNN_PACKED = False
+# Packed rows through cuDNN's packed layout (JAX's private API; Hopper or later), on since
+# tests/test_fused_attention.py's cuDNN packed-row test passed on an H100 (jax 0.11.2). False
+# sends packed rows through XLA's path on every GPU.
+CUDNN_PACKED = True
 PACKED_MIN_CAPABILITY = (9, 0)  # JAX refuses the packed layout before Hopper
 
 
@@ -182,6 +182,12 @@ def attention_by_segments(
     if implementation == "cudnn":
         from jax._src.cudnn import fused_attention_stablehlo as cudnn  # JAX's packed layout
 
+        # The kernel writes only the positions its examples cover and leaves the others (padding,
+        # a row without examples) as it found the memory: stale values, NaN at times (seen on an
+        # H100). Outputs there are zeroed below; the inputs pass through a select on the
+        # segments, so their gradients there are zero too.
+        queries = _in_examples(queries, query_segments)
+        keys, values = _in_examples(keys, key_segments), _in_examples(values, key_segments)
         outputs = cudnn.dot_product_attention(
             queries,
             keys,
@@ -205,6 +211,11 @@ def attention_by_segments(
         )
     reads = query_segments > 0
     return jnp.where(reads[:, :, None, None], outputs, jnp.zeros((), outputs.dtype))
+
+
+def _in_examples(inputs: Array, segments: Array) -> Array:
+    """[B, L, H, K] ``inputs``, zero where ``segments`` ([B, L]) is padding."""
+    return jnp.where(segments[:, :, None, None] > 0, inputs, jnp.zeros((), inputs.dtype))
 
 
 def _example_ids(lengths: Array, offsets: Array, width: int) -> Array:

@@ -65,6 +65,24 @@ def test_gpu_kernels_count_for_the_operation_they_ran():
     assert [op["name"] for op in figures["operations"]] == ["fusion.7", "loop.3"]
 
 
+def test_a_gpus_operations_are_timed_on_the_device_not_at_their_launch():
+    # The host's thread that launches a kernel names the operation too: counted once, on the GPU.
+    kinds = {"fusion.7": ("products", "")}
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+        {"ph": "X", "pid": 1, "name": "fusion.7", "ts": 0, "dur": 3},
+        {"ph": "X", "pid": 2, "name": "k", "ts": 2, "dur": 8, "args": {"hlo_op": "fusion.7"}},
+        {"ph": "X", "pid": 1, "name": "PjitFunction(jit(step))", "ts": 0, "dur": 12},
+    ]
+    figures = summarise(events, kinds, steps=1)
+    assert figures["by_kind_ms"]["products"] == pytest.approx(8e-3)
+    assert figures["traced_span_ms"] == pytest.approx(8e-3)
+    assert figures["unmapped"] == []  # the host's own events are not the device's time
+    cpu = [dict(event, pid=1) for event in events[2:]]  # on a CPU the host runs the operation
+    assert summarise(cpu, kinds, steps=1)["by_kind_ms"]["products"] == pytest.approx(11e-3)
+
+
 GPU_HLO = """\
 ENTRY %main.9 (p0: bf16[8,8], p1: bf16[8,8]) -> bf16[8,8] {
   %p0 = bf16[8,8]{1,0} parameter(0)

@@ -126,7 +126,15 @@ def test_one_place_chooses_how_equation_1_is_computed(case, expected):
 
 
 def test_packed_rows_go_to_cudnn_only_where_its_packed_layout_is_on(monkeypatch):
-    assert not gpu_attention.packed_rows_supported()  # off until a GPU has passed its test
+    for capability, switched_on, supported in (
+        ((9, 0), True, True),  # Hopper
+        ((8, 0), True, False),  # Ampere: JAX refuses the layout
+        ((9, 0), False, False),
+        ((0, 0), True, False),  # no GPU
+    ):
+        monkeypatch.setattr(gpu_attention, "compute_capability", lambda c=capability: c)
+        monkeypatch.setattr(gpu_attention, "CUDNN_PACKED", switched_on)
+        assert gpu_attention.packed_rows_supported() == supported
     monkeypatch.setattr(attention, "packed_rows_supported", lambda: True)
     assert _choice(mask="packed") == "cudnn"
     assert _choice(mask="packed", dtype=jnp.float32) == "xla"
@@ -352,10 +360,13 @@ def test_a_gpu_trained_transformer_equals_the_cpu_one(
     by_examples = request.getfixturevalue("packed_cudnn") if "layout" in rows else None
     batch = _padded_batch() if rows == "padded" else _packed_batch()
     model = _transformer(dtype)
-    with monkeypatch.context() as cpu:
-        cpu.setattr(attention, "attention_platform", lambda: "cpu")
-        expected = _loss_and_gradients(model, batch)
-    gpu = _loss_and_gradients(model, batch)
+    # Float32 products in full float32 on a GPU too: there they round to TensorFloat-32 by
+    # default (2^-11 relative, beyond 1e-5), which two paths summing in different orders show.
+    with jax.default_matmul_precision("highest" if dtype == "float32" else "default"):
+        with monkeypatch.context() as cpu:
+            cpu.setattr(attention, "attention_platform", lambda: "cpu")
+            expected = _loss_and_gradients(model, batch)
+        gpu = _loss_and_gradients(model, batch)
     _assert_close(gpu, expected, tolerance)
     implementations = {call["implementation"] for call in cuda_platform}
     if rows == "padded":
