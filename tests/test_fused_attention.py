@@ -484,3 +484,17 @@ def test_cudnn_reads_packed_rows_as_the_reference_does(monkeypatch, kind):
     source_rows = [[25, 25, 15], [70], [8, 9, 10, 11], []]
     targets, sources = _packed_segments(target_rows, 64), _packed_segments(source_rows, 72)
     _assert_cudnn_equals_the_reference(kind, targets, sources, packed=True)
+
+
+@pytest.mark.skipif(not HOPPER, reason="cuDNN's packed layout needs an NVIDIA GPU from Hopper on")
+def test_a_bfloat16_transformer_on_packed_rows_on_cudnn_equals_the_explicit_equations():
+    """A whole model's loss and gradients on rows of several examples (and one of padding
+    only), cuDNN's packed layout in every attention, against the explicit equations."""
+    assert gpu_attention.packed_rows_supported()
+    model = _transformer("bfloat16")
+    batch = _packed_batch()
+    fused = _loss_and_gradients(model, batch)
+    for _, module in nnx.iter_graph(model):
+        if isinstance(module, attention.MultiHeadAttention):
+            module.fused = False
+    _assert_close(fused, _loss_and_gradients(model, batch), 3e-2)
