@@ -462,8 +462,13 @@ def _assert_cudnn_equals_the_reference(kind, targets, sources, packed):
 @pytest.mark.skipif(not ON_CUDA, reason="cuDNN's kernel needs an NVIDIA GPU; this has none")
 @pytest.mark.parametrize("widths", [(10, 6), (72, 64)])
 def test_a_bfloat16_transformer_on_cudnn_equals_the_explicit_equations(widths):
+    _assert_the_fused_model_equals_the_explicit_equations(_padded_batch(*widths))
+
+
+def _assert_the_fused_model_equals_the_explicit_equations(batch):
+    """A bfloat16 Transformer's loss and gradients with its fused attention (on a GPU, cuDNN's
+    kernel) against the same model computing the explicit equations."""
     model = _transformer("bfloat16")
-    batch = _padded_batch(*widths)
     fused = _loss_and_gradients(model, batch)
     for _, module in nnx.iter_graph(model):
         if isinstance(module, attention.MultiHeadAttention):
@@ -491,10 +496,4 @@ def test_a_bfloat16_transformer_on_packed_rows_on_cudnn_equals_the_explicit_equa
     """A whole model's loss and gradients on rows of several examples (and one of padding
     only), cuDNN's packed layout in every attention, against the explicit equations."""
     assert gpu_attention.packed_rows_supported()
-    model = _transformer("bfloat16")
-    batch = _packed_batch()
-    fused = _loss_and_gradients(model, batch)
-    for _, module in nnx.iter_graph(model):
-        if isinstance(module, attention.MultiHeadAttention):
-            module.fused = False
-    _assert_close(fused, _loss_and_gradients(model, batch), 3e-2)
+    _assert_the_fused_model_equals_the_explicit_equations(_packed_batch())
