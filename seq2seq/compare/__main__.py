@@ -150,6 +150,13 @@ def _tuning_flags() -> dict[str, flags.FlagHolder]:
             "Successive halving: after --tune_minutes (or --tune_steps), the better half of each "
             "config's trials trains on to twice that, for this many rungs; 1: every trial once.",
         ),
+        "tune_keep_each": flags.DEFINE_string(
+            "tune_keep_each",
+            None,
+            "A tuned KEY (e.g. model.dropout_rate): each halving keeps the best trial of every "
+            "value of KEY, then the better half of the rest, so that no value is dropped before "
+            "the last rung (regularisation decides only once runs overfit).",
+        ),
     }
 
 
@@ -222,7 +229,12 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
     specs, title = _specs([*flag.configs, *extra], flag.suite, flag.base, flag.rows)
     settings = _settings(flag)
     tuning = make_tuning(
-        flag.tune, flag.tune_minutes, flag.tune_samples, flag.tune_rungs, flag.tune_steps
+        flag.tune,
+        flag.tune_minutes,
+        flag.tune_samples,
+        flag.tune_rungs,
+        flag.tune_steps,
+        flag.tune_keep_each,
     )
     outcomes, report = compare(specs, Path(flag.workdir), settings, title, tuning)
     finished = [o for o in outcomes if o.status == "ok" and o.result is not None]

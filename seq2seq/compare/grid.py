@@ -55,6 +55,10 @@ class Tuning:
     # "minutes" of training (--tune_minutes), or "steps" (--tune_steps): the same trials at
     # every model size, whatever each size's speed, e.g. all past the longest warm-up.
     unit: str = "minutes"
+    # --tune_keep_each KEY: every halving keeps the best trial of each value of KEY (a tuned key)
+    # before the better half of the rest, so that no value of KEY (e.g. dropout, which decides
+    # only once runs overfit) is dropped before the last rung. None: plain halving.
+    keep_each: str | None = None
 
     def rung_minutes(self, rung: int) -> float:
         """The budget, in ``unit``, of a trial that reaches ``rung`` (0-based)."""
@@ -191,6 +195,7 @@ def make_tuning(
     samples: int = 0,
     rungs: int = 1,
     steps: int | None = None,
+    keep_each: str | None = None,
 ) -> Tuning | None:
     """The ``Tuning`` of ``--tune`` flags, ``--tune_minutes`` or ``--tune_steps``,
     ``--tune_samples`` and ``--tune_rungs``; None without ``--tune``.
@@ -199,10 +204,10 @@ def make_tuning(
       ConfigError: a bad flag, or a combination that cannot run (one line).
     """
     if not flags:
-        if minutes is not None or steps is not None or samples or rungs != 1:
+        if minutes is not None or steps is not None or samples or rungs != 1 or keep_each:
             raise config_lib.ConfigError(
-                "--tune_minutes, --tune_steps, --tune_samples and --tune_rungs need --tune "
-                "KEY=V1,V2,... (what to tune)"
+                "--tune_minutes, --tune_steps, --tune_samples, --tune_rungs and --tune_keep_each "
+                "need --tune KEY=V1,V2,... (what to tune)"
             )
         return None
     budget, unit = _budget(minutes, steps)
@@ -212,7 +217,11 @@ def make_tuning(
     if repeated:
         raise config_lib.ConfigError(f"--tune {repeated[0]} is given twice; list its values once")
     _check_points(grid, samples, rungs)
-    return Tuning(tuple(grid), budget, samples, rungs, unit=unit)
+    if keep_each is not None and keep_each not in keys:
+        raise config_lib.ConfigError(
+            f"--tune_keep_each {keep_each}: not a tuned key; give one of {', '.join(keys)}"
+        )
+    return Tuning(tuple(grid), budget, samples, rungs, unit=unit, keep_each=keep_each)
 
 
 def _budget(minutes: float | None, steps: int | None) -> tuple[float, str]:

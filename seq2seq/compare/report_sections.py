@@ -271,7 +271,13 @@ def _tuning_method(data: dict) -> str:
         minutes = ", ".join(f"{m:g}" for m in data["rung_minutes"])
         method += (
             f"; then successive halving over {data['rungs']} rungs ending at {minutes} training "
-            f"{unit}: after each rung the better half of every model's trials trained on"
+            f"{unit}: after each rung "
+            + (
+                f"the best trial of each `{data['keep_each']}` value and then the better half "
+                "of the rest trained on (`--tune_keep_each`: no value dropped before the last rung)"
+                if data.get("keep_each")
+                else "the better half of every model's trials trained on"
+            )
         )
     return method
 

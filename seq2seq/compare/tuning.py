@@ -202,6 +202,28 @@ def best_trial(trials: Sequence[Trial]) -> Trial | None:
     return next(iter(_ranked(trials)), None)
 
 
+def halve(trials: Sequence[Trial], keep_each: str | None = None) -> list[Trial]:
+    """The trials that go on to the next rung, best first.
+
+    Plain successive halving keeps the better half (rounded up) by validation BLEU. With
+    ``keep_each`` (a tuned key), the best scored trial of each of that key's values goes on
+    first, whatever its rank, and the better half is filled from the rest: a value is then
+    judged only at the last rung, where its effect has had time to show. Dropout is the case in
+    point: at the first rungs no run overfits yet, so the lower rate always looks better.
+    """
+    ranked = _ranked(trials)
+    keep = -(-len(trials) // 2)
+    if keep_each is None:
+        return ranked[:keep]
+    kept: list[Trial] = []
+    for trial in ranked:  # the best of each value, in rank order
+        value = dict(trial.point).get(keep_each)
+        if all(dict(other.point).get(keep_each) != value for other in kept):
+            kept.append(trial)
+    kept += [trial for trial in ranked if trial not in kept][: max(keep - len(kept), 0)]
+    return sorted(kept, key=ranked.index)
+
+
 def _ranked(trials: Sequence[Trial]) -> list[Trial]:
     scored = [t for t in trials if t.status == "ok" and t.validation_bleu is not None]
     return sorted(scored, key=lambda t: (-t.validation_bleu, t.validation_perplexity or 0.0))
@@ -327,8 +349,7 @@ def tune(
             return results
         if rung + 1 < tuning.rungs:
             for result in results:  # the better half goes on (the same count for every model)
-                keep = -(-len(survivors[id(result)]) // 2)
-                survivors[id(result)] = _ranked(survivors[id(result)])[:keep]
+                survivors[id(result)] = halve(survivors[id(result)], tuning.keep_each)
     for result in results:
         _choose(result, survivors[id(result)])
     return results
@@ -373,6 +394,14 @@ def report_json(tuning: Tuning, results: Sequence[ModelTuning]) -> dict:
         "minutes_per_trial": tuning.minutes,
         "budget_unit": tuning.unit,
         "rungs": tuning.rungs,
+        # the halving rule: "plain" (the better half) or "best of each KEY value, then the
+        # better half" (--tune_keep_each)
+        "halving": (
+            f"keep the best of each {tuning.keep_each} value, then the better half"
+            if tuning.keep_each
+            else "the better half"
+        ),
+        "keep_each": tuning.keep_each,
         "rung_minutes": [tuning.rung_minutes(rung) for rung in range(tuning.rungs)],
         "samples": tuning.samples or None,
         "sample_seed": SAMPLE_SEED if tuning.samples else None,
