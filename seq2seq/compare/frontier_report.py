@@ -134,6 +134,7 @@ def _tested_pairs(picks) -> tuple[dict[tuple[str, str], dict], int]:
             [r.hypotheses for r in choice_b.runs],
             frontier.references_for(choice_a.runs[0]),
             tests_in_family=2 * len(distinct),  # BLEU and chrF of each pair
+            target_lang=choice_a.runs[0].config.data.tgt_lang,
         )
     flat = [(key, metric) for key, results in tested.items() for metric in results]
     adjusted = significance.adjust_for_family([tested[key][metric] for key, metric in flat])

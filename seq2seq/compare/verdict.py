@@ -79,6 +79,7 @@ def verdicts(
             bootstrap_samples,
             randomisation_trials,
             tests_in_family=2 * len(tested),  # BLEU and chrF
+            target_lang=groups[a][0].config.data.tgt_lang,
         )
         compared.append((a, b, results))
     return _entries(compared)

@@ -19,10 +19,19 @@ def _check_aligned(hypotheses: Sequence[str], references: Sequence[str]) -> None
         )
 
 
-def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, object]:
-    """{"bleu", "signature"}: corpus BLEU with sacreBLEU's defaults (13a tokenization, cased)."""
+def bleu_metric(target_lang: str = "") -> BLEU:
+    """sacreBLEU's BLEU as it scores text in ``target_lang`` by default: cased, with the
+    tokenizer sacreBLEU picks for that language (13a for English, German and French; its own
+    for Chinese, Japanese and Korean). The signature names the tokenizer."""
+    return BLEU(trg_lang=target_lang or "")
+
+
+def sacrebleu_score(
+    hypotheses: Sequence[str], references: Sequence[str], target_lang: str = ""
+) -> dict[str, object]:
+    """{"bleu", "signature"}: corpus BLEU with sacreBLEU's defaults for the target language."""
     _check_aligned(hypotheses, references)
-    metric = BLEU()
+    metric = bleu_metric(target_lang)
     score = metric.corpus_score(list(hypotheses), [list(references)])
     return {"bleu": score.score, "signature": str(metric.get_signature())}
 
@@ -40,6 +49,7 @@ def bleu_by_source_length(
     hypotheses: Sequence[str],
     references: Sequence[str],
     bucket_size: int,
+    target_lang: str = "",
 ) -> list[dict[str, object]]:
     """sacreBLEU of sentences grouped by source length in words (Bahdanau et al. 2015, Fig. 2).
 
@@ -58,7 +68,9 @@ def bleu_by_source_length(
     rows = []
     for bucket in sorted(buckets):
         members = buckets[bucket]
-        score = sacrebleu_score([hypotheses[i] for i in members], [references[i] for i in members])
+        score = sacrebleu_score(
+            [hypotheses[i] for i in members], [references[i] for i in members], target_lang
+        )
         rows.append(
             {
                 "min_words": bucket * bucket_size + 1,

@@ -26,12 +26,12 @@ def score(
 ) -> dict[str, object]:
     """Every score of one set of translations (see ``eval.py`` for what each means)."""
     return {
-        **sacrebleu_score(hypotheses, references),
+        **sacrebleu_score(hypotheses, references, target_lang),
         **chrf_score(hypotheses, references),
         **tokenized_bleu(hypotheses, references, target_lang),
         "n": len(hypotheses),
         "bleu_by_source_length": bleu_by_source_length(
-            sources, hypotheses, references, bucket_size
+            sources, hypotheses, references, bucket_size, target_lang
         ),
     }
 

@@ -35,9 +35,11 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics import CHRF
 from sacrebleu.significance import PairedTest
 from scipy import stats
+
+from seq2seq.evaluation.bleu import bleu_metric
 
 LEVEL = 0.05  # a difference is significant when p < LEVEL and its 95% interval excludes 0
 
@@ -60,9 +62,10 @@ TIE = 1e-9
 RANDOMISATION_TRIALS = 10000  # sacreBLEU's default shuffles
 
 
-def _metrics() -> dict:
-    """Fresh metric objects (sacreBLEU's cache per-reference statistics inside them)."""
-    return {"BLEU": BLEU(), "chrF": CHRF()}
+def _metrics(target_lang: str = "") -> dict:
+    """Fresh metric objects (sacreBLEU's cache per-reference statistics inside them); BLEU
+    tokenizes as sacreBLEU does by default for ``target_lang``."""
+    return {"BLEU": bleu_metric(target_lang), "chrF": CHRF()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +94,7 @@ def paired_test(
     references: Sequence[str],
     bootstrap_samples: int = BOOTSTRAP_SAMPLES,
     randomisation_trials: int = RANDOMISATION_TRIALS,
+    target_lang: str = "",
 ) -> dict[str, PairedResult]:
     """BLEU and chrF of A against B, each with its paired tests and difference interval.
 
@@ -104,9 +108,11 @@ def paired_test(
         )
     systems = [("a", list(hypotheses_a)), ("b", list(hypotheses_b))]
     refs = [list(references)]
-    bootstrap = PairedTest(systems, _metrics(), refs, "bs", bootstrap_samples)
+    bootstrap = PairedTest(systems, _metrics(target_lang), refs, "bs", bootstrap_samples)
     _, by_bootstrap = bootstrap()
-    _, by_shuffles = PairedTest(systems, _metrics(), refs, "ar", randomisation_trials)()
+    _, by_shuffles = PairedTest(
+        systems, _metrics(target_lang), refs, "ar", randomisation_trials
+    )()
     results = {}
     for name, metric in bootstrap.metrics.items():
         base, other = by_bootstrap[name]
@@ -345,6 +351,7 @@ def compare_seeds(
     bootstrap_samples: int = BOOTSTRAP_SAMPLES,
     randomisation_trials: int = RANDOMISATION_TRIALS,
     tests_in_family: int = 1,
+    target_lang: str = "",
 ) -> dict[str, SeedComparison]:
     """A (one hypothesis list per seed) against B, for BLEU and chrF.
 
@@ -354,11 +361,11 @@ def compare_seeds(
     every seed pair's paired test (``bootstrap_samples`` resamples) are kept beside it.
     """
     pairs = [
-        paired_test(a, b, references, bootstrap_samples, randomisation_trials)
+        paired_test(a, b, references, bootstrap_samples, randomisation_trials, target_lang)
         for a, b in itertools.product(hypotheses_a, hypotheses_b)
     ]
     results = {}
-    for name, metric in _metrics().items():
+    for name, metric in _metrics(target_lang).items():
         tests = [pair[name] for pair in pairs]
         a = [tests[i * len(hypotheses_b)].score_a for i in range(len(hypotheses_a))]
         b = [tests[j].score_b for j in range(len(hypotheses_b))]

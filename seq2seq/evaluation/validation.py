@@ -81,7 +81,7 @@ def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, gr
         return {
             "loss": nll,
             "perplexity": math.exp(min(nll, 50.0)),
-            "bleu": sacrebleu_score(hypotheses, references)["bleu"],
+            "bleu": sacrebleu_score(hypotheses, references, config.data.tgt_lang)["bleu"],
             "n": len(pairs),
             "samples": samples,
         }
