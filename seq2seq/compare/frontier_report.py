@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.compare import frontier
+from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.compare.frontier_figure import plot_frontier
 from seq2seq.evaluation import significance
@@ -205,6 +205,8 @@ def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
         "verdicts": [],
         "tests": 0,
         "crossings": [],
+        "cost_to_level": cost.cost_to_levels(runs, families),
+        "budget_rule": cost.budget_rule(runs),
     }
     if len(families) == 2:
         levels = frontier.compute_levels(runs, families)
@@ -278,6 +280,7 @@ def render(data: dict) -> str:
         "",
         f"![Validation BLEU of every run against training FLOPs, steps and minutes]({FIGURE})",
         "",
+        *_cost_section(data),
         "## Sizes",
         "",
         markdown_table(data["sizes"], SIZE_COLUMNS),
@@ -312,6 +315,67 @@ RUN_COLUMNS = [
     ("test_bleu", "test BLEU", ".2f"),
     ("test_chrf", "test chrF", ".2f"),
 ]
+
+
+def _cost_cell(pick: dict | None, axis: str) -> str:
+    if pick is None:
+        return "not reached by every seed of any size"
+    shown = "{:.2g}" if axis == "flops" else "{:,.0f}"
+    interval = " [" + ", ".join(shown.format(v) for v in pick["ci95"]) + "]" if pick["ci95"] else ""
+    return f"{shown.format(pick['mean'])}{interval} ({pick['size']}, {pick['seeds']} seeds)"
+
+
+def _cost_section(data: dict) -> list[str]:
+    """Each family's cost to reach the stated validation levels, and the budget rule's."""
+    if not data["cost_to_level"]:
+        return []
+    families = data["families"]
+    rows = []
+    for row in data["cost_to_level"]:
+        entry = {
+            "level": f"{row['level']:g}",
+            "axis": "FLOPs" if row["axis"] == "flops" else "steps",
+        }
+        for index, family in enumerate(families):
+            entry[f"f{index}"] = _cost_cell(row["families"][family], row["axis"])
+        if "ratio" in row:
+            entry["ratio"] = "{:.2f} [{:.2f}, {:.2f}]".format(row["ratio"], *row["ratio_ci95"])
+        rows.append(entry)
+    columns = [("level", "validation BLEU", ""), ("axis", "cost in", "")]
+    columns += [
+        (f"f{i}", f"{family}: mean [95% CI over seeds]", "") for i, family in enumerate(families)
+    ]
+    if len(families) == 2:
+        columns.append(("ratio", f"{families[0]} / {families[1]} [bootstrap 95% CI]", ""))
+    lines = [
+        "## Cost to reach a validation level",
+        "",
+        "Each seed's cost is its training FLOPs (or steps) at its first validation point at or "
+        "above the level; a family's is its cheapest size whose every seed got there (Student-t "
+        "interval over those seeds; the ratio's interval resamples each side's seeds).",
+        "",
+        markdown_table(rows, columns).rstrip(),
+        "",
+    ]
+    if data["budget_rule"]:
+        budget = [{**row, "ratio": row["max_over_mean"]} for row in data["budget_rule"]]
+        lines += [
+            "The budget rule counts a size at its most expensive seed's cost to converge; "
+            "against its seeds' mean:",
+            "",
+            markdown_table(
+                budget,
+                [
+                    ("size", "size", ""),
+                    ("seeds", "seeds", ""),
+                    ("mean_flops", "mean training FLOPs", ".3g"),
+                    ("max_flops", "most expensive seed", ".3g"),
+                    ("ratio", "most expensive / mean", ".2f"),
+                ],
+            ).rstrip(),
+            "",
+        ]
+    return lines
 
 
 def _what_was_scored(data: dict) -> list[str]:

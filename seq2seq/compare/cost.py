@@ -1,0 +1,155 @@
+"""What each family pays to reach a validation level, with an interval over seeds.
+
+"The Transformer converges with less compute" is a claim about training cost, and it deserves
+the treatment BLEU gets: a number per seed, an interval over seeds, and a stated rule. Here the
+cost of a run to reach validation BLEU ``level`` is the training FLOPs (or steps, or minutes) at
+its first validation point at or above ``level``; a size's cost is the mean over its seeds,
+with a Student-t 95% interval (seeds are few, so the interval is wide, and honest about it).
+A family's cost is that of its cheapest size whose every seed reached the level (the size a
+researcher aiming at that level would train), and two families are compared by the ratio of
+their means, with a bootstrap interval that resamples each side's seeds.
+
+The frontier's budget rule counts a size within a budget only when its most expensive seed
+converged within it (``frontier.choose``); ``budget_rule`` states what that costs each size:
+its most expensive seed against its mean.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+from seq2seq.compare.frontier import RunRecord, by_config
+
+AXES = ("flops", "step", "minutes")  # attributes of ``frontier.Point``
+BOOTSTRAP_SAMPLES = 10_000
+BOOTSTRAP_SEED = 0  # the same resamples on every rebuild of a report
+LEVEL_STEP = 2.0  # BLEU between the stated levels
+LEVELS = 3  # how many levels a report states, the highest first
+
+
+def first_reach(run: RunRecord, level: float, axis: str = "flops") -> float | None:
+    """The cost (``axis`` of its validation point) at which ``run`` first reached validation
+    BLEU ``level``; None if it never did."""
+    for point in sorted(run.curve, key=lambda p: p.step):
+        if point.bleu >= level:
+            return float(getattr(point, axis))
+    return None
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
+    """The mean of ``values`` and its Student-t 95% interval (None with fewer than 2)."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, None
+    half = stats.t.ppf(0.975, len(values) - 1) * stats.sem(values)
+    return mean, (mean - float(half), mean + float(half))
+
+
+def size_costs(runs: Sequence[RunRecord], level: float, axis: str = "flops") -> list[dict]:
+    """Per size (its seeds together): what each seed paid to reach ``level``, and the mean
+    with its interval over the seeds that did."""
+    rows = []
+    for name, members in by_config(runs).items():
+        costs = [first_reach(run, level, axis) for run in members]
+        reached = [cost for cost in costs if cost is not None]
+        mean, interval = mean_interval(reached) if reached else (None, None)
+        rows.append(
+            {
+                "size": name,
+                "family": members[0].family,
+                "level": level,
+                "axis": axis,
+                "seeds": len(members),
+                "reached": len(reached),
+                "costs": costs,
+                "mean": mean,
+                "ci95": list(interval) if interval else None,
+            }
+        )
+    return rows
+
+
+def family_cost(
+    runs: Sequence[RunRecord], family: str, level: float, axis: str = "flops"
+) -> dict | None:
+    """The family's cheapest size (by mean cost) whose every seed reached ``level``."""
+    rows = [
+        row
+        for row in size_costs([r for r in runs if r.family == family], level, axis)
+        if row["reached"] == row["seeds"]
+    ]
+    return min(rows, key=lambda row: row["mean"], default=None)
+
+
+def ratio_interval(
+    a: Sequence[float],
+    b: Sequence[float],
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, tuple[float, float]]:
+    """mean(a) / mean(b) and its 95% percentile interval, resampling each side's seeds."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    rng = np.random.default_rng(seed)
+    means_a = rng.choice(a, size=(samples, a.size)).mean(axis=1)
+    means_b = rng.choice(b, size=(samples, b.size)).mean(axis=1)
+    low, high = np.percentile(means_a / means_b, [2.5, 97.5])
+    return float(a.mean() / b.mean()), (float(low), float(high))
+
+
+def stated_levels(runs: Sequence[RunRecord], families: Sequence[str]) -> list[float]:
+    """The validation levels a report states: the highest whole BLEU that every family reaches
+    in every seed of one of its sizes, then ``LEVEL_STEP`` below it, ``LEVELS`` in all."""
+    tops = []
+    for family in families:
+        reachable = [
+            min(run.best.bleu for run in members)
+            for members in by_config(r for r in runs if r.family == family).values()
+            if all(run.curve for run in members)
+        ]
+        if not reachable:
+            return []
+        tops.append(max(reachable))
+    top = math.floor(min(tops))
+    return [top - LEVEL_STEP * k for k in range(LEVELS)]
+
+
+def cost_to_levels(runs: Sequence[RunRecord], families: Sequence[str]) -> list[dict]:
+    """At each stated level and on each axis, each family's cost and, with two families, the
+    ratio of the first's to the second's with its interval."""
+    rows = []
+    for level in stated_levels(runs, families):
+        for axis in ("flops", "step"):
+            picks = {family: family_cost(runs, family, level, axis) for family in families}
+            row = {"level": level, "axis": axis, "families": picks}
+            if len(families) == 2 and all(picks.values()):
+                a, b = (picks[family]["costs"] for family in families)
+                ratio, interval = ratio_interval(a, b)
+                row |= {"ratio": ratio, "ratio_ci95": list(interval)}
+            rows.append(row)
+    return rows
+
+
+def budget_rule(runs: Sequence[RunRecord]) -> list[dict]:
+    """Per size with more than one seed: its seeds' mean training FLOPs to their end, its most
+    expensive seed's (what the budget rule counts), and the ratio of the two."""
+    rows = []
+    for name, members in by_config(runs).items():
+        if len(members) < 2:
+            continue
+        flops = [run.flops for run in members]
+        mean = float(np.mean(flops))
+        rows.append(
+            {
+                "size": name,
+                "family": members[0].family,
+                "seeds": len(members),
+                "mean_flops": mean,
+                "max_flops": max(flops),
+                "max_over_mean": max(flops) / mean,
+            }
+        )
+    return rows

@@ -1,0 +1,94 @@
+"""The cost of reaching a validation level, with intervals over seeds, on made-up runs."""
+
+import math
+
+import pytest
+from scipy import stats
+
+from seq2seq import config as config_lib
+from seq2seq.compare import cost
+from seq2seq.compare.frontier import Point, RunRecord
+
+
+def _run(size: str, seed: int, bleus: list[float], flops_per_point: float) -> RunRecord:
+    """A run validated every 100 steps, ``flops_per_point`` FLOPs apart, with these BLEUs."""
+    family = size.split("-")[0]
+    curve = tuple(
+        Point(100 * (i + 1), float(i + 1), flops_per_point * (i + 1), bleu)
+        for i, bleu in enumerate(bleus)
+    )
+    return RunRecord(
+        name=f"{size}-seed{seed}",
+        config_name=size,
+        family=family,
+        seed=seed,
+        curve=curve,
+        stop_reason="converged",
+        steps=curve[-1].step,
+        minutes=curve[-1].minutes,
+        flops=curve[-1].flops,
+        result={"bleu": 0.0},
+        hypotheses=(),
+        config=config_lib.default_config(),
+    )
+
+
+RUNS = [
+    # rnnsearch-small reaches 30 at the 3rd, 4th and 5th points (10 FLOPs each): 30, 40, 50.
+    _run("rnnsearch-small", 0, [10, 20, 31, 33, 32], 10.0),
+    _run("rnnsearch-small", 1, [10, 20, 25, 30, 31], 10.0),
+    _run("rnnsearch-small", 2, [10, 20, 25, 29, 30.5], 10.0),
+    # rnnsearch-large gets there sooner in steps but at 40 FLOPs a point: 80 and 80.
+    _run("rnnsearch-large", 0, [20, 30, 34], 40.0),
+    _run("rnnsearch-large", 1, [25, 30.2, 33], 40.0),
+    # transformer-small reaches 30 at 10 and 20 FLOPs; one of its seeds never reaches 33.
+    _run("transformer-small", 0, [30, 33.5], 10.0),
+    _run("transformer-small", 1, [29, 31, 32], 10.0),
+]
+
+
+def test_each_seed_pays_up_to_its_first_point_at_the_level():
+    rows = {row["size"]: row for row in cost.size_costs(RUNS, 30.0)}
+    assert rows["rnnsearch-small"]["costs"] == [30.0, 40.0, 50.0]
+    assert rows["rnnsearch-large"]["costs"] == [80.0, 80.0]
+    assert rows["transformer-small"]["costs"] == [10.0, 20.0]
+    # Student t with 2 degrees of freedom around the mean 40 (standard error 10/sqrt(3)).
+    half = stats.t.ppf(0.975, 2) * 10 / math.sqrt(3)
+    assert rows["rnnsearch-small"]["mean"] == pytest.approx(40.0)
+    assert rows["rnnsearch-small"]["ci95"] == pytest.approx([40 - half, 40 + half])
+    steps = {row["size"]: row["costs"] for row in cost.size_costs(RUNS, 30.0, "step")}
+    assert steps["rnnsearch-large"] == [200.0, 200.0]
+
+
+def test_a_family_pays_for_its_cheapest_size_that_every_seed_got_to():
+    assert cost.family_cost(RUNS, "rnnsearch", 30.0)["size"] == "rnnsearch-small"  # 40 < 80
+    assert cost.family_cost(RUNS, "rnnsearch", 30.0, "step")["size"] == "rnnsearch-large"
+    assert cost.family_cost(RUNS, "transformer", 33.0) is None  # seed 1 peaked at 32
+    partial = {row["size"]: row for row in cost.size_costs(RUNS, 33.0)}["transformer-small"]
+    assert (partial["reached"], partial["costs"]) == (1, [20.0, None])
+
+
+def test_the_ratio_interval_resamples_each_sides_seeds():
+    ratio, (low, high) = cost.ratio_interval([30.0, 40.0, 50.0], [10.0, 20.0], samples=4000)
+    assert ratio == pytest.approx(40.0 / 15.0)
+    # The extremes a resample can reach: 30/20 and 50/10; the interval lies inside, around it.
+    assert 1.5 <= low < ratio < high <= 5.0
+    same = cost.ratio_interval([20.0, 20.0], [10.0, 10.0], samples=100)
+    assert same == (2.0, (2.0, 2.0))
+
+
+def test_the_stated_levels_are_reached_by_every_seed_of_a_size_in_each_family():
+    # rnnsearch-small's seeds peak at 33, 31 and 30.5 (its worst: 30.5), rnnsearch-large's at
+    # 34 and 33 (33); transformer-small's at 33.5 and 32 (32): the highest level both reach is 32.
+    assert cost.stated_levels(RUNS, ["rnnsearch", "transformer"]) == [32.0, 30.0, 28.0]
+    rows = cost.cost_to_levels(RUNS, ["rnnsearch", "transformer"])
+    at_30 = next(row for row in rows if row["level"] == 30.0 and row["axis"] == "flops")
+    assert at_30["ratio"] == pytest.approx(40.0 / 15.0)
+
+
+def test_the_budget_rule_counts_each_sizes_most_expensive_seed():
+    rows = {row["size"]: row for row in cost.budget_rule(RUNS)}
+    assert rows["rnnsearch-small"]["max_flops"] == 50.0
+    assert rows["rnnsearch-small"]["max_over_mean"] == pytest.approx(1.0)  # all ran 5 points
+    assert rows["transformer-small"]["mean_flops"] == pytest.approx(25.0)
+    assert rows["transformer-small"]["max_over_mean"] == pytest.approx(30.0 / 25.0)
