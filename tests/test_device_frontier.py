@@ -35,24 +35,7 @@ def test_a_passed_deadline_ends_the_run_with_a_final_validation_and_a_cap(tmp_pa
 
 def _made_up_multi30k(folder, train=400, held_out=24):
     """Multi30k's six files with made-up captions: English words, German their reversal."""
-    words = tuple(
-        [
-            "a",
-            "man",
-            "dog",
-            "runs",
-            "on",
-            "the",
-            "street",
-            "with",
-            "two",
-            "women",
-            "sit",
-            "in",
-            "red",
-            "boat",
-        ]
-    )
+    words = ("a", "man", "dog", "runs", "on", "the", "street", "with", "two", "red", "boat")
     folder.mkdir()
     splits = {"train": train, "val": held_out, "test_2016_flickr": held_out}
     for split, count in splits.items():
