@@ -9,6 +9,9 @@ import time
 
 import pytest
 
+from seq2seq.bench.device_frontier import ROWS
+from seq2seq.compare.runner import Settings, run_config
+from seq2seq.compare.suites import expand_suite, select_runs
 from seq2seq.run_directory import RunDirectory
 from seq2seq.training.trainer import Deadline, train
 from tests.conftest import ONE_SEARCH_LOOP, REPO, SHRINK, subprocess_env, tiny_config
@@ -153,3 +156,29 @@ def test_bad_input_is_refused_with_one_line_and_nothing_written(tmp_path, argume
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and message in last, done.stderr[-1500:]
     assert not out.exists() and not work.exists()
+
+
+def _flat(tree, prefix=""):
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+# What may differ between a device run and the committed CPU run of its row: its caps (the
+# device's deadline ends it instead), where the data lies, and keys added to the config since.
+MAY_DIFFER = {"train.steps", "train.time_budget_minutes", "data.dir", "train.loss_chunk_tokens"}
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_the_device_runs_train_what_the_committed_cpu_records_trained(row):
+    (spec,) = select_runs(expand_suite("frontier"), [row], keep_first=False)
+    for seed_index in (0, 1):
+        config = _flat(json.loads(run_config(spec, Settings(seeds=2), seed_index).to_json()))
+        record = REPO / "docs" / "records" / "multi30k_frontier_tuned" / f"{row}-seed{seed_index}"
+        trained = _flat(json.loads((record / "config.json").read_text()))
+        differ = {k for k in config.keys() | trained.keys() if config.get(k) != trained.get(k)}
+        assert differ <= MAY_DIFFER, {k: (config.get(k), trained.get(k)) for k in differ}

@@ -168,6 +168,7 @@ def start(worker: Worker, env: dict[str, str], now: float) -> None:
     )
     log.close()
     worker.started_s, worker.outcome = now, "running"
+    print(f"device frontier: {worker.job.name} started at {now:.0f} s", file=sys.stderr, flush=True)
 
 
 def stop(worker: Worker) -> None:
@@ -203,6 +204,11 @@ def run_workers(workers: list[Worker], concurrent: int, end: float, on_change) -
                 worker.outcome = "ok" if code == 0 else "failed"
             worker.ended_s = time.time() - origin
             running.remove(worker)
+            print(
+                f"device frontier: {worker.job.name} {worker.outcome} at {worker.ended_s:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             on_change()
         if now >= end and waiting:
             for worker in waiting:
