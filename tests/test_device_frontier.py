@@ -10,6 +10,7 @@ import time
 import pytest
 
 from seq2seq.bench.device_frontier import ROWS
+from seq2seq.bench.timed_run import scoring_rule
 from seq2seq.compare.runner import Settings, run_config
 from seq2seq.compare.suites import expand_suite, select_runs
 from seq2seq.run_directory import RunDirectory
@@ -34,6 +35,11 @@ def test_a_passed_deadline_ends_the_run_with_a_final_validation_and_a_cap(tmp_pa
     assert [(r["step"], r["bleu"]) for r in records if r["kind"] == "validation"] == [(1, 0.0)]
     assert records[-1]["kind"] == "stop" and records[-1]["reason"] == "cap"
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["1"]
+    # One checkpoint where the rule wants the mean of 5: it is scored by the one it has.
+    run = RunDirectory(tmp_path)
+    assert scoring_rule(run, config, "average:5") == "average:1"
+    assert scoring_rule(run, config, "average:1") == "average:1"
+    assert scoring_rule(run, config, "best") == "best"
 
 
 def _made_up_multi30k(folder, train=400, held_out=24):

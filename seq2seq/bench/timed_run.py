@@ -90,6 +90,24 @@ def _spent(records: list[dict]) -> dict:
     return {key: last.get(key, 0.0) for key in keys}
 
 
+def scoring_rule(run, config, rule: str) -> str:
+    """``rule``, or for ``average:K`` on a run that saved fewer than K checkpoints (a deadline
+    stopped it early) the mean of those it has: the run is scored, not lost, and its record is
+    filed under the rule it got (``compare --records`` then shows its curve, unscored)."""
+    from seq2seq.checkpoint_rule import average_count
+    from seq2seq.checkpoints import Checkpoints
+
+    count = average_count(rule)
+    if count is None:
+        return rule
+    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
+    try:
+        saved = len(checkpoints.all_steps()[-config.checkpoint.keep :])
+    finally:
+        checkpoints.close()
+    return rule if saved >= count or saved == 0 else f"average:{saved}"
+
+
 def _one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
 
@@ -120,12 +138,14 @@ def run_job(job: Job) -> dict:
         result.update(_spent(outcome.run.read_metrics()))
     if outcome.status == "ok":
         clock = time.time()
+        rule = scoring_rule(outcome.run, outcome.config, settings.checkpoint)
+        settings = dataclasses.replace(settings, checkpoint=rule)
         runner.evaluate_outcome(outcome, settings)
         phases["score_s"] = time.time() - clock
     if outcome.status == "ok":
         split = outcome.result["split"]
         save_record(outcome.run, Path(job.records), split, settings.checkpoint)
-        result.update(split=split, test_bleu=outcome.result["bleu"])
+        result.update(split=split, test_bleu=outcome.result["bleu"], scored=settings.checkpoint)
         result["decode_s"] = outcome.result.get("decode_seconds")
     result.update(status=outcome.status, reason=outcome.reason, **phases)
     result["wall_s"] = time.time() - started
