@@ -10,7 +10,7 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart test bench device-wheels device-bench lint format clean lock lock-upgrade
+.PHONY: quickstart test bench device-wheels device-site device-bench device-data device-frontier lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -64,11 +64,31 @@ device-wheels: $(STAMP)
 	$(PYTHON) -m pip download --quiet --no-deps $(WHEEL_PLATFORM) -d .whl \
 		$(foreach p,$(DEVICE_WHEELS),$(shell grep -i -m1 '^$(p)==' $(LOCK) | cut -d' ' -f1))
 
-device-bench:
+device-site:
 	$(DEVICE_PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
 		--upgrade --target $(DEVICE_SITE) .whl/*.whl
+
+device-bench: device-site
 	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.device --out $(DEVICE_OUT) \
 		--minutes $(DEVICE_MINUTES) --parts=$(DEVICE_PARTS)
+
+# The Multi30k frontier's chosen sizes trained end to end on an accelerator, 2 seeds each, all
+# at once (seq2seq/bench/device_frontier.py; docs/benchmarks.md, "The frontier on an
+# accelerator"). `make device-data`, run here, copies Multi30k's German and English files into
+# data/multi30k (ignored by git: the device tool carries it); `make device-frontier`, run there,
+# installs .whl/ as device-bench does and trains, scores and packs every run within
+# $(FRONTIER_MINUTES) minutes: records.tar.gz, logs.tar.gz and device_frontier.json/.md in $(DEVICE_OUT).
+MULTI30K_SHARED ?= ../shared/data/multi30k
+FRONTIER_MINUTES ?= 7.5
+FRONTIER_FLAGS ?=# more flags, e.g. --seeds=3 --concurrent=2
+device-data:
+	mkdir -p data/multi30k
+	install -m 644 $(foreach s,train val test_2016_flickr,$(foreach l,de en,$(MULTI30K_SHARED)/$(s).$(l))) \
+		data/multi30k/
+
+device-frontier: device-site
+	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.device_frontier \
+		--out $(DEVICE_OUT) --minutes $(FRONTIER_MINUTES) $(FRONTIER_FLAGS)
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check . && $(PYTHON) -m ruff format --check .

@@ -1,6 +1,7 @@
 """The compute frontier: envelopes, crossings and choices on made-up runs; the frontier suite's
 sizes; and a report rebuilt from committed records equal to the one from the live runs."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,14 +15,19 @@ from seq2seq.compare.frontier import (
     compute_levels,
     crossings,
     envelope_at,
+    first_reach,
+    reach_table,
+    reach_targets,
     read_records,
     read_run,
+    run_device,
     save_record,
     upper_envelope,
 )
 from seq2seq.compare.frontier_report import write_frontier_report
 from seq2seq.compare.runner import run_config
 from seq2seq.models import train_flops
+from seq2seq.run_directory import RunDirectory
 from tests.conftest import tiny_config
 
 
@@ -183,3 +189,111 @@ def test_a_report_rebuilt_from_records_equals_the_live_one(tmp_path):
     assert {row["run"] for row in data["runs"]} == {spec.name for spec in specs}
     assert data["verdicts"] and data["tests"] >= 2  # BLEU and chrF of at least one pair
     assert (tmp_path / "again" / "figures" / "frontier.png").stat().st_size > 10_000
+
+
+# The frontier in time: made-up runs of two families on one GPU. The Transformer is slower per
+# FLOP here on purpose (more FLOPs to each level) but faster per second, so a verdict read off
+# the wrong axis would name the wrong family.
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def _timed(name, family, curve, device=GPU):
+    """A run whose points are (step, training minutes, FLOPs, BLEU, validation minutes)."""
+    points = tuple(Point(*point) for point in curve)
+    return RunRecord(
+        name=name,
+        config_name=name.split("-seed")[0],
+        family=family,
+        seed=0,
+        curve=points,
+        stop_reason="converged",
+        steps=points[-1].step,
+        minutes=points[-1].minutes,
+        flops=points[-1].flops,
+        result=None,
+        hypotheses=(),
+        config=tiny_config(family),
+        device=device,
+    )
+
+
+TIMED = [
+    _timed("transformer-small-seed0", "transformer", [(100, 1.0, 4e12, 20.0, 0.1),
+                                                      (200, 2.0, 8e12, 32.0, 0.2),
+                                                      (300, 3.0, 12e12, 36.0, 0.3)]),
+    _timed("transformer-small-seed1", "transformer", [(100, 1.5, 4e12, 26.0, 0.1)]),
+    _timed("rnnsearch-medium-seed0", "rnnsearch", [(300, 4.0, 3e12, 22.0, 0.2),
+                                                   (600, 6.0, 6e12, 35.0, 0.4),
+                                                   (900, 9.0, 9e12, 34.0, 0.6)]),
+]  # fmt: skip
+
+
+def test_the_levels_both_frontiers_reach_are_multiples_of_five_and_the_highest_both_reach():
+    assert reach_targets([[(1, 10.0), (9, 41.5)], [(2, 12.0), (20, 40.2)]]) == [
+        5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 40.2,
+    ]  # fmt: skip
+    assert reach_targets([[(1, 10.0)], [(1, 15.0)]]) == [5.0, 10.0]  # 10 both reach, once
+    assert reach_targets([[(1, 10.0)], []]) == []
+    assert first_reach([(1, 10.0), (3, 20.0), (8, 30.0)], 20.0) == 3
+    assert first_reach([(1, 10.0)], 10.5) is None
+
+
+def test_the_time_to_reach_each_level_names_who_is_first_in_time_and_by_how_much():
+    table = {row["bleu"]: row for row in reach_table(TIMED, ["rnnsearch", "transformer"])}
+    assert list(table) == [5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0]  # 35: rnnsearch's best
+    at_25 = table[25.0]  # transformer: seed 1 at 1.5 min; rnnsearch: 6 min
+    assert at_25["leader"] == "transformer" and at_25["factor"]["rnnsearch"] == 4.0
+    assert at_25["families"]["transformer"]["minutes"] == 1.5
+    assert at_25["families"]["transformer"]["flops"] == 4e12  # seed 1's point, also first here
+    at_35 = table[35.0]  # transformer at 3 min, 12e12 FLOPs; rnnsearch at 6 min, 6e12
+    assert at_35["families"]["rnnsearch"] == {
+        "minutes": 6.0, "flops": 6e12, "step": 600, "validation_minutes": 0.4,
+    }  # fmt: skip
+    assert at_35["leader"] == "transformer" and at_35["factor"]["rnnsearch"] == 2.0
+
+
+def test_the_report_states_the_verdict_at_equal_time_on_the_device(tmp_path):
+    from seq2seq.compare.frontier_report import _reach_section, frontier_data
+
+    data = frontier_data(TIMED, "made up", "latest")
+    assert data["devices"] == [GPU]
+    lines = _reach_section(data)
+    verdict = [line for line in lines if line.startswith("- At equal training time")]
+    assert verdict == [
+        f"- At equal training time on {GPU}, `transformer` reaches every level of the table "
+        "first: validation BLEU 35.00 (the highest both reach) in 180 s against `rnnsearch`'s "
+        "360 s, 2.00 times sooner; `rnnsearch` needed 0.50 times the training FLOPs and 2.00 "
+        "times the steps (validation's seconds by then, not counted: 18 and 24)."
+    ]
+    assert "| 35.00 | 360 (+24) | 6e+12 | 600 | 180 (+18) | 1.2e+13 | 300 | transformer |" in (
+        "\n".join(lines)
+    )
+
+
+def test_times_of_runs_on_different_devices_carry_a_warning(tmp_path):
+    from seq2seq.compare.frontier_report import _reach_section, frontier_data
+
+    mixed = [*TIMED[:2], dataclasses.replace(TIMED[2], device="cpu, 1 core")]
+    lines = _reach_section(frontier_data(mixed, "made up", "latest"))
+    assert any(line.startswith("- The runs trained on different devices") for line in lines)
+    assert not any(line.startswith(f"- At equal training time on {GPU}") for line in lines)
+
+
+def test_a_record_names_its_device_and_its_validation_time(tmp_path):
+    run = RunDirectory(tmp_path / "transformer-small-seed0").create()
+    run.save_config(tiny_config("transformer"))
+    lines = [
+        {"step": 5, "kind": "validation", "bleu": 3.0, "elapsed_seconds": 30.0,
+         "validation_seconds": 6.0, "train_flops": 1e9},
+        {"step": 10, "kind": "validation", "bleu": 4.0, "elapsed_seconds": 60.0,
+         "validation_seconds": 9.0, "train_flops": 2e9},
+    ]  # fmt: skip
+    run.metrics_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    entries = [{"device_kind": "cpu", "cpu_cores": 2}, {"device_kind": GPU, "cpu_cores": 16}]
+    run.provenance_file.write_text(json.dumps({"entries": entries[:1]}))
+    record = read_run(run, "test", "latest")
+    assert record.device == "cpu, 2 cores"
+    assert [(p.minutes, p.validation_minutes) for p in record.curve] == [(0.5, 0.1), (1.0, 0.15)]
+    assert record.curve[1].minutes_with_validation == 1.15
+    run.provenance_file.write_text(json.dumps({"entries": entries}))  # resumed on a GPU
+    assert run_device(run) == f"cpu, 2 cores + {GPU}"

@@ -33,9 +33,18 @@ def _log_axis(ax) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
 
 
+def device_label(runs: Sequence[RunRecord]) -> str:
+    """The time axis's label: training minutes on the one device every run trained on."""
+    devices = sorted({run.device for run in runs})
+    if len(devices) == 1 and devices[0]:
+        return f"training minutes on {devices[0]}"
+    return "training minutes (on different devices)"
+
+
 def _curves_panel(ax, runs: Sequence[RunRecord], axis: str, label: str, log: bool) -> None:
     """Each run's validation curve against one cost (thin, one style per size), and each
-    family's frontier over them (thick)."""
+    family's frontier over them (thick); against time, also each family's frontier with
+    validation's minutes added (dashed), the cost of watching the curve apart from training."""
     sizes = list(dict.fromkeys(run.config_name for run in runs))
     for run in runs:
         style = SIZE_STYLES[sizes.index(run.config_name) % len(SIZE_STYLES)]
@@ -59,6 +68,17 @@ def _curves_panel(ax, runs: Sequence[RunRecord], axis: str, label: str, log: boo
                 color=COLOURS.get(family),
                 lw=2.5,
                 label=f"{family} frontier",
+            )
+        with_validation = family_envelope(members, "minutes_with_validation")
+        if axis == "minutes" and with_validation and with_validation != envelope:
+            end = max(p.minutes_with_validation for r in members for p in r.curve)
+            ax.plot(
+                *_steps(with_validation, end),
+                drawstyle="steps-post",
+                color=COLOURS.get(family),
+                lw=1.5,
+                linestyle="dashed",
+                label=f"{family} frontier, validation's minutes added",
             )
     if log:
         _log_axis(ax)
@@ -103,6 +123,7 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
     figure = Figure(figsize=(16, 4.6), layout="constrained")
     panels = figure.subplots(1, 4)
     for ax, (axis, label, log) in zip(panels, AXES, strict=False):
+        label = device_label(runs) if axis == "minutes" else label
         _curves_panel(ax, runs, axis, label, log)
     _test_panel(panels[3], runs)
     panels[0].legend(fontsize=7, loc="lower right")

@@ -207,6 +207,8 @@ def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
         "crossings": [],
         "cost_to_level": cost.cost_to_levels(runs, families),
         "budget_rule": cost.budget_rule(runs),
+        "devices": sorted({run.device for run in runs}),
+        "reach": frontier.reach_table(runs, families) if len(families) > 1 else [],
     }
     if len(families) == 2:
         levels = frontier.compute_levels(runs, families)
@@ -281,6 +283,7 @@ def render(data: dict) -> str:
         f"![Validation BLEU of every run against training FLOPs, steps and minutes]({FIGURE})",
         "",
         *_cost_section(data),
+        *_reach_section(data),
         "## Sizes",
         "",
         markdown_table(data["sizes"], SIZE_COLUMNS),
@@ -375,6 +378,88 @@ def _cost_section(data: dict) -> list[str]:
             ).rstrip(),
             "",
         ]
+    return lines
+
+
+def _one_device(data: dict) -> str | None:
+    """The device every run trained on, or None where they differ (or one is unknown)."""
+    devices = data["devices"]
+    return devices[0] if len(devices) == 1 and devices[0] else None
+
+
+def _reach_section(data: dict) -> list[str]:
+    """When each family's frontier first reaches each validation BLEU, in training seconds on
+    the device (validation apart), FLOPs and steps; and the verdict at equal time."""
+    if not data["reach"]:
+        return []
+    device = _one_device(data)
+    families = list(data["reach"][0]["families"])
+    rows, columns = [], [("bleu", "validation BLEU", ".2f")]
+    for family in families:
+        columns += [
+            (f"{family}_s", f"{family}: training s (+ validation s)", ""),
+            (f"{family}_flops", f"{family}: FLOPs", ".3g"),
+            (f"{family}_steps", f"{family}: steps", ","),
+        ]
+    columns += [("leader", "first in time", ""), ("factor", "time, others / first", "")]
+    for row in data["reach"]:
+        line = {"bleu": row["bleu"]}
+        for family, costs in row["families"].items():
+            seconds, validation = 60 * costs["minutes"], 60 * costs["validation_minutes"]
+            line[f"{family}_s"] = f"{seconds:,.0f} (+{validation:,.0f})"
+            line[f"{family}_flops"] = costs["flops"]
+            line[f"{family}_steps"] = costs["step"]
+        others = [f"{row['factor'][f]:.2f}" for f in families if f != row["leader"]]
+        line["leader"] = row["leader"]
+        line["factor"] = ", ".join(others)
+        rows.append(line)
+    where = f"on {device}" if device else "on the device that trained the run"
+    lines = [
+        "## Time to reach a validation BLEU",
+        "",
+        f"Each family's frontier, first at or above each level: its training seconds {where} "
+        "(validation, compiling and checkpoints off the clock; validation's seconds by then in "
+        "brackets), training FLOPs and steps, each the least any of its runs needed.",
+        "",
+        markdown_table(rows, columns).rstrip(),
+        "",
+        *_reach_verdict(data, device),
+        "",
+    ]
+    return lines
+
+
+def _reach_verdict(data: dict, device: str | None) -> list[str]:
+    """The verdict at equal training time: who reaches the levels first, and by how much at the
+    highest level every family reaches."""
+    lines = []
+    if device is None:
+        device = "their devices"
+        lines.append(
+            "- The runs trained on different devices "
+            f"({'; '.join(d or 'unknown' for d in data['devices'])}): their times compare the "
+            "machines as much as the models."
+        )
+    reach = data["reach"]
+    top = reach[-1]
+    leader = top["leader"]
+    others = [f for f in top["families"] if f != leader]
+    first_everywhere = all(row["leader"] == leader for row in reach)
+    where = "every level of the table" if first_everywhere else f"{top['bleu']:.2f}"
+    for other in others:
+        mine, theirs = top["families"][leader], top["families"][other]
+        ratio = {axis: theirs[axis] / mine[axis] if mine[axis] else math.inf for axis in mine}
+        lines.append(
+            f"- At equal training time on {device}, `{leader}` reaches {where} first: validation "
+            f"BLEU {top['bleu']:.2f} (the highest both reach) in {60 * mine['minutes']:,.0f} s "
+            f"against `{other}`'s {60 * theirs['minutes']:,.0f} s, {ratio['minutes']:.2f} times "
+            f"sooner; `{other}` needed {ratio['flops']:.2f} times the training FLOPs and "
+            f"{ratio['step']:.2f} times the steps (validation's seconds by then, not counted: "
+            f"{60 * mine['validation_minutes']:,.0f} and {60 * theirs['validation_minutes']:,.0f})."
+        )
+    if not first_everywhere:
+        changes = [f"{row['bleu']:.2f}: `{row['leader']}`" for row in reach]
+        lines.append("- First in time at each level: " + "; ".join(changes) + ".")
     return lines
 
 

@@ -81,6 +81,9 @@ class Preemption:
     """
 
     timed = False  # whether ``reached`` reads the training time (one clock for all processes)
+    # Whether a stop ends the run as a spent budget does (final validation and checkpoint, a
+    # "cap" stop record) rather than pausing it for a later call to resume.
+    ends_run = False
     seconds = math.inf  # the training time ``reached`` turns true at, where ``timed``
     message = "SIGTERM: saved step %d; rerun to resume"  # logged once the run has stopped
     log_level = logging.WARNING
@@ -109,6 +112,37 @@ class Preemption:
     def __exit__(self, *exc) -> None:
         if not self._shared:
             signal.signal(signal.SIGTERM, self._previous)
+
+
+class Deadline(Preemption):
+    """Ends the run at a wall-clock time (``time.time()``), validation and compiles included,
+    as a spent budget ends it: final validation and checkpoint, and a "cap" stop record, so a
+    command with a hard end always leaves a scored run. SIGTERM still pauses it. One process
+    only: the processes of a multi-process run could read their clocks at different steps."""
+
+    ends_run = True
+    message = "deadline: stopped at step %d"
+    log_level = logging.INFO
+
+    def __init__(self, wall_time: float):
+        super().__init__()
+        self.wall_time = wall_time
+        self.passed = False  # whether the deadline (not SIGTERM) stopped the run
+
+    def __enter__(self) -> Deadline:
+        if jax.process_count() > 1:
+            raise TrainingError("a wall-clock Deadline stops a single-process run only")
+        return super().__enter__()
+
+    def _handle(self, signum, frame) -> None:
+        self.ends_run = False  # SIGTERM: save to resume, as any preemption
+        super()._handle(signum, frame)
+
+    def reached(self, step: int, elapsed_seconds: float = 0.0) -> bool:
+        if not self.requested and time.time() >= self.wall_time:
+            logger.info("wall-clock deadline reached at step %d", step)
+            self.requested = self.passed = True
+        return super().reached(step, elapsed_seconds)
 
 
 def train(
@@ -155,7 +189,7 @@ def _train(
     try:
         with preemption:
             state = loop.run(state, preemption)
-        if preemption.requested:
+        if preemption.requested and not preemption.ends_run:
             logger.log(preemption.log_level, preemption.message, int(state.step))
         else:
             loop.save(state, final=True)
@@ -169,7 +203,7 @@ def _train(
         loop.loss,
         loop.seconds,
         params,
-        preemption.requested,
+        preemption.requested and not preemption.ends_run,
         elapsed_seconds=progress["elapsed_seconds"],
         train_flops=progress["train_flops"],
         stop_reason=loop.stop_reason,
@@ -313,7 +347,7 @@ class _Loop:
         if self.steps_run:
             self._settle()  # the session's training ends when its last step does
         self.seconds = self.clock.session_seconds()
-        if preemption.requested:
+        if preemption.requested and not preemption.ends_run:
             self.save(state, interrupted=True)  # skip the final validation: time is short
         return state
 
