@@ -1,12 +1,13 @@
 """A translation direction is a record's own: its target language picks the reference file that
 scores it and the BLEU tokenizer sacreBLEU uses for that language by default."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from seq2seq import config as config_lib
-from seq2seq.compare import frontier
+from seq2seq.compare import directions, frontier
 from seq2seq.evaluation import significance
 from seq2seq.evaluation.bleu import bleu_by_source_length, sacrebleu_score
 
@@ -58,3 +59,72 @@ def test_the_bleu_tokenizer_is_sacrebleus_default_for_the_target_language():
         [hypotheses * 4], [references * 4], references * 4, 20, 20, target_lang="zh"
     )
     assert tested["BLEU"].scores_a == [pytest.approx(chinese["bleu"])]
+
+
+# One verdict across directions, on made-up records over a made-up test set.
+
+SENTENCES = [
+    f"the {w} dog runs across the green field number {i}"
+    for i, w in enumerate(
+        ["black", "white", "brown", "small", "big", "old", "young", "wet", "happy", "lazy"] * 3
+    )
+]
+
+
+def _scored_run(data_dir: Path, source: str, target: str, family: str, seed: int, hyps):
+    record = _record(data_dir, source, target)
+    record.config.data.test_split = "test"
+    config = record.config
+    config.model.name = family
+    curve = (frontier.Point(100, 1.0, 1e12, 20.0), frontier.Point(200, 2.0, 2e12, 30.0 + seed))
+    return dataclasses.replace(
+        record,
+        name=f"{family}-small-seed{seed}",
+        config_name=f"{family}-small",
+        family=family,
+        seed=seed,
+        curve=curve,
+        flops=2e12,
+        result={"split": "test", "bleu": 0.0, "chrf": 0.0},
+        hypotheses=tuple(hyps),
+    )
+
+
+def test_one_verdict_holm_adjusts_every_directions_tests_together(tmp_path):
+    (tmp_path / "test.en").write_text("\n".join(SENTENCES) + "\n")
+    for lang in ("de", "fr"):
+        (tmp_path / f"test.{lang}").write_text("\n".join(SENTENCES) + "\n")
+    garbled = [s.replace("dog", "cat").replace("field", "road") for s in SENTENCES]
+    folders = []
+    for source, target, worse in (("de", "en", True), ("en", "fr", False)):
+        runs = [
+            _scored_run(tmp_path, source, target, "rnnsearch", seed, SENTENCES) for seed in (0, 1)
+        ] + [
+            _scored_run(
+                tmp_path, source, target, "transformer", seed, garbled if worse else SENTENCES
+            )
+            for seed in (0, 1)
+        ]
+        folders.append((directions.direction_of(runs), runs))
+    assert [name for name, _ in folders] == ["de->en", "en->fr"]
+    data = directions.directions_data(folders)
+    assert data["tests"] == 4
+    de_en, en_fr = data["rows"]
+    assert de_en["BLEU"]["difference"] > 20 and de_en["BLEU"]["significant"]
+    assert en_fr["BLEU"]["difference"] == 0 and not en_fr["BLEU"]["significant"]
+    for row in data["rows"]:  # adjusted over the four tests: never below the raw p
+        for metric in ("BLEU", "chrF"):
+            assert row[metric]["p_value_holm"] >= row[metric]["p_value"]
+    assert "de->en" in directions.render(data) and "en->fr" in directions.render(data)
+
+
+def test_a_folder_that_mixes_directions_is_refused_in_one_line(tmp_path):
+    runs = [
+        _scored_run(tmp_path, "de", "en", "rnnsearch", 0, ["x"]),
+        _scored_run(tmp_path, "en", "de", "transformer", 0, ["x"]),
+    ]
+    with pytest.raises(ValueError, match="mixes de->en, en->de: give each direction its own"):
+        directions.direction_of(runs)
+    one_family = [_scored_run(tmp_path, "de", "en", "rnnsearch", 0, ["x"])]
+    with pytest.raises(ValueError, match="needs converged, scored runs of two families"):
+        directions.directions_data([("de->en", one_family)])

@@ -73,6 +73,13 @@ def _run_flags() -> dict[str, flags.FlagHolder]:
             "Train nothing: rebuild the frontier report (frontier.md, frontier.json, its figure) "
             "in --workdir from the run records in this folder (as --save_records writes them).",
         ),
+        "directions": flags.DEFINE_list(
+            "directions",
+            [],
+            "Train nothing: one verdict across translation directions (directions.md and .json "
+            "in --workdir) from these record folders, one direction each, e.g. "
+            "docs/records/multi30k_frontier_tuned,docs/records/multi30k_ende.",
+        ),
         "save_records": flags.DEFINE_string(
             "save_records",
             None,
@@ -193,6 +200,21 @@ def _rebuild_from_records(flag: SimpleNamespace) -> None:
     print(f"report: {report}")
 
 
+def _verdict_across_directions(flag: SimpleNamespace) -> None:
+    """``--directions``: one table over the directions' record folders, nothing trained."""
+    from seq2seq.compare.directions import direction_of, write_directions_report
+
+    folders = []
+    for folder in flag.directions:
+        if not Path(folder).is_dir():
+            raise ValueError(f"--directions: {folder} is not a folder of run records")
+        runs = read_records(Path(folder), flag.split, flag.checkpoint)
+        folders.append((direction_of(runs), runs))
+    report = write_directions_report(folders, Path(flag.workdir))
+    print(report.read_text())
+    print(f"report: {report}")
+
+
 def _settings(flag: SimpleNamespace) -> Settings:
     given = config_flags.get_override_values(flags.FLAGS["config"])
     return Settings(
@@ -253,6 +275,8 @@ def run() -> None:
         flag = _values(holders)
         if flag.records:
             _rebuild_from_records(flag)
+        elif flag.directions:
+            _verdict_across_directions(flag)
         else:
             _compare(flag, argv)
 
