@@ -243,7 +243,7 @@ def train_benchmark(
         "peak_memory_mb": memory,
         "peak_memory_source": memory_source,
         "final_loss": float(metrics["loss"]),
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/host_memory.py
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/runtime/host_memory.py
         **linen,
     }
 
