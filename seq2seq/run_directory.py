@@ -24,7 +24,7 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.checkpoint_rule import CheckpointRule
+from seq2seq.checkpoints.rule import CheckpointRule
 
 
 class RunDirectoryError(ValueError):

@@ -20,8 +20,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import config as config_lib
 from seq2seq import provenance
-from seq2seq.checkpoint_rule import CheckpointError
-from seq2seq.checkpoints import Checkpoints, IncompatibleCheckpointError
+from seq2seq.checkpoints.rule import CheckpointError
+from seq2seq.checkpoints.store import Checkpoints, IncompatibleCheckpointError
 from seq2seq.data import synthetic
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding.sampling import SamplingMethod

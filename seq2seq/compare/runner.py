@@ -19,7 +19,7 @@ import ml_collections
 
 from seq2seq import cli
 from seq2seq import config as config_lib
-from seq2seq.checkpoint_rule import average_count
+from seq2seq.checkpoints.rule import average_count
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.evaluate import evaluate

@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from seq2seq import config as config_lib
-from seq2seq.checkpoint_rule import CheckpointChoice
+from seq2seq.checkpoints.rule import CheckpointChoice
 from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
@@ -290,7 +290,7 @@ class Translator(LineTranslator):
         **decode_overrides: object,
     ) -> Translator:
         """Loads a run's config, tokenizer and parameters (``checkpoint``: a rule of
-        ``seq2seq.checkpoint_rule``); with ``ensemble_with``, the same rule of each of those runs.
+        ``seq2seq.checkpoints.rule``); with ``ensemble_with``, the same rule of each of those runs.
 
         ``decode_overrides`` replace fields of ``config.decode`` (e.g. ``beam_size=1``).
         """

@@ -6,7 +6,7 @@
 * ``average:K``: the element-wise mean of the parameters of the newest K checkpoints, as
   Vaswani et al. 2017 (Section 6.1) evaluate: "a single model obtained by averaging the last 5
   checkpoints" (base) and the last 20 (big). A checkpoint that an interruption wrote off
-  schedule is not among them once the run has saved a later one (``seq2seq.checkpoints``
+  schedule is not among them once the run has saved a later one (``seq2seq.checkpoints.store``
   deletes it), so an interrupted run averages what an uninterrupted one does.
 
 This module owns the rule: its help text (``rules_help``), parsing it, the file names of scores
