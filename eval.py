@@ -41,7 +41,7 @@ from seq2seq.data.sources import resolve_split
 from seq2seq.decoding.sampling import SamplingMethod
 from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
 from seq2seq.evaluation.translator import LineTranslator, Sampling, Translator, with_decoding
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 ENGINES = ("jax", "ctranslate2")
 

@@ -18,7 +18,7 @@ import ml_collections
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation.restore import choose_checkpoints, load_run_tokenizer, restore_params
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 
 def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, object]:

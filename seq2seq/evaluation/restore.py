@@ -19,7 +19,7 @@ from seq2seq.checkpoints.rule import CheckpointChoice, resolve
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
 from seq2seq.models import build_model
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 
 def choose_checkpoints(

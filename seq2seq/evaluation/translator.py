@@ -28,7 +28,7 @@ from seq2seq.decoding.sampling import SamplingMethod, sample
 from seq2seq.decoding.search_parts import output_limits
 from seq2seq.evaluation import processes
 from seq2seq.evaluation.restore import load_run_tokenizer, restore_parameters
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.vocabulary import EOS_ID, PAD_ID
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import jax
 
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 logger = logging.getLogger(__name__)
 
