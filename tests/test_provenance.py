@@ -9,10 +9,10 @@ import subprocess
 import jax
 import pytest
 
-from seq2seq import lockfile
 from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import train
+from tests import lockfile
 from tests.conftest import REPO, tiny_config
 
 STEPS = 4
