@@ -88,7 +88,7 @@ class CheckpointChoice:
     """``steps``: the checkpoints whose parameters are averaged (one step: no averaging)."""
 
     steps: tuple[int, ...]
-    averaged_from: dict | None = None  # the record of a run written by ``seq2seq.average``
+    averaged_from: dict | None = None  # the record ``seq2seq.evaluation.average`` wrote
 
     def describe(self) -> str:
         if len(self.steps) > 1:
@@ -118,7 +118,8 @@ def resolve(
       where: the run's directory, for messages.
       keep: the run's ``checkpoint.keep``. A run keeps its newest ``keep`` checkpoints plus its
         best validated one, which may be much older: ``average:K`` averages the newest K only.
-      averaged_from: the record of a run written by ``seq2seq.average`` (kept in the choice).
+      averaged_from: the record of a run written by ``seq2seq.evaluation.average`` (kept in
+        the choice).
 
     Raises:
       CheckpointError: no such rule, no checkpoint, or not the ones the rule needs.

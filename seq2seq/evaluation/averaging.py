@@ -1,4 +1,4 @@
-"""Checkpoint averaging as a run of its own: ``python -m seq2seq.average``.
+"""Checkpoint averaging as a run of its own: ``python -m seq2seq.evaluation.average``.
 
 Vaswani et al. 2017 (Section 6.1) evaluate "a single model obtained by averaging the last 5
 checkpoints, which were written at 10-minute intervals" (base) and the last 20 (big): the
