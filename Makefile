@@ -10,7 +10,8 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart test bench device-wheels device-site device-bench device-data device-frontier lint format clean lock lock-upgrade
+.PHONY: quickstart test test-fast bench device-wheels device-site device-bench device-data device-frontier \
+	lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -32,13 +33,25 @@ lock-upgrade:
 quickstart: $(STAMP)
 	$(PYTHON) -m seq2seq.compare --suite quickstart --workdir runs/quickstart
 
+# Lint first: a ruff error or an unformatted file fails the suite (and CI, which runs this).
 # One worker per core (at most 4), each taking whole files in the order collected (files with
 # slow tests first, tests/conftest.py), so that a file's module fixtures (a trained run, a
 # comparison) are built once. Most of the suite (compiling, tracing) keeps one core busy at a
 # time; two workers keep both busy. The 15 slowest tests are listed at the end.
-test: $(STAMP)
+test: $(STAMP) lint
 	$(PYTHON) -m pytest --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder \
 		--durations 15
+
+# Before each commit (docs/testing.md): lint, then the tests not marked slow, leaving out the
+# files that train runs, start commands in processes or compile whole models (FAST_SKIPS).
+FAST_SKIPS := fused_attention multiprocess budget bench bench_profile bench_corpus device_bench \
+	evaluation notebooks notebook_helpers mesh scaling frontier checkpoints provenance compare \
+	compare_fairness tuning early_stopping translation_options export compute_dtype \
+	compilation_cache resume end_to_end same_run_on_any_mesh cli_errors models training decoding \
+	rnnsearch
+test-fast: $(STAMP) lint
+	$(PYTHON) -m pytest -m "not slow" --numprocesses auto --maxprocesses 4 --dist loadfile \
+		$(foreach f,$(FAST_SKIPS),--ignore=tests/test_$(f).py) --durations 10
 
 # Every benchmark (matmul peak, training step, beam search, input pipeline) on
 # configs/bench_small.py and configs/bench_small_rnnsearch.py, in one process; prints the figures

@@ -36,12 +36,12 @@ import ml_collections
 from absl import flags
 
 from seq2seq import cli
-from seq2seq.checkpoint_rule import rules_help
+from seq2seq.checkpoints.rule import rules_help
 from seq2seq.data.sources import resolve_split
 from seq2seq.decoding.sampling import SamplingMethod
 from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
 from seq2seq.evaluation.translator import LineTranslator, Sampling, Translator, with_decoding
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 ENGINES = ("jax", "ctranslate2")
 

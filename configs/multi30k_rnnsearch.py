@@ -7,19 +7,14 @@ The paper's architecture (bidirectional GRU encoder, additive attention, GRU dec
 output) at about a quarter of its width, from Appendix B.1's initialisation (``init`` below says
 why): the size the compute frontier chose (docs/results.md#which-architecture-is-better). Of the
 RNNsearch models trained to convergence on Multi30k with the same tuning trials (widths 128,
-256 and 512), this one reached the highest validation BLEU (four seeds: 40.30, 40.40, 41.08
-and 40.35, mean 40.53; converged at 8,000, 6,500, 10,500 and 8,000 steps, 27-40 training
-minutes on one core; test_2016_flickr 41.15, 40.15, 40.68 and 40.85, mean 40.71, from the mean
-of the last 5 checkpoints). It trains with Adam rather than
-the paper's AdaDelta, which converges too slowly for a CPU. The horizon it was tuned for: peak,
-warm-up and batch size were chosen by 5-minute trials, dropout 0.3 and label smoothing 0.1 by
-8-minute trials (and by hand after 60-minute runs overfitted). At this size, four trials up to
-8,000 steps (peak 0.003 or 0.006 x dropout 0.1 or 0.3, halved at 2,000, 4,000 and 8,000 steps)
-chose these values again (docs/results.md). Recurrent models read each row as one sentence, so
-batches are length-bucketed rather than packed. Training ends by early
-stopping: 4 validation points of 500 steps without a better validation BLEU (the cap is 60,000
-steps or 150 minutes). The data is read from ``../shared/data/multi30k`` next to the
-repository; ``--config.data.dir=/elsewhere`` points at another copy.
+256 and 512), this one reached the highest validation BLEU: test_2016_flickr 40.71 BLEU (mean of
+four seeds, 40.15-41.15, each from the mean of its last 5 checkpoints), converged in
+6,500-10,500 steps (27-40 training minutes on one core). Adam rather than the paper's AdaDelta,
+which converges too slowly for a CPU; how each value was chosen: docs/results.md. Recurrent
+models read each row as one sentence, so batches are length-bucketed rather than packed.
+Training ends by early stopping: 4 validation points of 500 steps without a better validation
+BLEU (the cap is 60,000 steps or 150 minutes). The data is read from ``../shared/data/multi30k``
+next to the repository; ``--config.data.dir=/elsewhere`` points at another copy.
 """
 
 from seq2seq.config import default_config, use_multi30k

@@ -1,7 +1,8 @@
 """What every command shares: its start, config flags with one-line errors, a clean failure exit.
 
-Every entry point (``train.py``, ``eval.py``, ``python -m seq2seq.compare|bench|average|summary``)
-has the same two pieces, ``start`` before anything else is imported and ``run`` at the end::
+Every entry point (``train.py``, ``eval.py``, ``python -m seq2seq.compare|bench|export``,
+``python -m seq2seq.evaluation.average``, ``python -m seq2seq.bench.summary``) has the same
+two pieces, ``start`` before anything else is imported and ``run`` at the end::
 
     if __name__ == "__main__":  # first, before JAX loads
         from seq2seq import cli
@@ -24,10 +25,10 @@ from pathlib import Path
 from absl import app, flags
 from absl import logging as absl_logging
 
-from seq2seq.compilation_cache import compile_afresh, keep_compiled_programs
 from seq2seq.config import ConfigError, unknown_key_message
-from seq2seq.host_memory import keep_host_memory
-from seq2seq.xla_flags import use_library_gemms
+from seq2seq.runtime.compilation_cache import compile_afresh, keep_compiled_programs
+from seq2seq.runtime.host_memory import keep_host_memory
+from seq2seq.runtime.xla_flags import use_library_gemms
 
 CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
 
@@ -35,7 +36,7 @@ flags.DEFINE_bool(
     "compilation_cache",
     True,
     "Keep compiled programs on disk for later processes and load the ones kept "
-    "(seq2seq.compilation_cache); --nocompilation_cache compiles everything anew.",
+    "(seq2seq.runtime.compilation_cache); --nocompilation_cache compiles everything anew.",
 )
 
 
@@ -180,11 +181,11 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
 
 def start() -> None:
     """The preamble of every command, run before JAX loads: compiled programs kept on disk for
-    later processes (``seq2seq.compilation_cache``; ``--nocompilation_cache`` turns that off),
-    GPU matrix products from cuBLAS (``seq2seq.xla_flags``) and XLA's host memory
+    later processes (``seq2seq.runtime.compilation_cache``; ``--nocompilation_cache`` turns that
+    off), GPU matrix products from cuBLAS (``seq2seq.runtime.xla_flags``) and XLA's host memory
     kept between steps.
 
-    On Linux with glibc this restarts the process once (``seq2seq.host_memory``).
+    On Linux with glibc this restarts the process once (``seq2seq.runtime.host_memory``).
     """
     keep_compiled_programs()
     use_library_gemms()

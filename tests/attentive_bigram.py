@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.attention_equations import dot_product_scores, masked_softmax, weighted_values
+from seq2seq.attention.equations import dot_product_scores, masked_softmax, weighted_values
 from seq2seq.linear import Linear
 from seq2seq.logical_axes import lookup, metadata
 from seq2seq.models.base import (

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from seq2seq.checkpoints import Checkpoints
+from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.training import sharding
 from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state

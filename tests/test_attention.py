@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from seq2seq import attention, cpu_attention
+from seq2seq.attention import cpu, layers
 
 
 def _random(key, *shape):
@@ -15,7 +15,7 @@ def _random(key, *shape):
 
 def test_scaled_dot_product_matches_equation_1():
     q, k, v = _random(0, 2, 5, 3, 8), _random(1, 2, 7, 3, 8), _random(2, 2, 7, 3, 4)
-    outputs, weights = attention.scaled_dot_product_attention(q, k, v, return_weights=True)
+    outputs, weights = layers.scaled_dot_product_attention(q, k, v, return_weights=True)
     q_np, k_np, v_np = (np.asarray(x, np.float64) for x in (q, k, v))
     for b in range(2):
         for h in range(3):
@@ -34,22 +34,22 @@ def test_attention_of_one_query_over_two_keys_by_hand():
     k = jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0]]).reshape(1, 2, 1, 4)
     v = jnp.array([[1.0, 0.0, 0.0], [0.0, 10.0, 1.0]]).reshape(1, 2, 1, 3)  # E = 3
     for fused in (True, False):
-        outputs, _ = attention.scaled_dot_product_attention(q, k, v, fused=fused)
+        outputs, _ = layers.scaled_dot_product_attention(q, k, v, fused=fused)
         np.testing.assert_allclose(outputs[0, 0, 0], [0.7310586, 2.689414, 0.2689414], rtol=1e-5)
-    _, weights = attention.scaled_dot_product_attention(q, k, v, return_weights=True)
+    _, weights = layers.scaled_dot_product_attention(q, k, v, return_weights=True)
     np.testing.assert_allclose(weights[0, 0, 0], [0.7310586, 0.2689414], rtol=1e-5)
     only_second = jnp.array([False, True]).reshape(1, 1, 1, 2)
     for fused in (True, False):
-        outputs, _ = attention.scaled_dot_product_attention(q, k, v, only_second, fused=fused)
+        outputs, _ = layers.scaled_dot_product_attention(q, k, v, only_second, fused=fused)
         np.testing.assert_allclose(outputs[0, 0, 0], [0.0, 10.0, 1.0], atol=1e-6)
 
 
 def test_fused_and_reference_paths_agree():
     q, k, v = _random(0, 2, 5, 4, 8), _random(1, 2, 9, 4, 8), _random(2, 2, 9, 4, 8)
     valid = jnp.arange(9)[None, :] < jnp.array([[9], [4]])
-    mask = attention.padding_mask(jnp.ones((2, 5), bool), valid)
-    fused, _ = attention.scaled_dot_product_attention(q, k, v, mask, fused=True)
-    reference, _ = attention.scaled_dot_product_attention(q, k, v, mask, fused=False)
+    mask = layers.padding_mask(jnp.ones((2, 5), bool), valid)
+    fused, _ = layers.scaled_dot_product_attention(q, k, v, mask, fused=True)
+    reference, _ = layers.scaled_dot_product_attention(q, k, v, mask, fused=False)
     np.testing.assert_allclose(fused, reference, atol=1e-5)
 
 
@@ -60,12 +60,12 @@ def test_fused_gradients_equal_the_reference_paths():
     q, k, v = _random(0, 2, 5, 4, 8), _random(1, 2, 9, 4, 8), _random(2, 2, 9, 4, 8)
     cotangent = _random(3, 2, 5, 4, 8)
     valid = jnp.arange(9)[None, :] < jnp.array([[9], [4]])
-    mask = attention.padding_mask(jnp.ones((2, 5), bool), valid)
+    mask = layers.padding_mask(jnp.ones((2, 5), bool), valid)
     mask = mask.at[1, :, 2].set(False)  # the second sentence's third query sees no key
     for m in (mask, None):
 
         def loss(q, k, v, fused, m=m):
-            outputs, _ = attention.scaled_dot_product_attention(q, k, v, m, fused=fused)
+            outputs, _ = layers.scaled_dot_product_attention(q, k, v, m, fused=fused)
             return jnp.sum(outputs * cotangent)
 
         fused = jax.grad(loss, argnums=(0, 1, 2))(q, k, v, True)
@@ -89,7 +89,7 @@ def test_fused_gradients_equal_the_reference_paths():
     ],
 )
 def test_cpu_attention_groups_are_two_per_core_dividing_the_batch(batch, cores, devices, groups):
-    assert cpu_attention.sentence_groups(batch, cores, devices) == groups
+    assert cpu.sentence_groups(batch, cores, devices) == groups
 
 
 def test_grouped_cpu_attention_equals_one_group_values_and_gradients():
@@ -98,12 +98,12 @@ def test_grouped_cpu_attention_equals_one_group_values_and_gradients():
     q, k, v = _random(0, 6, 5, 4, 8), _random(1, 6, 9, 4, 8), _random(2, 6, 9, 4, 8)
     cotangent = _random(3, 6, 5, 4, 8)
     valid = jnp.arange(9)[None, :] < jnp.array([[9], [4], [1], [9], [7], [2]])
-    per_sentence = attention.padding_mask(jnp.ones((6, 5), bool), valid)  # [6, 1, 5, 9]
+    per_sentence = layers.padding_mask(jnp.ones((6, 5), bool), valid)  # [6, 1, 5, 9]
     shared = jnp.arange(9)[None, None, None, :] <= jnp.arange(5)[None, None, :, None]
     for mask in (per_sentence, shared, None):
 
         def loss(q, k, v, groups, mask=mask):
-            outputs = cpu_attention.grouped_attention(q, k, v, mask, groups)
+            outputs = cpu.grouped_attention(q, k, v, mask, groups)
             return jnp.sum(outputs * cotangent)
 
         one = jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v, 1)
@@ -120,12 +120,12 @@ def test_a_float32_gpu_program_keeps_jax_nn_dot_product_attention(monkeypatch):
     mask = jnp.ones((2, 1, 5, 5), bool)
 
     def products(attend, platform):
-        monkeypatch.setattr(attention, "attention_platform", lambda: platform)
+        monkeypatch.setattr(layers, "attention_platform", lambda: platform)
         gradient = jax.jit(jax.grad(lambda q: jnp.sum(attend(q))))
         module = jax.export.export(gradient, platforms=[platform])(q).mlir_module()
         return module.count("stablehlo.dot_general")
 
-    ours = lambda q: attention.scaled_dot_product_attention(q, q, q, mask)[0]  # noqa: E731
+    ours = lambda q: layers.scaled_dot_product_attention(q, q, q, mask)[0]  # noqa: E731
     stock = lambda q: jax.nn.dot_product_attention(q, q, q, mask=mask)  # noqa: E731
     assert products(ours, "cuda") == products(stock, "cuda")
     assert products(ours, "cpu") != products(stock, "cpu")
@@ -134,20 +134,20 @@ def test_a_float32_gpu_program_keeps_jax_nn_dot_product_attention(monkeypatch):
 def test_weights_sum_to_one_and_vanish_on_masked_keys():
     scores = _random(0, 2, 3, 4, 6)
     key_valid = jnp.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], bool)
-    mask = attention.padding_mask(jnp.ones((2, 4), bool), key_valid)
-    weights = attention.masked_softmax(scores, mask)
+    mask = layers.padding_mask(jnp.ones((2, 4), bool), key_valid)
+    weights = layers.masked_softmax(scores, mask)
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
     assert float(jnp.abs(jnp.where(mask, 0.0, weights)).max()) == 0.0
 
 
 def test_fully_masked_query_gets_zero_weights_not_nan():
-    weights = attention.masked_softmax(_random(0, 1, 1, 2, 3), jnp.zeros((1, 1, 2, 3), bool))
+    weights = layers.masked_softmax(_random(0, 1, 1, 2, 3), jnp.zeros((1, 1, 2, 3), bool))
     assert not bool(jnp.isnan(weights).any())
     assert float(jnp.abs(weights).max()) == 0.0
 
 
 def test_causal_mask_allows_only_the_past():
-    mask = np.asarray(attention.causal_mask(4))[0, 0]
+    mask = np.asarray(layers.causal_mask(4))[0, 0]
     for i in range(4):
         for j in range(4):
             assert mask[i, j] == (j <= i)
@@ -155,13 +155,13 @@ def test_causal_mask_allows_only_the_past():
 
 def test_segment_mask_keeps_packed_examples_apart():
     segments = jnp.array([[1, 1, 2, 2, 2, 0]])
-    mask = np.asarray(attention.segment_mask(segments, segments))[0, 0]
+    mask = np.asarray(layers.segment_mask(segments, segments))[0, 0]
     assert mask[0, 1] and mask[3, 2] and not mask[1, 2] and not mask[2, 0]
     assert not mask[:, 5].any()
 
 
 def test_additive_score_equals_hand_computation():
-    model = attention.AlignmentAttention(6, 10, hidden_size=5, rngs=nnx.Rngs(0))
+    model = layers.AlignmentAttention(6, 10, hidden_size=5, rngs=nnx.Rngs(0))
     model.v_a[...] = _random(3, 5)  # v_a starts at zero (Appendix B.1); make it informative
     s = _random(0, 2, 6)
     h = _random(1, 2, 4, 10)
@@ -180,7 +180,7 @@ def test_additive_score_equals_hand_computation():
 
 @pytest.mark.parametrize("scoring", ["dot", "general"])
 def test_luong_scorings_weight_real_keys_only(scoring):
-    model = attention.AlignmentAttention(8, 8, scoring=scoring, rngs=nnx.Rngs(0))
+    model = layers.AlignmentAttention(8, 8, scoring=scoring, rngs=nnx.Rngs(0))
     h = _random(1, 2, 5, 8)
     valid = jnp.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], bool)
     _, weights = model(_random(0, 2, 8), model.precompute_keys(h), h, valid)
@@ -195,7 +195,7 @@ def test_luong_general_score_by_hand():
     h = np.array([[2.0, 0.0], [0.0, 1.0], [5.0, 5.0]])  # the third key is padding
     # W_a h_1 = [2, 1, 0] -> e_1 = 2 + 2 = 4;  W_a h_2 = [0, 0, 2] -> e_2 = 6
     # alpha = [1, e^2] / (1 + e^2) = [0.1192029, 0.8807971];  c = alpha_1 h_1 + alpha_2 h_2
-    model = attention.AlignmentAttention(3, 2, scoring="general", rngs=nnx.Rngs(0))
+    model = layers.AlignmentAttention(3, 2, scoring="general", rngs=nnx.Rngs(0))
     model.w_general.kernel[...] = jnp.asarray(w_a.T, jnp.float32)  # Linear: h @ kernel = W_a h
     keys = jnp.asarray(h[None], jnp.float32)
     valid = jnp.array([[True, True, False]])
@@ -209,7 +209,7 @@ def test_luong_general_score_by_hand():
 def test_luong_dot_score_by_hand():
     # score = h_t . h_s: q = [1, 2] against keys [1, 0] and [0, 1] -> e = [1, 2],
     # alpha = [1, e] / (1 + e) = [0.2689414, 0.7310586].
-    model = attention.AlignmentAttention(2, 2, scoring="dot", rngs=nnx.Rngs(0))
+    model = layers.AlignmentAttention(2, 2, scoring="dot", rngs=nnx.Rngs(0))
     keys = jnp.array([[[1.0, 0.0], [0.0, 1.0]]])
     _, weights = model(
         jnp.array([[1.0, 2.0]]), model.precompute_keys(keys), keys, jnp.ones((1, 2), bool)
@@ -218,14 +218,14 @@ def test_luong_dot_score_by_hand():
 
 
 def test_heads_are_independent():
-    mha = attention.MultiHeadAttention(16, 4, 4, 4, rngs=nnx.Rngs(0))
+    mha = layers.MultiHeadAttention(16, 4, 4, 4, rngs=nnx.Rngs(0))
     x = _random(0, 1, 5, 16)
     before = mha.attend(mha.project_query(x), *mha.project_keys_values(x), None)[0]
-    heads_before, _ = attention.scaled_dot_product_attention(
+    heads_before, _ = layers.scaled_dot_product_attention(
         mha.project_query(x), *mha.project_keys_values(x)
     )
     mha.w_query[...] = mha.w_query[...].at[:, 2].multiply(3.0)  # change W_2^Q only
-    heads_after, _ = attention.scaled_dot_product_attention(
+    heads_after, _ = layers.scaled_dot_product_attention(
         mha.project_query(x), *mha.project_keys_values(x)
     )
     changed = np.abs(np.asarray(heads_after - heads_before)).max(axis=(0, 1, 3))
@@ -237,7 +237,7 @@ def test_heads_are_independent():
 
 def test_folding_a_linear_map_into_w_query_changes_nothing():
     """A linear layer before attention adds nothing: ``(x A) W^Q`` is ``x (A W^Q)``."""
-    mha = attention.MultiHeadAttention(8, 2, 4, 4, rngs=nnx.Rngs(0))
+    mha = layers.MultiHeadAttention(8, 2, 4, 4, rngs=nnx.Rngs(0))
     x, memory = _random(0, 1, 3, 8), _random(1, 1, 5, 8)
     a = _random(2, 8, 8)
     with_pre_projection, _ = mha(x @ a, memory)
@@ -247,7 +247,7 @@ def test_folding_a_linear_map_into_w_query_changes_nothing():
 
 
 def test_cross_attention_takes_queries_from_the_decoder_and_keys_from_the_memory():
-    mha = attention.MultiHeadAttention(8, 2, 4, 4, rngs=nnx.Rngs(0))
+    mha = layers.MultiHeadAttention(8, 2, 4, 4, rngs=nnx.Rngs(0))
     x, memory = _random(0, 1, 3, 8), _random(1, 1, 5, 8)
     outputs, weights = mha(x, memory, return_weights=True)
     assert weights.shape == (1, 2, 3, 5)  # [B, H, T from the decoder, S from the memory]
@@ -261,7 +261,7 @@ def test_cross_attention_takes_queries_from_the_decoder_and_keys_from_the_memory
     # Self-attention is the same module given one sequence twice.
     self_outputs, _ = mha(x, x)
     keys, values = mha.project_keys_values(x)
-    expected, _ = attention.scaled_dot_product_attention(mha.project_query(x), keys, values)
+    expected, _ = layers.scaled_dot_product_attention(mha.project_query(x), keys, values)
     np.testing.assert_allclose(
         self_outputs, jnp.einsum("bthe,hed->btd", expected, mha.w_output[...]), atol=1e-5
     )

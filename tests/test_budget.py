@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import train
 from tests.conftest import tiny_config
 

@@ -3,9 +3,9 @@ interruption wrote off schedule is deleted once the resumed run saves a later on
 
 import pytest
 
-from seq2seq.checkpoints import Checkpoints
+from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.evaluation.restore import checkpoint_choice
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import Preemption, create_state, train
 from tests.conftest import tiny_config
 

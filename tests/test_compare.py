@@ -13,7 +13,7 @@ from seq2seq.compare import RunSpec, Settings, compare, expand_suite, runner
 from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.suites import select_runs, table3_runs
 from seq2seq.evaluation.validation import make_validate_fn
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.schedules import build_schedule
 from tests.conftest import REPO, assert_compare_refuses
 

@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-from seq2seq import provenance
 from seq2seq.compare import RunSpec, Settings, compare, verdict
 from seq2seq.compare.runner import RunOutcome
 from seq2seq.config import ConfigError
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.evaluation import significance
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records import provenance
+from seq2seq.records.run_directory import RunDirectory
 from tests.conftest import REPO, assert_compare_refuses, tiny_config
 
 PERIOD_MINUTES = 0.04  # 2.4 s: several tiny steps, so each interval ends within one step

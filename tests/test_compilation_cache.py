@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.compilation_cache import cache_environment, default_directory
+from seq2seq.runtime.compilation_cache import cache_environment, default_directory
 from tests.conftest import REPO, subprocess_env, train_command
 
 

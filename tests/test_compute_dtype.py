@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from seq2seq import provenance
 from seq2seq.config import ConfigError, load_config_file, validate
 from seq2seq.models import BOS_ID, EOS_ID, PAD_ID, build_model, compute_dtype
+from seq2seq.records import provenance
 from tests.conftest import REPO, dot_operand_dtypes, tiny_config
 
 PAPER_CONFIGS = (

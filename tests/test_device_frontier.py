@@ -13,7 +13,7 @@ from seq2seq.bench.device_frontier import ROWS
 from seq2seq.bench.timed_run import scoring_rule
 from seq2seq.compare.runner import Settings, run_config
 from seq2seq.compare.suites import expand_suite, select_runs
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import Deadline, train
 from tests.conftest import ONE_SEARCH_LOOP, REPO, SHRINK, subprocess_env, tiny_config
 

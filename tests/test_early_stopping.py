@@ -5,7 +5,7 @@ import math
 import pytest
 
 from seq2seq.config import ConfigError, validate
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.stopping import EarlyStopping, stopping_point
 from seq2seq.training.trainer import train
 from tests.conftest import tiny_config

@@ -19,9 +19,8 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import config as config_lib
-from seq2seq import provenance
-from seq2seq.checkpoint_rule import CheckpointError
-from seq2seq.checkpoints import Checkpoints, IncompatibleCheckpointError
+from seq2seq.checkpoints.rule import CheckpointError
+from seq2seq.checkpoints.store import Checkpoints, IncompatibleCheckpointError
 from seq2seq.data import synthetic
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding.sampling import SamplingMethod
@@ -39,7 +38,8 @@ from seq2seq.evaluation.translator import (
     Translator,
     truncate_source,
 )
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records import provenance
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID
 from tests.conftest import REPO, subprocess_env, tiny_config

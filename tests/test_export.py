@@ -17,7 +17,7 @@ from seq2seq.config import default_config
 from seq2seq.data.tokenizer import train_tokenizer
 from seq2seq.export.converter import export
 from seq2seq.models import Transformer, TransformerConfig
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.vocabulary import BOS_ID, EOS_ID
 from tests.conftest import REPO
 

@@ -27,7 +27,7 @@ from seq2seq.compare.frontier import (
 from seq2seq.compare.frontier_report import write_frontier_report
 from seq2seq.compare.runner import run_config
 from seq2seq.models import train_flops
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from tests.conftest import tiny_config
 
 

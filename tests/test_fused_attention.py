@@ -9,13 +9,13 @@ import optax
 import pytest
 from flax import nnx
 
-from seq2seq import attention, gpu_attention
+from seq2seq.attention import cudnn, layers
 from seq2seq.models import Transformer, TransformerConfig
 from seq2seq.models.base import PAD_ID, shift_right
 from seq2seq.training.step import TrainState, make_train_step
 
 VOCAB = 40
-ON_CUDA = attention.attention_platform() == "cuda"
+ON_CUDA = layers.attention_platform() == "cuda"
 
 
 def _random(key, *shape, dtype=jnp.float32):
@@ -43,14 +43,14 @@ def packed_cudnn(monkeypatch):
     """cuDNN's packed layout switched on, the kernel stood in for by XLA computing the same from
     the same layout. Returns the record of ``attention_by_segments``'s calls."""
     calls = []
-    stock = gpu_attention.attention_by_segments
+    stock = cudnn.attention_by_segments
 
     def recorded(*args, causal, implementation="cudnn"):
         calls.append({"implementation": implementation, "causal": causal})
         return stock(*args, causal=causal, implementation="xla")
 
-    monkeypatch.setattr(attention, "attention_by_segments", recorded)
-    monkeypatch.setattr(attention, "packed_rows_supported", lambda: True)
+    monkeypatch.setattr(layers, "attention_by_segments", recorded)
+    monkeypatch.setattr(layers, "packed_rows_supported", lambda: True)
     return calls
 
 
@@ -75,7 +75,7 @@ def cuda_platform(monkeypatch):
         return stock(*args, implementation=implementation, **kwargs)
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", recorded)
-    monkeypatch.setattr(attention, "attention_platform", lambda: "cuda")
+    monkeypatch.setattr(layers, "attention_platform", lambda: "cuda")
     return calls
 
 
@@ -89,12 +89,12 @@ def _choice(
     v = jnp.zeros((2, length, 2, value_width or width), dtype)
     segments = _segments([length, 2], length)
     masks = {
-        "lengths": attention.sequence_mask(segments, segments, causal=True, packed=False),
-        "packed": attention.sequence_mask(segments, segments, causal=True, packed=True),
-        "dense": attention.segment_mask(segments, segments),
+        "lengths": layers.sequence_mask(segments, segments, causal=True, packed=False),
+        "packed": layers.sequence_mask(segments, segments, causal=True, packed=True),
+        "dense": layers.segment_mask(segments, segments),
         "none": None,
     }
-    return attention.choose_implementation(q, q, v, masks[mask], platform=platform, **kw)
+    return layers.choose_implementation(q, q, v, masks[mask], platform=platform, **kw)
 
 
 @pytest.mark.parametrize(
@@ -132,10 +132,10 @@ def test_packed_rows_go_to_cudnn_only_where_its_packed_layout_is_on(monkeypatch)
         ((9, 0), False, False),
         ((0, 0), True, False),  # no GPU
     ):
-        monkeypatch.setattr(gpu_attention, "compute_capability", lambda c=capability: c)
-        monkeypatch.setattr(gpu_attention, "CUDNN_PACKED", switched_on)
-        assert gpu_attention.packed_rows_supported() == supported
-    monkeypatch.setattr(attention, "packed_rows_supported", lambda: True)
+        monkeypatch.setattr(cudnn, "compute_capability", lambda c=capability: c)
+        monkeypatch.setattr(cudnn, "CUDNN_PACKED", switched_on)
+        assert cudnn.packed_rows_supported() == supported
+    monkeypatch.setattr(layers, "packed_rows_supported", lambda: True)
     assert _choice(mask="packed") == "cudnn"
     assert _choice(mask="packed", dtype=jnp.float32) == "xla"
     assert _choice(mask="dense") == "xla"  # a bare array says nothing of segments
@@ -159,11 +159,11 @@ def test_the_platform_is_read_from_the_default_backend_alone(monkeypatch):
     monkeypatch.setattr(jax, "devices", devices)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     Client.platform_version = "cuda 12080"
-    assert attention.attention_platform() == "cuda"
+    assert layers.attention_platform() == "cuda"
     Client.platform_version = "rocm 6.3"
-    assert attention.attention_platform() == "rocm"
+    assert layers.attention_platform() == "rocm"
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
-    assert attention.attention_platform() == "tpu"
+    assert layers.attention_platform() == "tpu"
 
 
 # -- masks as lengths ----------------------------------------------------------------------
@@ -176,22 +176,22 @@ def test_lengths_say_what_the_dense_mask_says():
     sources = _segments([7, 4, 6, 0], 7)
     t = jnp.arange(5)[None, :, None]
     for query, key, causal in ((targets, targets, True), (targets, sources, False)):
-        mask = attention.sequence_mask(query, key, causal=causal, packed=False)
+        mask = layers.sequence_mask(query, key, causal=causal, packed=False)
         s = jnp.arange(key.shape[1])[None, None, :]
         by_lengths = (t < mask.query_lengths[:, None, None]) & (s < mask.key_lengths[:, None, None])
         if causal:
             by_lengths = by_lengths & (s <= t)
         np.testing.assert_array_equal(mask.dense[:, 0], by_lengths)
-    assert attention.sequence_mask(targets, sources).key_lengths is None  # packed by default
+    assert layers.sequence_mask(targets, sources).key_lengths is None  # packed by default
     np.testing.assert_array_equal(
-        attention.sequence_mask(targets, sources, packed=False).query_lengths, [5, 3, 0, 0]
+        layers.sequence_mask(targets, sources, packed=False).query_lengths, [5, 3, 0, 0]
     )
 
 
 def test_an_unpacked_target_reads_the_first_example_of_a_packed_source():
     sources = jnp.array([[1, 1, 1, 2, 2, 0]])
     targets = _segments([3], 4)
-    mask = attention.sequence_mask(targets, sources, packed=False)
+    mask = layers.sequence_mask(targets, sources, packed=False)
     np.testing.assert_array_equal(mask.key_lengths, [3])
     np.testing.assert_array_equal(mask.dense[0, 0, 0], [True, True, True, False, False, False])
 
@@ -205,7 +205,7 @@ def test_an_unpacked_target_reads_the_first_example_of_a_packed_source():
 )
 def test_a_mask_of_mismatched_segments_is_refused(segments, keys, causal, message):
     with pytest.raises(ValueError, match=message):
-        attention.sequence_mask(segments, keys, causal=causal)
+        layers.sequence_mask(segments, keys, causal=causal)
 
 
 # -- packed rows as examples' lengths and offsets --------------------------------------------
@@ -213,7 +213,7 @@ def test_a_mask_of_mismatched_segments_is_refused(segments, keys, causal, messag
 
 def test_the_packed_layout_of_rows_by_hand():
     segments = jnp.array([[1, 1, 1, 2, 2, 0], [0] * 6, [1, 2, 2, 3, 0, 0]], jnp.int32)
-    lengths, offsets = gpu_attention.segment_layout(segments, 3)
+    lengths, offsets = cudnn.segment_layout(segments, 3)
     # A row without examples is given one of length 1 (the kernel never normalises over none).
     np.testing.assert_array_equal(lengths, [[3, 2, -1], [1, -1, -1], [1, 2, 1]])
     np.testing.assert_array_equal(offsets, [[0, 3, -1, -1], [0, -1, -1, -1], [0, 1, 3, -1]])
@@ -262,20 +262,20 @@ def test_the_kernels_arguments_give_the_reference_with_gradients(packed, kind, d
     else:
         targets, sources = _segments(TARGET_LENGTHS, 6), _segments(SOURCE_LENGTHS, 9)
     query, key = _sides(kind, targets, sources)
-    mask = attention.sequence_mask(query, key, causal=kind == "decoder self", packed=packed)
+    mask = layers.sequence_mask(query, key, causal=kind == "decoder self", packed=packed)
     q, k, v, cotangent = _inputs(dtype, query.shape[1], key.shape[1])
 
     def by_arguments(q, k, v):
         if packed:
-            return gpu_attention.attention_by_segments(
+            return cudnn.attention_by_segments(
                 q, k, v, query, key, causal=mask.causal, implementation="xla"
             )
-        return gpu_attention.attention_by_lengths(
+        return cudnn.attention_by_lengths(
             q, k, v, mask.query_lengths, mask.key_lengths, causal=mask.causal, implementation="xla"
         )
 
     def reference(q, k, v):
-        return attention.scaled_dot_product_attention(q, k, v, mask.dense, fused=False)[0]
+        return layers.scaled_dot_product_attention(q, k, v, mask.dense, fused=False)[0]
 
     outputs, backward = jax.vjp(by_arguments, q, k, v)
     expected, expected_backward = jax.vjp(reference, q, k, v)
@@ -356,7 +356,7 @@ def test_a_gpu_trained_transformer_equals_the_cpu_one(
     path's. Padded rows go by lengths (float32 admitted here to check them tightly); packed rows
     by the dense mask, or by examples' lengths and offsets where cuDNN's packed layout is on."""
     if dtype == "float32":
-        monkeypatch.setattr(gpu_attention, "CUDNN_DTYPES", (jnp.dtype(jnp.float32),))
+        monkeypatch.setattr(cudnn, "CUDNN_DTYPES", (jnp.dtype(jnp.float32),))
     by_examples = request.getfixturevalue("packed_cudnn") if "layout" in rows else None
     batch = _padded_batch() if rows == "padded" else _packed_batch()
     model = _transformer(dtype)
@@ -364,7 +364,7 @@ def test_a_gpu_trained_transformer_equals_the_cpu_one(
     # default (2^-11 relative, beyond 1e-5), which two paths summing in different orders show.
     with jax.default_matmul_precision("highest" if dtype == "float32" else "default"):
         with monkeypatch.context() as cpu:
-            cpu.setattr(attention, "attention_platform", lambda: "cpu")
+            cpu.setattr(layers, "attention_platform", lambda: "cpu")
             expected = _loss_and_gradients(model, batch)
         gpu = _loss_and_gradients(model, batch)
     _assert_close(gpu, expected, tolerance)
@@ -385,7 +385,7 @@ def test_a_gpu_trained_transformer_equals_the_cpu_one(
 def test_cached_decoding_on_a_gpu_equals_its_full_pass(cuda_platform, monkeypatch):
     """The full pass goes by lengths; each cached step reads head-major keys by the explicit
     equations. They agree, and the steps call no fused kernel."""
-    monkeypatch.setattr(gpu_attention, "CUDNN_DTYPES", (jnp.dtype(jnp.float32),))
+    monkeypatch.setattr(cudnn, "CUDNN_DTYPES", (jnp.dtype(jnp.float32),))
     model = _transformer("float32")
     batch = _padded_batch()
     source, target_inputs = batch["source"], shift_right(batch["target"])
@@ -423,7 +423,7 @@ def test_the_training_step_traces_without_a_cpu_backend(cuda_platform, monkeypat
     assert traced.out_info[1]["loss"].shape == ()
     assert {call["implementation"] for call in cuda_platform} == {"cudnn"}
     with monkeypatch.context() as cpu:
-        cpu.setattr(attention, "attention_platform", lambda: "cpu")
+        cpu.setattr(layers, "attention_platform", lambda: "cpu")
         with pytest.raises(RuntimeError, match="Unknown backend cpu"):
             make_train_step(label_smoothing=0.1, schedule=schedule).trace(state, batch)
 
@@ -443,13 +443,13 @@ def _assert_cudnn_equals_the_reference(kind, targets, sources, packed):
     """cuDNN's kernel (it must be the one chosen) against the explicit equations, with
     gradients, within bfloat16 rounding."""
     query, key = _sides(kind, targets, sources)
-    mask = attention.sequence_mask(query, key, causal=kind == "decoder self", packed=packed)
+    mask = layers.sequence_mask(query, key, causal=kind == "decoder self", packed=packed)
     q, k, v, cotangent = _inputs(jnp.bfloat16, query.shape[1], key.shape[1])
-    assert attention.choose_implementation(q, k, v, mask, platform="cuda") == "cudnn"
+    assert layers.choose_implementation(q, k, v, mask, platform="cuda") == "cudnn"
 
     def attend(fused):
         return jax.jit(
-            lambda q, k, v: attention.scaled_dot_product_attention(q, k, v, mask, fused=fused)[0]
+            lambda q, k, v: layers.scaled_dot_product_attention(q, k, v, mask, fused=fused)[0]
         )
 
     assert "cudnn" in attend(True).lower(q, k, v).as_text().lower()  # the kernel's custom call
@@ -471,20 +471,20 @@ def _assert_the_fused_model_equals_the_explicit_equations(batch):
     model = _transformer("bfloat16")
     fused = _loss_and_gradients(model, batch)
     for _, module in nnx.iter_graph(model):
-        if isinstance(module, attention.MultiHeadAttention):
+        if isinstance(module, layers.MultiHeadAttention):
             module.fused = False
     _assert_close(fused, _loss_and_gradients(model, batch), 3e-2)
 
 
-HOPPER = ON_CUDA and gpu_attention.compute_capability() >= gpu_attention.PACKED_MIN_CAPABILITY
+HOPPER = ON_CUDA and cudnn.compute_capability() >= cudnn.PACKED_MIN_CAPABILITY
 
 
 @pytest.mark.skipif(not HOPPER, reason="cuDNN's packed layout needs an NVIDIA GPU from Hopper on")
 @pytest.mark.parametrize("kind", ["encoder self", "decoder self", "cross"])
 def test_cudnn_reads_packed_rows_as_the_reference_does(monkeypatch, kind):
-    """The test that turns ``gpu_attention.CUDNN_PACKED`` on: cuDNN's packed layout against
+    """The test that turns ``cudnn.CUDNN_PACKED`` on: cuDNN's packed layout against
     the reference equations on rows of several examples, within bfloat16 rounding."""
-    monkeypatch.setattr(gpu_attention, "CUDNN_PACKED", True)
+    monkeypatch.setattr(cudnn, "CUDNN_PACKED", True)
     target_rows = [[20, 30, 10], [64], [5, 5, 5, 5], []]
     source_rows = [[25, 25, 15], [70], [8, 9, 10, 11], []]
     targets, sources = _packed_segments(target_rows, 64), _packed_segments(source_rows, 72)
@@ -495,5 +495,5 @@ def test_cudnn_reads_packed_rows_as_the_reference_does(monkeypatch, kind):
 def test_a_bfloat16_transformer_on_packed_rows_on_cudnn_equals_the_explicit_equations():
     """A whole model's loss and gradients on rows of several examples (and one of padding
     only), cuDNN's packed layout in every attention, against the explicit equations."""
-    assert gpu_attention.packed_rows_supported()
+    assert cudnn.packed_rows_supported()
     _assert_the_fused_model_equals_the_explicit_equations(_packed_batch())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.host_memory import TUNABLES, restart_environment
+from seq2seq.runtime.host_memory import TUNABLES, restart_environment
 
 ALL = ":".join(TUNABLES)
 NEEDS_GLIBC = pytest.mark.skipif(
@@ -38,7 +38,7 @@ def test_a_restarted_command_keeps_its_arguments_and_gains_the_tunables(tmp_path
         textwrap.dedent(
             """
             import os, sys
-            from seq2seq.host_memory import keep_host_memory
+            from seq2seq.runtime.host_memory import keep_host_memory
             print("start", flush=True)
             keep_host_memory()
             print(sys.argv[1:], os.environ["GLIBC_TUNABLES"])

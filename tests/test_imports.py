@@ -14,7 +14,7 @@ import seq2seq
 
 def test_every_module_imports_in_one_process_without_defining_flags():
     names = [m.name for m in pkgutil.walk_packages(seq2seq.__path__, "seq2seq.")]
-    assert "seq2seq.summary" in names and "seq2seq.average" in names
+    assert "seq2seq.bench.summary" in names and "seq2seq.evaluation.average" in names
     before = set(flags.FLAGS)
     for name in names:
         importlib.import_module(name)
@@ -58,7 +58,66 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 def test_no_module_imports_itself_back_through_others():
     graph = _package_imports()
     # The CPU path of Eq. 1 is below the layers: attention imports it, never the reverse.
-    assert "seq2seq.cpu_attention" in graph["seq2seq.attention"]
-    assert "seq2seq.attention" not in _reachable(graph, "seq2seq.cpu_attention")
+    assert "seq2seq.attention.cpu" in graph["seq2seq.attention.layers"]
+    assert "seq2seq.attention.layers" not in _reachable(graph, "seq2seq.attention.cpu")
     cycles = sorted(name for name in graph if name in _reachable(graph, name))
     assert not cycles, f"modules that import themselves back through others: {cycles}"
+
+
+# The package's folders and top-level modules, lowest first: each imports only from those before
+# it (at the top of a module or inside a function), so the folder list reads as the pipeline.
+# config reads the model registry, so it sits above models; cli needs only config and runtime.
+LAYERS = [
+    "vocabulary",
+    "logical_axes",
+    "linear",
+    "dropout",
+    "attention",
+    "models",
+    "config",
+    "runtime",
+    "cli",
+    "checkpoints",
+    "records",
+    "data",
+    "training",
+    "decoding",
+    "evaluation",
+    "report",
+    "export",
+    "compare",
+    "bench",
+]
+
+
+def _imports_outside_type_checking(tree: ast.AST) -> set[str]:
+    """The seq2seq modules a module imports, leaving out ``if TYPE_CHECKING:`` blocks (names
+    for annotations only, never imported at run time)."""
+    imported = set()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+        todo.extend(ast.iter_child_nodes(node))
+    return {name for name in imported if name.startswith("seq2seq.")}
+
+
+def test_each_folder_imports_only_from_the_layers_below_it():
+    def layer(module: str) -> str:
+        return module.split(".")[1]
+
+    names = [m.name for m in pkgutil.walk_packages(seq2seq.__path__, "seq2seq.")]
+    assert {layer(name) for name in names} == set(LAYERS), "a new folder needs its place in LAYERS"
+    upward = []
+    for name in names:
+        tree = ast.parse(importlib.util.find_spec(name).loader.get_source(name))
+        for imported in _imports_outside_type_checking(tree):
+            if LAYERS.index(layer(imported)) > LAYERS.index(layer(name)):
+                upward.append(f"{name} imports {imported}")
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(upward))

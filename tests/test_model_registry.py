@@ -26,7 +26,7 @@ from seq2seq.models import (
     unregister,
 )
 from seq2seq.models.flops import TRAIN_FORWARD_MULTIPLE
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from tests import attentive_bigram
 from tests.attentive_bigram import NAME, AttentiveBigram
 from tests.conftest import tiny_config

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from seq2seq.evaluation.restore import restore_model
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from tests.conftest import REPO, subprocess_env, train_command
 
 # One bucket of 48 tokens holds 512 // 48 = 10 sentences, so every step has one shape (one

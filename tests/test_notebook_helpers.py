@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from seq2seq.attention import MultiHeadAttention
+from seq2seq.attention.layers import MultiHeadAttention
 from seq2seq.compare import expand_suite, notebook_runs
 from seq2seq.compare.notebook_runs import (
     NotebookSettings,

@@ -9,9 +9,10 @@ import subprocess
 import jax
 import pytest
 
-from seq2seq import lockfile, provenance
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records import provenance
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import train
+from tests import lockfile
 from tests.conftest import REPO, tiny_config
 
 STEPS = 4
@@ -65,13 +66,13 @@ def test_a_resume_adds_an_entry_and_warns_once_about_a_changed_version(trained, 
     record = json.loads(RunDirectory(workdir).provenance_file.read_text())
     record["entries"][0]["packages"]["jax"] = "0.0.1"  # as if started under an old jax
     RunDirectory(workdir).provenance_file.write_text(json.dumps(record))
-    with caplog.at_level(logging.WARNING, logger="seq2seq.provenance"):
+    with caplog.at_level(logging.WARNING, logger="seq2seq.records.provenance"):
         train(_config(STEPS + 2), workdir)
     first, second = provenance.read_entries(workdir)
     assert first["packages"]["jax"] == "0.0.1"
     assert second["packages"]["jax"] == importlib.metadata.version("jax")
     assert second["started"] >= first["started"]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "seq2seq.provenance"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "seq2seq.records.provenance"]
     assert len(warnings) == 1, warnings
     assert f"jax 0.0.1 -> {importlib.metadata.version('jax')}" in warnings[0]
     assert "jaxlib" not in warnings[0] and "device_kind" not in warnings[0]
@@ -82,7 +83,7 @@ def test_a_resume_adds_an_entry_and_warns_once_about_a_changed_version(trained, 
 
 
 def test_a_restart_in_the_same_environment_does_not_warn(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="seq2seq.provenance"):
+    with caplog.at_level(logging.WARNING, logger="seq2seq.records.provenance"):
         provenance.record_start(tmp_path, ["train.py", "--config.train.steps=5"])
         provenance.record_start(tmp_path, ["train.py", "--config.train.steps", "9"])
     assert not caplog.records

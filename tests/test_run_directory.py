@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from seq2seq import config as config_lib
-from seq2seq.run_directory import RunDirectory, RunDirectoryError
+from seq2seq.records.run_directory import RunDirectory, RunDirectoryError
 from tests.conftest import REPO, tiny_config
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from seq2seq.bench.summary import parameter_counts, train_flops_per_target_token
 from seq2seq.config import load_config_file
-from seq2seq.summary import parameter_counts, train_flops_per_target_token
 from tests.conftest import REPO
 
 

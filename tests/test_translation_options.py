@@ -21,7 +21,7 @@ from seq2seq.decoding.sampling import SamplingMethod, sample
 from seq2seq.decoding.search_parts import NEVER_OUTPUT
 from seq2seq.evaluation.stream import line_batches
 from seq2seq.evaluation.translator import Member, Translator
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID
 from tests.conftest import REPO
 from tests.test_decoding import SOURCES, RandomTree, _rnnsearch, _transformer

@@ -19,8 +19,8 @@ from seq2seq.compare import (
 )
 from seq2seq.config import ConfigError
 from seq2seq.data import sources
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.report import figures
-from seq2seq.run_directory import RunDirectory
 from tests.conftest import assert_compare_refuses
 from tests.test_compare import TINY_CONFIG
 

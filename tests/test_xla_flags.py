@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-from seq2seq import xla_flags
+from seq2seq.runtime import xla_flags
+from seq2seq.runtime.xla_flags import LIBRARY_GEMMS, flags_environment
 from seq2seq.training import losses
-from seq2seq.xla_flags import LIBRARY_GEMMS, flags_environment
 from tests.conftest import REPO, subprocess_env
 
 

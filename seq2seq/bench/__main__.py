@@ -39,7 +39,7 @@ from seq2seq.bench import measure
 from seq2seq.bench.profile import profile_benchmark
 from seq2seq.config import ConfigError, validate
 from seq2seq.models import MODELS, ModelFamily, compute_dtype
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 REPO = Path(__file__).resolve().parents[2]
 

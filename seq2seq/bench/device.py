@@ -123,7 +123,7 @@ def parts(
             (("XLA_FLAGS", "--xla_gpu_enable_command_buffer="),),
         ),
         # Variants of parts 1-2: XLA's own (Triton) matrix products instead of cuBLAS's
-        # (seq2seq.xla_flags), Transformer-big's layers in a scan, and its loss in chunks of
+        # (seq2seq.runtime.xla_flags), Transformer-big's layers in a scan, and its loss in chunks of
         # 1,024 tokens (a CPU's default) instead of the whole batch at once.
         variant("train_big_triton", "train", BIG, *big, triton=True),
         variant("decode_base_triton", "decode", BASE, *decode, triton=True),

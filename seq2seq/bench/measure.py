@@ -243,7 +243,7 @@ def train_benchmark(
         "peak_memory_mb": memory,
         "peak_memory_source": memory_source,
         "final_loss": float(metrics["loss"]),
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/host_memory.py
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/runtime/host_memory.py
         **linen,
     }
 
@@ -462,7 +462,7 @@ def split_decode_benchmark(
     from seq2seq.data.pipeline import load_pairs
     from seq2seq.evaluation.bleu import sacrebleu_score
     from seq2seq.evaluation.translator import Translator
-    from seq2seq.run_directory import RunDirectory
+    from seq2seq.records.run_directory import RunDirectory
 
     config = RunDirectory(workdir).load_config()
     split_name = sources.resolve_split(config.data, split)

@@ -94,8 +94,8 @@ def scoring_rule(run, config, rule: str) -> str:
     """``rule``, or for ``average:K`` on a run that saved fewer than K checkpoints (a deadline
     stopped it early) the mean of those it has: the run is scored, not lost, and its record is
     filed under the rule it got (``compare --records`` then shows its curve, unscored)."""
-    from seq2seq.checkpoint_rule import average_count
-    from seq2seq.checkpoints import Checkpoints
+    from seq2seq.checkpoints.rule import average_count
+    from seq2seq.checkpoints.store import Checkpoints
 
     count = average_count(rule)
     if count is None:

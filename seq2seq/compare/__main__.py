@@ -15,7 +15,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
-from seq2seq.checkpoint_rule import rules_help
+from seq2seq.checkpoints.rule import rules_help
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
 from seq2seq.compare.frontier import read_records, read_run, save_record
 from seq2seq.compare.frontier_report import write_frontier_report

@@ -32,7 +32,7 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.stopping import CONVERGED
 
 logger = logging.getLogger(__name__)

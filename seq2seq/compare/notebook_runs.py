@@ -29,7 +29,7 @@ from seq2seq.compare import Settings, compare, expand_suite
 from seq2seq.compare.report import read_report
 from seq2seq.config import ConfigError, load_config_file
 from seq2seq.evaluation.translator import Translator
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import train
 
 REPOSITORY = Path(__file__).resolve().parents[2]

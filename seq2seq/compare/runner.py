@@ -19,14 +19,14 @@ import ml_collections
 
 from seq2seq import cli
 from seq2seq import config as config_lib
-from seq2seq.checkpoint_rule import average_count
+from seq2seq.checkpoints.rule import average_count
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.restore import checkpoint_choice
 from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.evaluation.validation import make_validate_fn
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.stopping import CONVERGED
 from seq2seq.training.trainer import Preemption, train
 

@@ -68,8 +68,8 @@ from seq2seq.compare.runner import (
     train_in_slices,
 )
 from seq2seq.compare.suites import RunSpec
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.report import figures
-from seq2seq.run_directory import RunDirectory
 
 logger = logging.getLogger(__name__)
 

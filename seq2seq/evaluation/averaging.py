@@ -1,9 +1,9 @@
-"""Checkpoint averaging as a run of its own: ``python -m seq2seq.average``.
+"""Checkpoint averaging as a run of its own: ``python -m seq2seq.evaluation.average``.
 
 Vaswani et al. 2017 (Section 6.1) evaluate "a single model obtained by averaging the last 5
 checkpoints, which were written at 10-minute intervals" (base) and the last 20 (big): the
 element-wise mean of the parameters. ``eval.py --checkpoint average:K`` scores that mean without
-writing it (``seq2seq.checkpoint_rule``); ``write_averaged_run`` writes it as a run that
+writing it (``seq2seq.checkpoints.rule``); ``write_averaged_run`` writes it as a run that
 ``eval.py`` reads like any other.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import ml_collections
 
-from seq2seq.checkpoints import Checkpoints
+from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation.restore import choose_checkpoints, load_run_tokenizer, restore_params
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 
 def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, object]:

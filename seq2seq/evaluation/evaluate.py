@@ -7,13 +7,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq import provenance
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
 from seq2seq.evaluation.translator import LineTranslator, Sampling, Translations
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records import provenance
+from seq2seq.records.run_directory import RunDirectory
 
 
 def score(

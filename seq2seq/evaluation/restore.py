@@ -1,7 +1,7 @@
 """A trained model from its run directory: the tokenizer, the chosen checkpoint's parameters.
 
 Evaluation, translation, the comparison and the benchmarks read runs through this module, the
-one place of evaluation that opens a run's checkpoints (``seq2seq.checkpoints``). Only
+one place of evaluation that opens a run's checkpoints (``seq2seq.checkpoints.store``). Only
 parameters are read: no optimizer state is built or restored.
 """
 
@@ -15,17 +15,17 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq.checkpoint_rule import CheckpointChoice, resolve
-from seq2seq.checkpoints import Checkpoints
+from seq2seq.checkpoints.rule import CheckpointChoice, resolve
+from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
 from seq2seq.models import build_model
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 
 def choose_checkpoints(
     spec: str, available: Sequence[int], workdir: Path | RunDirectory, *, keep: int | None = None
 ) -> CheckpointChoice:
-    """Resolves the checkpoint rule ``spec`` (``seq2seq.checkpoint_rule``) against the steps
+    """Resolves the checkpoint rule ``spec`` (``seq2seq.checkpoints.rule``) against the steps
     ``available`` in the run at ``workdir``, by its validation records for ``best``."""
     run = RunDirectory.at(workdir)
     validation_bleu = {
@@ -98,7 +98,7 @@ def restore_parameters(
     """A run's graphdef, parameters and ``CheckpointChoice``, its tokenizer already loaded.
 
     ``config`` is the run's own (``RunDirectory.load_config``), possibly with other decoding
-    settings; ``checkpoint`` is a rule of ``seq2seq.checkpoint_rule``.
+    settings; ``checkpoint`` is a rule of ``seq2seq.checkpoints.rule``.
     """
     graphdef, abstract_params = abstract_model(config, tokenizer)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)

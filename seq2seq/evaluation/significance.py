@@ -110,9 +110,7 @@ def paired_test(
     refs = [list(references)]
     bootstrap = PairedTest(systems, _metrics(target_lang), refs, "bs", bootstrap_samples)
     _, by_bootstrap = bootstrap()
-    _, by_shuffles = PairedTest(
-        systems, _metrics(target_lang), refs, "ar", randomisation_trials
-    )()
+    _, by_shuffles = PairedTest(systems, _metrics(target_lang), refs, "ar", randomisation_trials)()
     results = {}
     for name, metric in bootstrap.metrics.items():
         base, other = by_bootstrap[name]

@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from seq2seq import config as config_lib
-from seq2seq.checkpoint_rule import CheckpointChoice
+from seq2seq.checkpoints.rule import CheckpointChoice
 from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.beam_search import beam_search
@@ -28,7 +28,7 @@ from seq2seq.decoding.sampling import SamplingMethod, sample
 from seq2seq.decoding.search_parts import output_limits
 from seq2seq.evaluation import processes
 from seq2seq.evaluation.restore import load_run_tokenizer, restore_parameters
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.vocabulary import EOS_ID, PAD_ID
 
 
@@ -290,7 +290,7 @@ class Translator(LineTranslator):
         **decode_overrides: object,
     ) -> Translator:
         """Loads a run's config, tokenizer and parameters (``checkpoint``: a rule of
-        ``seq2seq.checkpoint_rule``); with ``ensemble_with``, the same rule of each of those runs.
+        ``seq2seq.checkpoints.rule``); with ``ensemble_with``, the same rule of each of those runs.
 
         ``decode_overrides`` replace fields of ``config.decode`` (e.g. ``beam_size=1``).
         """

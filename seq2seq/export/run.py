@@ -9,7 +9,7 @@ from flax import nnx
 
 from seq2seq.export.converter import QUANTIZATIONS, check_exportable, export
 from seq2seq.models import model_section
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 
 def export_run(

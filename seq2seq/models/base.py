@@ -18,7 +18,7 @@ own past has written (self-attention keys and values, a recurrent state). A beam
 and reorders the cache rows (with one ``tree_map`` whatever the model, or with the model's own
 ``reorder_cache(cache, rows)`` where it has one), and never copies ``encoded``: in a cached
 step the models read ``tokens`` and ``cache`` rows as N consecutive hypotheses per ``encoded``
-row (``attention.group_rows``).
+row (``attention.layers.group_rows``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Appendix A of the paper, piece by piece:
   ``h_j = [forward h_j ; backward h_j]``;
 * decoder initial state: ``s_0 = tanh(W_s backward h_1)``;
 * alignment model (A.1.2): ``e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j)``, ``alpha = softmax(e)``,
-  context ``c_i = sum_j alpha_ij h_j`` (see ``seq2seq.attention``);
+  context ``c_i = sum_j alpha_ij h_j`` (see ``seq2seq.attention.layers``);
 * decoder state (A.2.2): ``s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i])``;
 * deep output with maxout: ``t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``,
   ``t_i = max(t~_{i,2j-1}, t~_{i,2j})``, ``p(y_i) = softmax(W_o t_i)``.
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.attention import AlignmentAttention
+from seq2seq.attention.layers import AlignmentAttention
 from seq2seq.linear import Linear
 from seq2seq.logical_axes import constrain, lookup, metadata
 from seq2seq.models.base import (

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.attention import Mask, MultiHeadAttention, group_rows, sequence_mask
+from seq2seq.attention.layers import Mask, MultiHeadAttention, group_rows, sequence_mask
 from seq2seq.linear import Linear
 from seq2seq.logical_axes import constrain, lookup, metadata
 from seq2seq.models.base import (

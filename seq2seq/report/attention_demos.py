@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from seq2seq import attention
+from seq2seq.attention import layers
 
 
 def softmax_entropy_by_width(
@@ -25,8 +25,8 @@ def softmax_entropy_by_width(
         key_q, key_k = jax.random.split(jax.random.key(seed + width))
         queries = jax.random.normal(key_q, (samples, 1, 1, width))  # [B, T=1, H=1, K]
         keys_ = jax.random.normal(key_k, (samples, keys, 1, width))  # [B, S, H=1, K]
-        score = attention.scaled_dot_product_scores if scaled else attention.dot_product_scores
-        weights = np.asarray(attention.masked_softmax(score(queries, keys_), None))
+        score = layers.scaled_dot_product_scores if scaled else layers.dot_product_scores
+        weights = np.asarray(layers.masked_softmax(score(queries, keys_), None))
         entropy = -(weights * np.log(np.maximum(weights, 1e-30))).sum(-1)
         entropies.append(float(entropy.mean()))
     return entropies

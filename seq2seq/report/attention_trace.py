@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from seq2seq.attention import MultiHeadAttention
+from seq2seq.attention.layers import MultiHeadAttention
 
 
 @dataclasses.dataclass

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from tensorboardX import SummaryWriter
 
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 logger = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ import ml_collections
 from jax.experimental import multihost_utils
 from tqdm import tqdm
 
-from seq2seq import provenance
-from seq2seq.checkpoints import Checkpoints
+from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.pipeline import build_training_data
 from seq2seq.models import build_model, compute_dtype, count_params, schedule_width
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records import provenance
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.clock import TrainingClock
 from seq2seq.training.logs import MetricsWriter, interval_record, short_line
@@ -501,7 +501,8 @@ class _Loop:
         interrupted: bool = False,
     ) -> None:
         """Checkpoints ``state``, after making sure no NaN is about to be saved; ``interrupted``
-        marks one written off schedule, to resume from (``seq2seq.checkpoints._Retention``)."""
+        marks one written off schedule, to resume from
+        (``seq2seq.checkpoints.store._Retention``)."""
         step = int(state.step)
         if final and self.steps_run == 0:
             return  # nothing trained in this session (its budget or steps were already spent)

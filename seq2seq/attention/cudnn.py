@@ -1,6 +1,6 @@
 """Eq. 1 on NVIDIA GPUs: cuDNN's fused flash-attention kernel, with the mask as lengths.
 
-``seq2seq.attention.scaled_dot_product_attention`` runs this where ``choose_implementation``
+``seq2seq.attention.layers.scaled_dot_product_attention`` runs this where ``choose_implementation``
 picks "cudnn". The kernel never holds the [B, H, T, S] scores, so it cannot take the mask as a
 dense array without reading it in full (``jax.nn.dot_product_attention`` would add it as a bias);
 it takes each row's real query and key lengths and a causal flag instead, and computes the mask

@@ -1,8 +1,9 @@
 """Eq. 1 on CPUs: a hand-written backward, and sentences grouped so that every core works.
 
-``seq2seq.attention.scaled_dot_product_attention`` runs this on a CPU where it would run a fused
-kernel elsewhere (``attention.choose_implementation`` picks, at trace time, so nothing here runs
-on another platform). Two things differ from the automatic path, each for a reason of XLA on CPUs:
+``seq2seq.attention.layers.scaled_dot_product_attention`` runs this on a CPU where it would run a
+fused kernel elsewhere (``layers.choose_implementation`` picks, at trace time, so nothing here
+runs on another platform). Two things differ from the automatic path, each for a reason of XLA
+on CPUs:
 
 * ``attention``: the explicit equation with its backward written out (``_backward``);
 * ``grouped_attention``: ``attention`` on groups of sentences (``sentence_groups``) that XLA runs
@@ -19,7 +20,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-from seq2seq.attention_equations import masked_softmax, scaled_dot_product_scores, weighted_values
+from seq2seq.attention.equations import masked_softmax, scaled_dot_product_scores, weighted_values
 
 Array = jax.Array
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.checkpoint_rule import CheckpointRule
+from seq2seq.checkpoints.rule import CheckpointRule
 
 
 class RunDirectoryError(ValueError):
@@ -85,7 +85,7 @@ class RunDirectory:
 
     @property
     def averaged_from_file(self) -> Path:
-        """Written by ``seq2seq.average``: which run and steps an averaged run came from."""
+        """Written by ``seq2seq.evaluation.average``: the run and steps an average came from."""
         return self.path / "averaged_from.json"
 
     def eval_result_file(self, split: str, checkpoint: str = "latest") -> Path:
@@ -157,7 +157,7 @@ class RunDirectory:
         return json.loads(path.read_text()) if path.exists() else None
 
     def read_averaged_from(self) -> dict | None:
-        """The record ``seq2seq.average`` left in an averaged run; None for any other run."""
+        """The record ``seq2seq.evaluation.average`` left in an averaged run; None for another."""
         path = self.averaged_from_file
         return json.loads(path.read_text()) if path.exists() else None
 

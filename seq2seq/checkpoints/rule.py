@@ -6,7 +6,7 @@
 * ``average:K``: the element-wise mean of the parameters of the newest K checkpoints, as
   Vaswani et al. 2017 (Section 6.1) evaluate: "a single model obtained by averaging the last 5
   checkpoints" (base) and the last 20 (big). A checkpoint that an interruption wrote off
-  schedule is not among them once the run has saved a later one (``seq2seq.checkpoints``
+  schedule is not among them once the run has saved a later one (``seq2seq.checkpoints.store``
   deletes it), so an interrupted run averages what an uninterrupted one does.
 
 This module owns the rule: its help text (``rules_help``), parsing it, the file names of scores
@@ -88,7 +88,7 @@ class CheckpointChoice:
     """``steps``: the checkpoints whose parameters are averaged (one step: no averaging)."""
 
     steps: tuple[int, ...]
-    averaged_from: dict | None = None  # the record of a run written by ``seq2seq.average``
+    averaged_from: dict | None = None  # the record ``seq2seq.evaluation.average`` wrote
 
     def describe(self) -> str:
         if len(self.steps) > 1:
@@ -118,7 +118,8 @@ def resolve(
       where: the run's directory, for messages.
       keep: the run's ``checkpoint.keep``. A run keeps its newest ``keep`` checkpoints plus its
         best validated one, which may be much older: ``average:K`` averages the newest K only.
-      averaged_from: the record of a run written by ``seq2seq.average`` (kept in the choice).
+      averaged_from: the record of a run written by ``seq2seq.evaluation.average`` (kept in
+        the choice).
 
     Raises:
       CheckpointError: no such rule, no checkpoint, or not the ones the rule needs.

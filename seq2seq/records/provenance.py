@@ -29,7 +29,7 @@ from pathlib import Path
 
 import jax
 
-from seq2seq.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def environment() -> dict[str, object]:
         "device_kind": devices[0].device_kind,
         "device_count": len(devices),
         "process_count": jax.process_count(),
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/host_memory.py
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),  # seq2seq/runtime/host_memory.py
     }
 
 

@@ -25,10 +25,10 @@ decoder step then has ``B * N`` query rows (N per sentence, consecutive) against
 and ``group_rows`` lays those queries out as N positions of one sentence, so the keys are neither
 copied per hypothesis nor reordered as the beams change.
 
-The equations themselves are functions on arrays in ``seq2seq.attention_equations`` (named here
+The equations themselves are functions on arrays in ``seq2seq.attention.equations`` (named here
 too, ``attention.masked_softmax``); this module holds the masks, the choice of how Eq. 1 is
 computed (``choose_implementation``: the explicit equations, the CPU path of
-``seq2seq.cpu_attention``, cuDNN's kernel by ``seq2seq.gpu_attention``, or XLA's), and the layers.
+``seq2seq.attention.cpu``, cuDNN's kernel by ``seq2seq.attention.cudnn``, or XLA's), and the layers.
 """
 
 from __future__ import annotations
@@ -40,21 +40,21 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.attention_equations import (
-    additive_scores,
-    masked_softmax,
-    scaled_dot_product_scores,
-    weighted_values,
-)
-from seq2seq.attention_equations import dot_product_scores as dot_product_scores  # re-exported
-from seq2seq.cpu_attention import grouped_attention
-from seq2seq.dropout import dropout
-from seq2seq.gpu_attention import (
+from seq2seq.attention.cpu import grouped_attention
+from seq2seq.attention.cudnn import (
     attention_by_lengths,
     attention_by_segments,
     cudnn_takes,
     packed_rows_supported,
 )
+from seq2seq.attention.equations import (
+    additive_scores,
+    masked_softmax,
+    scaled_dot_product_scores,
+    weighted_values,
+)
+from seq2seq.attention.equations import dot_product_scores as dot_product_scores  # re-exported
+from seq2seq.dropout import dropout
 from seq2seq.linear import Linear, project
 from seq2seq.logical_axes import constrain, param
 
@@ -214,9 +214,9 @@ def choose_implementation(
       returns the weights or drops some out, the one a decoding cache's head-major keys are
       read by, and the one for d_v != d_k (``jax.nn.dot_product_attention`` needs them equal);
       also wherever ``fused`` is False.
-    * "cpu": on a CPU, ``seq2seq.cpu_attention`` (a written-out backward, sentences grouped
+    * "cpu": on a CPU, ``seq2seq.attention.cpu`` (a written-out backward, sentences grouped
       over the cores).
-    * "cudnn": on an NVIDIA GPU, cuDNN's flash attention (``seq2seq.gpu_attention``), for
+    * "cudnn": on an NVIDIA GPU, cuDNN's flash attention (``seq2seq.attention.cudnn``), for
       inputs it takes (bfloat16 or float16, ``cudnn_takes``) and a mask it can read as lengths
       (a ``Mask`` of unpacked rows, or none), or as examples' lengths and offsets (a ``Mask``
       of packed rows, where ``packed_rows_supported``).
@@ -261,7 +261,7 @@ def scaled_dot_product_attention(
 
     One equation, computed as ``choose_implementation`` decides for the platform this is traced
     on: the explicit equations (the reference, the one that can return the weights or drop some
-    out), or a fused implementation (on a CPU ``seq2seq.cpu_attention``, on an NVIDIA GPU
+    out), or a fused implementation (on a CPU ``seq2seq.attention.cpu``, on an NVIDIA GPU
     cuDNN's kernel, elsewhere ``jax.nn.dot_product_attention``). Results never depend on which
     ran beyond rounding.
 

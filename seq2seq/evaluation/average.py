@@ -1,6 +1,6 @@
 """Average the last K checkpoints of a run into a new run directory (Vaswani et al. 2017, §6.1).
 
-    python -m seq2seq.average --workdir runs/base --last 5 --output runs/base_avg5
+    python -m seq2seq.evaluation.average --workdir runs/base --last 5 --output runs/base_avg5
     python eval.py --workdir runs/base_avg5
 
 (``python eval.py --workdir runs/base --checkpoint average:5`` scores the same average without
@@ -24,7 +24,7 @@ from seq2seq.evaluation.averaging import write_averaged_run
 
 
 def run() -> None:
-    """``python -m seq2seq.average``: flags are defined here, never on import."""
+    """``python -m seq2seq.evaluation.average``: flags are defined here, never on import."""
     workdir = flags.DEFINE_string("workdir", None, "Training work directory to average.")
     last = flags.DEFINE_integer("last", 5, "How many of the newest checkpoints.", lower_bound=1)
     output = flags.DEFINE_string("output", None, "New directory for the averaged run.")

@@ -1,6 +1,6 @@
 """Model size and cost from a config, without training or allocating anything.
 
-    python -m seq2seq.summary --config configs/wmt14_ende_transformer_base.py \
+    python -m seq2seq.bench.summary --config configs/wmt14_ende_transformer_base.py \
         --config.data.vocab_size=37000
 
 prints one JSON line: ``params``, ``params_by_module`` and ``train_flops_per_target_token``.
@@ -62,7 +62,7 @@ def summarize(config: ml_collections.ConfigDict, source_length: int, target_leng
 
 
 def run() -> None:
-    """``python -m seq2seq.summary``: flags are defined here, never on import."""
+    """``python -m seq2seq.bench.summary``: flags are defined here, never on import."""
     config_flag = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
     source_length = flags.DEFINE_integer("source_length", 30, "Source tokens assumed per pair.")
     target_length = flags.DEFINE_integer("target_length", 30, "Target tokens assumed per pair.")

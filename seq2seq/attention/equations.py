@@ -1,8 +1,8 @@
 """The equations of attention on plain arrays: scores four ways, weights, the context.
 
-``seq2seq.attention`` builds its layers on these functions and ``seq2seq.cpu_attention`` its CPU
-path; both import this module and it imports neither, so the dependency points one way:
-``attention -> cpu_attention -> attention_equations``. Shapes use the package's letters (B batch,
+``seq2seq.attention.layers`` builds its layers on these functions and ``seq2seq.attention.cpu``
+its CPU path; both import this module and it imports neither, so the dependency points one way:
+``layers -> cpu -> equations``. Shapes use the package's letters (B batch,
 T queries, S keys, H heads, K key width, E value width, A alignment width).
 """
 
