@@ -10,7 +10,7 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart test bench device-wheels device-bench lint format clean lock lock-upgrade
+.PHONY: quickstart serve test bench device-wheels device-bench lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -31,6 +31,12 @@ lock-upgrade:
 
 quickstart: $(STAMP)
 	$(PYTHON) -m seq2seq.compare --suite quickstart --workdir runs/quickstart
+
+# The quickstart's two models side by side, with their attention, at http://127.0.0.1:8000/
+# (seq2seq/serve; SERVE_FLAGS adds flags, e.g. SERVE_FLAGS="--checkpoint best --port 8080").
+serve: $(STAMP)
+	$(PYTHON) -m seq2seq.serve --workdir runs/quickstart/quickstart_transformer \
+		--workdir runs/quickstart/quickstart_rnnsearch $(SERVE_FLAGS)
 
 # One worker per core (at most 4), each taking whole files in the order collected (files with
 # slow tests first, tests/conftest.py), so that a file's module fixtures (a trained run, a
