@@ -1,0 +1,98 @@
+"""A bounded load test of a running server: C clients, each sending one sentence at a time.
+
+    python -m seq2seq.serve.load_test --url http://127.0.0.1:8000 --input sentences.txt \
+        --model quickstart_transformer --clients 32 --seconds 60
+
+Each client posts ``{"sentences": [one line], "models": [--model]}`` and waits for the answer
+before sending the next, for ``--seconds`` (after ``--warmup_seconds`` whose requests are not
+counted, so that compiling the search for each batch size is not measured). Prints one JSON
+object: requests and sentences per second, p50/p99 latency of a one-sentence request, errors.
+Only loopback addresses are accepted: this is a measurement, not a way to load someone's server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.parse
+from pathlib import Path
+
+import httpx
+import numpy as np
+from absl import app, flags
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+_URL = flags.DEFINE_string("url", "http://127.0.0.1:8000", "The server (a loopback address).")
+_INPUT = flags.DEFINE_string("input", None, "Sentences to send, one a line, in turn.")
+_MODEL = flags.DEFINE_string("model", None, "The model to ask (a name from GET /models).")
+_CLIENTS = flags.DEFINE_integer("clients", 32, "Concurrent clients.")
+_SECONDS = flags.DEFINE_float("seconds", 60.0, "How long to measure.")
+_WARMUP = flags.DEFINE_float("warmup_seconds", 10.0, "Load sent first and not measured.")
+
+
+async def _client(http, url, model, sentences, start, deadline, latencies, errors, counter):
+    """Sends sentences in turn until ``deadline``; records the latency of those sent after
+    ``start``."""
+    while True:
+        sent = time.perf_counter()
+        if sent >= deadline:
+            return
+        index = counter[0] = counter[0] + 1
+        body = {"sentences": [sentences[index % len(sentences)]], "models": [model]}
+        try:
+            response = await http.post(url + "/translate", json=body)
+            ok = response.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        done = time.perf_counter()
+        if sent >= start and done <= deadline:
+            (latencies if ok else errors).append(done - sent)
+
+
+async def measure(url, model, sentences, clients, seconds, warmup) -> dict[str, object]:
+    latencies: list[float] = []
+    errors: list[float] = []
+    counter = [0]
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        start = time.perf_counter() + warmup
+        deadline = start + seconds
+        await asyncio.gather(*(
+            _client(http, url, model, sentences, start, deadline, latencies, errors, counter)
+            for _ in range(clients)
+        ))  # fmt: skip
+    done = len(latencies)
+    milliseconds = np.array(latencies) * 1000
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "requests": done,
+        "errors": len(errors),
+        "requests_per_second": done / seconds,
+        "sentences_per_second": done / seconds,  # one sentence a request
+        "p50_ms": float(np.percentile(milliseconds, 50)) if done else None,
+        "p99_ms": float(np.percentile(milliseconds, 99)) if done else None,
+    }
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    host = urllib.parse.urlparse(_URL.value).hostname
+    if host not in LOOPBACK:
+        raise SystemExit(f"error: --url {_URL.value} is not a loopback address; measure locally")
+    if not _INPUT.value or not Path(_INPUT.value).is_file():
+        raise SystemExit(f"error: no --input file at {_INPUT.value}; pass one sentence a line")
+    if not _MODEL.value:
+        raise SystemExit("error: pass --model NAME (GET /models lists them)")
+    sentences = [s for s in Path(_INPUT.value).read_text("utf-8").splitlines() if s.strip()]
+    result = asyncio.run(
+        measure(_URL.value.rstrip("/"), _MODEL.value, sentences, _CLIENTS.value, _SECONDS.value,
+                _WARMUP.value)
+    )  # fmt: skip
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    app.run(main)
