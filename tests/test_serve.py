@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from seq2seq.data import synthetic
+from seq2seq.evaluation.translator import Translator
+from seq2seq.models.base import shift_right
 from seq2seq.serve.app import Limits, create_app
 from seq2seq.serve.models import load_models
 from seq2seq.training.trainer import train
@@ -138,6 +140,23 @@ def test_attention_rows_sum_to_one_over_the_source_and_target_tokens(server, cli
             assert weights.min() >= 0
 
 
+def test_attention_is_the_unpadded_teacher_forced_pass_over_the_translation(server, client, runs):
+    names = server[2]
+    sentence = SENTENCES[3]
+    answer = _translate(client, sentences=[sentence], attention=True)
+    for family, name in names.items():
+        (result,) = [r for r in answer["results"] if r["model"] == name]
+        translation = result["translations"][0]
+        translator = Translator.restore(runs[family])
+        tokenizer = translator.tokenizer
+        source = tokenizer.encode_source([sentence])[0]
+        target = tokenizer.encode_target([translation["text"]])[0]
+        # eager, one sentence, no padding: the pass the notebooks plotted before it was compiled
+        _, aux = translator.model(source[None], shift_right(target[None]), return_attention=True)
+        expected = np.asarray(aux["cross_attention"][0])
+        np.testing.assert_allclose(translation["attention"]["weights"], expected, atol=2e-5)
+
+
 def test_models_are_described(server, client):
     cards = client.get("/models").json()["models"]
     assert [card["family"] for card in cards] == list(FAMILIES)
@@ -160,6 +179,7 @@ BAD_INPUTS = [
     ("a string, not a list", b'{"sentences": "a b"}', 422, "sentences: Input should be"),
     ("a number, not a string", b'{"sentences": [3]}', 422, "sentences.0: Input should be"),
     ("a string, not a bool", b'{"sentences": ["a"], "attention": "yes"}', 422, "attention"),
+    ("a list, not an object", b'["a"]', 422, "the body is not a JSON object"),
     ("unknown field", b'{"sentences": ["a"], "beam": 4}', 422, "unknown field 'beam'"),
     ("non-UTF-8", b'{"sentences": ["\xff\xfe"]}', 400, "not UTF-8 (byte 0xff at offset 16)"),
     ("unknown model", b'{"sentences": ["a"], "models": ["gpt"]}', 422, "unknown model 'gpt'"),

@@ -82,6 +82,11 @@ def _validation_message(error: RequestValidationError) -> tuple[int, str]:
     location = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
     if kind == "missing" and not location:
         return 400, f"the body is empty; send a JSON object like {EXAMPLE_BODY}"
+    if not location and kind in ("model_attributes_type", "dict_type"):
+        return 422, (
+            f"the body is not a JSON object (sent as Content-Type: application/json?); send an "
+            f"object like {EXAMPLE_BODY}"
+        )
     if kind == "extra_forbidden":
         return 422, (
             f"unknown field {location!r}; the fields are sentences, models, nbest and attention"
