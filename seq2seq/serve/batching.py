@@ -1,9 +1,8 @@
 """Requests that arrive together are searched together: an asyncio queue in front of the models.
 
-A beam search costs about as much for a batch of sentences as for one (on a CPU the batch is
-padded to a power of two rows anyway; on an accelerator the rows run in parallel), and it is
-batch-independent: a sentence's output does not depend on its neighbours. So the server keeps
-one queue: the first request to arrive opens a batch, every request arriving in the next few
+A beam search over many sentences costs far less per sentence than one search per sentence (one
+dispatch and one loop for all, wider matrix products), and it is batch-independent: a
+sentence's output does not depend on its neighbours. So the server keeps one queue: the first request to arrive opens a batch, every request arriving in the next few
 milliseconds joins it (up to a number of sentences), and one worker thread runs the whole batch
 (one search per model) while the event loop goes on accepting requests. Each request then gets
 back its own part of the results, in the order of its own sentences.

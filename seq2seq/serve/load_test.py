@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import urllib.parse
 from pathlib import Path
@@ -79,6 +80,7 @@ async def measure(url, model, sentences, clients, seconds, warmup) -> dict[str, 
 
 def main(argv: list[str]) -> None:
     del argv
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     host = urllib.parse.urlparse(_URL.value).hostname
     if host not in LOOPBACK:
         raise SystemExit(f"error: --url {_URL.value} is not a loopback address; measure locally")

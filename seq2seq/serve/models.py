@@ -25,8 +25,17 @@ from seq2seq.run_directory import RunDirectory
 EXAMPLES = 4  # test sentences offered on the page as starting points
 
 
-def next_power_of_two(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
+def search_rows(sentences: int, max_rows: int) -> int:
+    """Rows of the search for ``sentences``: the next power of 4, at most ``max_rows``.
+
+    A search compiles once per (rows, padded length), seconds each on a CPU, during which every
+    request waits: four sizes up to 64 rows keep that to a few programs per length, and padding
+    rows cost little (they finish at once and the search sheds them, ``decode.min_rows``).
+    """
+    rows = 1
+    while rows < sentences:
+        rows *= 4
+    return min(rows, max_rows)
 
 
 def describe_size(config: ml_collections.ConfigDict) -> str:
@@ -82,14 +91,13 @@ class ServedModel:
         return [len(ids) for ids in self.translator.tokenizer.encode_source(list(sentences))]
 
     def translate(self, sentences: list[str], max_rows: int) -> Translations:
-        """Translations with their n-best lists, searched in batches of a power of two rows.
+        """Translations with their n-best lists, searched in batches of ``search_rows`` rows.
 
-        A search compiles once per (rows, padded length): rounding the rows up to a power of two
-        (at most ``max_rows``) keeps a handful of programs whatever the traffic, and a sentence
-        translates the same in any batch (beam search is batch-independent). Only the server's
-        one decoding thread calls this, so setting the batch size here races with nothing.
+        A sentence translates the same in any batch (beam search is batch-independent). Only
+        the server's one decoding thread calls this, so setting the batch size here races with
+        nothing.
         """
-        self.translator.config.eval.batch_size = min(next_power_of_two(len(sentences)), max_rows)
+        self.translator.config.eval.batch_size = search_rows(len(sentences), max_rows)
         return self.translator.translate(sentences)
 
     def attention(self, sentence: str, translation: str) -> dict[str, object] | None:
