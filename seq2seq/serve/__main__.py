@@ -14,60 +14,76 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 
     cli.start()
 
+from types import SimpleNamespace
+
 from absl import flags
 
 from seq2seq import cli
 from seq2seq.checkpoint_rule import rules_help
 
-_WORKDIR = flags.DEFINE_multi_string(
-    "workdir", None, "A training run to serve; repeat it to serve several side by side."
-)
-_CHECKPOINT = flags.DEFINE_string("checkpoint", "latest", rules_help())
-_ENSEMBLE = flags.DEFINE_bool(
-    "ensemble", False, "Also serve the runs as one ensemble (they must share a target vocabulary)."
-)
-_BEAM_SIZE = flags.DEFINE_integer("beam_size", None, "Beam width (default: each run's config).")
-_ALPHA = flags.DEFINE_float("alpha", None, "Length-penalty exponent (default: each run's).")
-_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: every one).")
-_PORT = flags.DEFINE_integer("port", 8000, "Port to listen on.")
-_MAX_BATCH = flags.DEFINE_integer("max_batch", 64, "Sentences searched together, at most.")
-_WAIT_MS = flags.DEFINE_float(
-    "wait_ms", 5.0, "How long a batch waits for more requests after its first, in milliseconds."
-)
-_MAX_SENTENCES = flags.DEFINE_integer("max_sentences", 32, "Sentences in one request, at most.")
-_MAX_BODY_KB = flags.DEFINE_integer("max_body_kb", 64, "A request body's size limit, in KiB.")
+
+def _define_flags() -> SimpleNamespace:
+    """The command's flags, defined when it runs (importing a module defines none)."""
+    return SimpleNamespace(
+        workdir=flags.DEFINE_multi_string(
+            "workdir", None, "A training run to serve; repeat it to serve several side by side."
+        ),
+        checkpoint=flags.DEFINE_string("checkpoint", "latest", rules_help()),
+        ensemble=flags.DEFINE_bool(
+            "ensemble", False,
+            "Also serve the runs as one ensemble (they must share a target vocabulary).",
+        ),
+        beam_size=flags.DEFINE_integer("beam_size", None, "Beam width (default: each run's)."),
+        alpha=flags.DEFINE_float("alpha", None, "Length-penalty exponent (default: each run's)."),
+        host=flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: all)."),
+        port=flags.DEFINE_integer("port", 8000, "Port to listen on."),
+        max_batch=flags.DEFINE_integer("max_batch", 64, "Sentences searched together, at most."),
+        wait_ms=flags.DEFINE_float(
+            "wait_ms", 5.0, "How long a batch waits for more requests after its first (ms)."
+        ),
+        max_sentences=flags.DEFINE_integer("max_sentences", 32, "Sentences a request, at most."),
+        max_body_kb=flags.DEFINE_integer("max_body_kb", 64, "A request body's limit, in KiB."),
+    )  # fmt: skip
 
 
-def main(argv: list[str]) -> None:
-    del argv
+def serve(f: SimpleNamespace) -> None:
+    """Loads the runs, then serves them until interrupted."""
     import uvicorn
 
     from seq2seq.serve.app import Limits, create_app
     from seq2seq.serve.models import load_models
 
-    if not _WORKDIR.value:
+    if not f.workdir.value:
         raise ValueError(
             "pass --workdir RUN (repeat it for several runs), e.g. after make quickstart"
         )
-    for flag in (_MAX_BATCH, _MAX_SENTENCES, _MAX_BODY_KB):
+    for flag in (f.max_batch, f.max_sentences, f.max_body_kb):
         if flag.value < 1:
             raise ValueError(f"--{flag.name} {flag.value} must be at least 1")
-    if _MAX_SENTENCES.value > _MAX_BATCH.value:
+    if f.max_sentences.value > f.max_batch.value:
         raise ValueError(
-            f"--max_sentences {_MAX_SENTENCES.value} must not exceed --max_batch "
-            f"{_MAX_BATCH.value}: a request is searched in one batch"
+            f"--max_sentences {f.max_sentences.value} must not exceed --max_batch "
+            f"{f.max_batch.value}: a request is searched in one batch"
         )
     models = load_models(
-        _WORKDIR.value, _CHECKPOINT.value, ensemble=_ENSEMBLE.value, beam_size=_BEAM_SIZE.value,
-        alpha=_ALPHA.value,
+        f.workdir.value, f.checkpoint.value, ensemble=f.ensemble.value,
+        beam_size=f.beam_size.value, alpha=f.alpha.value,
     )  # fmt: skip
     limits = Limits(
-        max_sentences=_MAX_SENTENCES.value, max_body_bytes=_MAX_BODY_KB.value * 1024,
-        max_batch=_MAX_BATCH.value, wait_seconds=_WAIT_MS.value / 1000,
+        max_sentences=f.max_sentences.value, max_body_bytes=f.max_body_kb.value * 1024,
+        max_batch=f.max_batch.value, wait_seconds=f.wait_ms.value / 1000,
     )  # fmt: skip
-    print(f"serving {', '.join(models)} at http://{_HOST.value}:{_PORT.value}/", flush=True)
-    uvicorn.run(create_app(models, limits), host=_HOST.value, port=_PORT.value, log_level="warning")
+    print(f"serving {', '.join(models)} at http://{f.host.value}:{f.port.value}/", flush=True)
+    uvicorn.run(
+        create_app(models, limits), host=f.host.value, port=f.port.value, log_level="warning"
+    )
 
 
 if __name__ == "__main__":
+    holders = _define_flags()
+
+    def main(argv: list[str]) -> None:
+        del argv
+        serve(holders)
+
     cli.run(main)

@@ -2,10 +2,11 @@
 
 A beam search over many sentences costs far less per sentence than one search per sentence (one
 dispatch and one loop for all, wider matrix products), and it is batch-independent: a
-sentence's output does not depend on its neighbours. So the server keeps one queue: the first request to arrive opens a batch, every request arriving in the next few
-milliseconds joins it (up to a number of sentences), and one worker thread runs the whole batch
-(one search per model) while the event loop goes on accepting requests. Each request then gets
-back its own part of the results, in the order of its own sentences.
+sentence's output does not depend on its neighbours. So the server keeps one queue: the first
+request to arrive opens a batch, every request arriving in the next few milliseconds joins it
+(up to a number of sentences), and one worker thread runs the whole batch (one search per model)
+while the event loop goes on accepting requests. Each request then gets back its own part of
+the results, in the order of its own sentences.
 """
 
 from __future__ import annotations

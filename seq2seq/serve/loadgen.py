@@ -1,6 +1,6 @@
 """A bounded load test of a running server: C clients, each sending one sentence at a time.
 
-    python -m seq2seq.serve.load_test --url http://127.0.0.1:8000 --input sentences.txt \
+    python -m seq2seq.serve.loadgen --url http://127.0.0.1:8000 --input sentences.txt \
         --model quickstart_transformer --clients 32 --seconds 60
 
 Each client posts ``{"sentences": [one line], "models": [--model]}`` and waits for the answer
@@ -18,6 +18,7 @@ import logging
 import time
 import urllib.parse
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -25,12 +26,17 @@ from absl import app, flags
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
-_URL = flags.DEFINE_string("url", "http://127.0.0.1:8000", "The server (a loopback address).")
-_INPUT = flags.DEFINE_string("input", None, "Sentences to send, one a line, in turn.")
-_MODEL = flags.DEFINE_string("model", None, "The model to ask (a name from GET /models).")
-_CLIENTS = flags.DEFINE_integer("clients", 32, "Concurrent clients.")
-_SECONDS = flags.DEFINE_float("seconds", 60.0, "How long to measure.")
-_WARMUP = flags.DEFINE_float("warmup_seconds", 10.0, "Load sent first and not measured.")
+
+def _define_flags() -> SimpleNamespace:
+    """The command's flags, defined when it runs (importing a module defines none)."""
+    return SimpleNamespace(
+        url=flags.DEFINE_string("url", "http://127.0.0.1:8000", "The server (loopback only)."),
+        input=flags.DEFINE_string("input", None, "Sentences to send, one a line, in turn."),
+        model=flags.DEFINE_string("model", None, "The model to ask (a name from GET /models)."),
+        clients=flags.DEFINE_integer("clients", 32, "Concurrent clients."),
+        seconds=flags.DEFINE_float("seconds", 60.0, "How long to measure."),
+        warmup=flags.DEFINE_float("warmup_seconds", 10.0, "Load sent first, not measured."),
+    )
 
 
 async def _client(http, url, model, sentences, start, deadline, latencies, errors, counter):
@@ -78,23 +84,23 @@ async def measure(url, model, sentences, clients, seconds, warmup) -> dict[str, 
     }
 
 
-def main(argv: list[str]) -> None:
-    del argv
+def run(f: SimpleNamespace) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
-    host = urllib.parse.urlparse(_URL.value).hostname
+    host = urllib.parse.urlparse(f.url.value).hostname
     if host not in LOOPBACK:
-        raise SystemExit(f"error: --url {_URL.value} is not a loopback address; measure locally")
-    if not _INPUT.value or not Path(_INPUT.value).is_file():
-        raise SystemExit(f"error: no --input file at {_INPUT.value}; pass one sentence a line")
-    if not _MODEL.value:
+        raise SystemExit(f"error: --url {f.url.value} is not a loopback address; measure locally")
+    if not f.input.value or not Path(f.input.value).is_file():
+        raise SystemExit(f"error: no --input file at {f.input.value}; pass one sentence a line")
+    if not f.model.value:
         raise SystemExit("error: pass --model NAME (GET /models lists them)")
-    sentences = [s for s in Path(_INPUT.value).read_text("utf-8").splitlines() if s.strip()]
+    sentences = [s for s in Path(f.input.value).read_text("utf-8").splitlines() if s.strip()]
+    url = f.url.value.rstrip("/")
     result = asyncio.run(
-        measure(_URL.value.rstrip("/"), _MODEL.value, sentences, _CLIENTS.value, _SECONDS.value,
-                _WARMUP.value)
-    )  # fmt: skip
+        measure(url, f.model.value, sentences, f.clients.value, f.seconds.value, f.warmup.value)
+    )
     print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    holders = _define_flags()
+    app.run(lambda argv: run(holders))
