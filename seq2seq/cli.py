@@ -1,7 +1,8 @@
 """What every command shares: its start, config flags with one-line errors, a clean failure exit.
 
-Every entry point (``train.py``, ``eval.py``, ``python -m seq2seq.compare|bench|average|summary``)
-has the same two pieces, ``start`` before anything else is imported and ``run`` at the end::
+Every entry point (``train.py``, ``eval.py``,
+``python -m seq2seq.compare|bench|average|summary|serve``) has the same two pieces, ``start``
+before anything else is imported and ``run`` at the end::
 
     if __name__ == "__main__":  # first, before JAX loads
         from seq2seq import cli

@@ -4,6 +4,7 @@ concurrent requests batched, and the attention page in a real browser."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
@@ -49,26 +50,33 @@ def runs(tmp_path_factory) -> dict[str, str]:
     return paths
 
 
-@pytest.fixture(scope="module")
-def server(runs):
-    """The server of both runs on a free loopback port, in a thread of this process."""
+@contextlib.contextmanager
+def serving(app):
+    """``app`` served by uvicorn on a free loopback port, in a thread of this process; yields
+    its URL."""
     import uvicorn
 
-    models = load_models([runs[family] for family in FAMILIES])
-    app = create_app(models, LIMITS)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started, "uvicorn did not start"
-    port = server.servers[0].sockets[0].getsockname()[1]
-    names = dict(zip(FAMILIES, models, strict=True))  # family -> model name
-    yield f"http://127.0.0.1:{port}", app, names
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(runs):
+    """The server of both runs, its app, and each family's model name."""
+    models = load_models([runs[family] for family in FAMILIES])
+    app = create_app(models, LIMITS)
+    with serving(app) as url:
+        yield url, app, dict(zip(FAMILIES, models, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -267,3 +275,23 @@ def test_the_page_translates_and_shows_the_hovered_tokens_attention(server, clie
                 assert names  # both families were on the page
         finally:
             browser.close()
+
+
+def test_an_ensemble_is_one_more_model_translating_as_eval_py_ensembles(runs):
+    models = load_models([runs[family] for family in FAMILIES], ensemble=True)
+    assert list(models)[-1] == "ensemble"
+    # eval.py --workdir A --workdir B builds this translator (tests/test_translation_options.py
+    # runs that command); here it is built in-process, on the same checkpoints
+    reference = Translator.restore(runs["transformer"], ensemble_with=[runs["rnnsearch"]])
+    expected = reference.translate(SENTENCES[:3]).hypotheses
+    with (
+        serving(create_app(models, LIMITS)) as url,
+        httpx.Client(base_url=url, timeout=120) as client,
+    ):
+        answer = _translate(client, sentences=SENTENCES[:3], models=["ensemble"], attention=True)
+        card = client.get("/models").json()["models"][-1]
+    (result,) = answer["results"]
+    assert [t["text"] for t in result["translations"]] == expected
+    assert all(t["attention"] is None for t in result["translations"])  # members attend, not it
+    assert card["family"] == "ensemble" and card["attention"] == "none"
+    assert card["parameters"] == sum(models[n].card["parameters"] for n in list(models)[:2])

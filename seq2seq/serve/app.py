@@ -275,6 +275,12 @@ def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> Fas
     async def refuse(request: Request, error: RequestError):
         return error_response(error.status, error.message)
 
+    @app.exception_handler(Exception)
+    async def report(request: Request, error: Exception):
+        """A fault of the server's own (a bug): one line for the client, the next request is
+        served as usual (the batcher hands the error to the requests of its batch alone)."""
+        return error_response(500, f"internal error ({type(error).__name__}: {error})")
+
     @app.get("/models")
     async def list_models() -> dict[str, object]:
         """Each loaded model: family, size, parameters, checkpoint rule, test BLEU, examples."""
