@@ -55,15 +55,16 @@ function shade(cell, weight, rgb) {
 }
 
 function buildPanel(card) {
+  // [text, emphasised]: every string is set as text, never parsed as HTML
   const facts = [
-    `<b>${card.parameters.toLocaleString("en")}</b> parameters`,
-    card.size,
-    `checkpoint ${card.checkpoint}`,
-    card.test_bleu == null ? "no test BLEU yet" : `test BLEU <b>${card.test_bleu.toFixed(1)}</b>`,
-    `beam ${card.beam_size}, α ${card.alpha}`,
+    [card.parameters.toLocaleString("en"), true], [" parameters · ", false],
+    [`${card.size} · checkpoint ${card.checkpoint} · `, false],
+    ...(card.test_bleu == null ? [["no test BLEU yet", false]]
+      : [["test BLEU ", false], [card.test_bleu.toFixed(1), true]]),
+    [` · beam ${card.beam_size}, α ${card.alpha}`, false],
   ];
-  const factsNode = element("div", { class: "facts" });
-  factsNode.innerHTML = facts.join(" · ");  // our own server's numbers and names
+  const factsNode = element("div", { class: "facts" },
+    ...facts.map(([text, bold]) => (bold ? element("b", { text }) : text)));
   const panel = element("section", {
     class: "card model-panel", "data-model": card.name, "data-family": card.family,
   },
