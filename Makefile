@@ -10,8 +10,8 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart test test-fast bench device-wheels device-site device-bench device-data device-frontier \
-	lint format clean lock lock-upgrade
+.PHONY: quickstart serve test test-fast bench device-wheels device-site device-bench \
+	device-data device-frontier lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -32,6 +32,12 @@ lock-upgrade:
 
 quickstart: $(STAMP)
 	$(PYTHON) -m seq2seq.compare --suite quickstart --workdir runs/quickstart
+
+# The quickstart's two models side by side, with their attention, at http://127.0.0.1:8000/
+# (seq2seq/serve; SERVE_FLAGS adds flags, e.g. SERVE_FLAGS="--checkpoint best --port 8080").
+serve: $(STAMP)
+	$(PYTHON) -m seq2seq.serve --workdir runs/quickstart/quickstart_transformer \
+		--workdir runs/quickstart/quickstart_rnnsearch $(SERVE_FLAGS)
 
 # Lint first: a ruff error or an unformatted file fails the suite (and CI, which runs this).
 # One worker per core (at most 4), each taking whole files in the order collected (files with

@@ -1,6 +1,6 @@
 """What every command shares: its start, config flags with one-line errors, a clean failure exit.
 
-Every entry point (``train.py``, ``eval.py``, ``python -m seq2seq.compare|bench|export``,
+Every entry point (``train.py``, ``eval.py``, ``python -m seq2seq.compare|bench|export|serve``,
 ``python -m seq2seq.evaluation.average``, ``python -m seq2seq.bench.summary``) has the same
 two pieces, ``start`` before anything else is imported and ``run`` at the end::
 

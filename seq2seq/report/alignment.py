@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+import jax
 import numpy as np
+from flax import nnx
 
 from seq2seq.evaluation.translator import Translator
 from seq2seq.models.base import shift_right
+from seq2seq.vocabulary import PAD_ID
+
+PADDED_TO = 8  # sequences are padded to a multiple of this: one compiled pass per bucket
 
 
 @dataclasses.dataclass
@@ -37,12 +43,43 @@ def cross_attention(
     if target is None:
         target = translator.translate([sentence]).hypotheses[0]
     target_ids = tokenizer.encode_target([target])[0]
-    model = translator.model
-    _, aux = model(source[None], shift_right(target_ids[None]), return_attention=True)
-    if "cross_attention" not in aux:
+    member = translator.members[0]
+    weights = teacher_forced_attention(member.graphdef, member.params, source, target_ids)
+    if weights is None:
         return None
     return Alignment(
         source_pieces=[tokenizer.source.id_to_piece(int(i)) for i in source],
         target_pieces=[tokenizer.target.id_to_piece(int(i)) for i in target_ids],
-        weights=np.asarray(aux["cross_attention"][0]),
+        weights=weights,
     )
+
+
+def _padded(ids: np.ndarray) -> np.ndarray:
+    """[1, L] ids, 0-padded to a multiple of ``PADDED_TO``."""
+    length = -(-len(ids) // PADDED_TO) * PADDED_TO
+    return np.pad(ids, (0, length - len(ids)), constant_values=PAD_ID)[None]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _cross_attention_of_pass(graphdef, params, source, target_inputs):
+    _, aux = nnx.merge(graphdef, params)(source, target_inputs, return_attention=True)
+    return aux.get("cross_attention")  # [1, L, H, T, S], or None without attention
+
+
+def teacher_forced_attention(
+    graphdef: nnx.GraphDef, params: nnx.State, source: np.ndarray, target: np.ndarray
+) -> np.ndarray | None:
+    """[L, H, T, S] cross-attention of one teacher-forced pass over ``target`` given ``source``
+    (both 1-D ids ending in EOS); None for a model without attention.
+
+    One compiled pass per pair of lengths rounded up to ``PADDED_TO`` (an eager pass re-traces
+    RNNsearch's scan every call, a second or more): padded source positions are masked out of
+    the attention, and padded target positions come after every real one, which causal decoding
+    never looks at, so the cut-out weights are those of the unpadded pass.
+    """
+    weights = _cross_attention_of_pass(
+        graphdef, params, _padded(source), shift_right(_padded(target))
+    )
+    if weights is None:
+        return None
+    return np.asarray(weights[0, :, :, : len(target), : len(source)])

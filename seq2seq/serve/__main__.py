@@ -1,0 +1,89 @@
+"""Serve trained models over HTTP, with a page that shows their attention.
+
+    python -m seq2seq.serve --workdir runs/quickstart/quickstart_transformer \
+        --workdir runs/quickstart/quickstart_rnnsearch [--checkpoint latest|best|STEP|average:K]
+        [--ensemble] [--host 127.0.0.1] [--port 8000]
+
+Then open http://127.0.0.1:8000/ (the page), http://127.0.0.1:8000/docs (the API). ``make serve``
+serves the quickstart's two runs. The server listens on the loopback address only unless
+``--host`` says otherwise.
+"""
+
+if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
+    from seq2seq import cli
+
+    cli.start()
+
+from types import SimpleNamespace
+
+from absl import flags
+
+from seq2seq import cli
+from seq2seq.checkpoints.rule import rules_help
+
+
+def _define_flags() -> SimpleNamespace:
+    """The command's flags, defined when it runs (importing a module defines none)."""
+    return SimpleNamespace(
+        workdir=flags.DEFINE_multi_string(
+            "workdir", None, "A training run to serve; repeat it to serve several side by side."
+        ),
+        checkpoint=flags.DEFINE_string("checkpoint", "latest", rules_help()),
+        ensemble=flags.DEFINE_bool(
+            "ensemble", False,
+            "Also serve the runs as one ensemble (they must share a target vocabulary).",
+        ),
+        beam_size=flags.DEFINE_integer("beam_size", None, "Beam width (default: each run's)."),
+        alpha=flags.DEFINE_float("alpha", None, "Length-penalty exponent (default: each run's)."),
+        host=flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: all)."),
+        port=flags.DEFINE_integer("port", 8000, "Port to listen on."),
+        max_batch=flags.DEFINE_integer("max_batch", 64, "Sentences searched together, at most."),
+        wait_ms=flags.DEFINE_float(
+            "wait_ms", 5.0, "How long a batch waits for more requests after its first (ms)."
+        ),
+        max_sentences=flags.DEFINE_integer("max_sentences", 32, "Sentences a request, at most."),
+        max_body_kb=flags.DEFINE_integer("max_body_kb", 64, "A request body's limit, in KiB."),
+    )  # fmt: skip
+
+
+def serve(f: SimpleNamespace) -> None:
+    """Loads the runs, then serves them until interrupted."""
+    import uvicorn
+
+    from seq2seq.serve.app import Limits, create_app
+    from seq2seq.serve.models import load_models
+
+    if not f.workdir.value:
+        raise ValueError(
+            "pass --workdir RUN (repeat it for several runs), e.g. after make quickstart"
+        )
+    for flag in (f.max_batch, f.max_sentences, f.max_body_kb):
+        if flag.value < 1:
+            raise ValueError(f"--{flag.name} {flag.value} must be at least 1")
+    if f.max_sentences.value > f.max_batch.value:
+        raise ValueError(
+            f"--max_sentences {f.max_sentences.value} must not exceed --max_batch "
+            f"{f.max_batch.value}: a request is searched in one batch"
+        )
+    models = load_models(
+        f.workdir.value, f.checkpoint.value, ensemble=f.ensemble.value,
+        beam_size=f.beam_size.value, alpha=f.alpha.value,
+    )  # fmt: skip
+    limits = Limits(
+        max_sentences=f.max_sentences.value, max_body_bytes=f.max_body_kb.value * 1024,
+        max_batch=f.max_batch.value, wait_seconds=f.wait_ms.value / 1000,
+    )  # fmt: skip
+    print(f"serving {', '.join(models)} at http://{f.host.value}:{f.port.value}/", flush=True)
+    uvicorn.run(
+        create_app(models, limits), host=f.host.value, port=f.port.value, log_level="warning"
+    )
+
+
+if __name__ == "__main__":
+    holders = _define_flags()
+
+    def main(argv: list[str]) -> None:
+        del argv
+        serve(holders)
+
+    cli.run(main)

@@ -1,0 +1,307 @@
+"""The HTTP API and the attention page: ``POST /translate``, ``GET /models``, ``GET /``.
+
+Every refusal is a 4xx whose JSON body is ``{"error": "one line naming the problem and the
+fix"}``, and the server goes on serving after it. What is refused:
+
+* a body over ``Limits.max_body_bytes`` (413), a body that is not UTF-8 or not JSON (400);
+* a field of the wrong type, an unknown field, no sentences (422);
+* an empty or whitespace-only sentence, more than ``Limits.max_sentences`` sentences, an unknown
+  model name, an n-best list longer than the beam (422);
+* a sentence longer than a model reads (``decode.max_input_length`` tokens, EOS included): 422.
+  ``eval.py`` cuts such inputs and flags them, but a cut translation shown beside its attention
+  would look like the model's answer to the whole sentence, so the server refuses it instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from seq2seq.serve.batching import Batcher, Job
+from seq2seq.serve.models import ServedModel
+
+STATIC = Path(__file__).parent / "static"
+EXAMPLE_BODY = '{"sentences": ["a sentence to translate"]}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_sentences: int = 32  # sentences in one request
+    max_body_bytes: int = 64 * 1024  # a request's body
+    max_batch: int = 64  # sentences searched together (rows of one beam search)
+    wait_seconds: float = 0.005  # how long a batch waits for more requests after its first
+
+
+class TranslateRequest(BaseModel):
+    """What to translate, with which models, and what to return besides the translations."""
+
+    model_config = ConfigDict(extra="forbid")
+    sentences: list[StrictStr] = Field(
+        description="Source sentences, one string each.", examples=[["a sentence to translate"]]
+    )
+    models: list[StrictStr] | None = Field(
+        None, description="Names from GET /models; all of them when left out."
+    )
+    nbest: StrictInt | None = Field(
+        None, description="Also return the K best outputs of the beam (1 <= K <= beam size)."
+    )
+    attention: StrictBool = Field(
+        False, description="Also return the cross-attention weights with the subword tokens."
+    )
+
+
+class RequestError(Exception):
+    """A request the server refuses: its status and one line for the client."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _validation_message(error: RequestValidationError) -> tuple[int, str]:
+    """One line for pydantic's first complaint about a body; 400 when it is not JSON at all."""
+    first = error.errors()[0]
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        where = first.get("ctx", {}).get("error", "")
+        return 400, f"the body is not valid JSON ({where}); send an object like {EXAMPLE_BODY}"
+    location = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    if kind == "missing" and not location:
+        return 400, f"the body is empty; send a JSON object like {EXAMPLE_BODY}"
+    if not location and kind in ("model_attributes_type", "dict_type"):
+        return 422, (
+            f"the body is not a JSON object (sent as Content-Type: application/json?); send an "
+            f"object like {EXAMPLE_BODY}"
+        )
+    if kind == "extra_forbidden":
+        return 422, (
+            f"unknown field {location!r}; the fields are sentences, models, nbest and attention"
+        )
+    if kind == "missing":
+        return 422, f"{location} is missing; send a JSON object like {EXAMPLE_BODY}"
+    return 422, f"{location or 'the body'}: {first.get('msg', 'invalid')}; see GET /docs"
+
+
+class BodyGuard:
+    """ASGI middleware: a request body over ``limit`` bytes is refused (413) before anything
+    reads it, and one that is not UTF-8 (400): JSON is UTF-8 (RFC 8259), and a decoding error
+    deep inside the framework would be a 500, not a line naming the offending byte."""
+
+    def __init__(self, app, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"").decode("latin-1")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, send, 413, self._too_large(int(declared)))
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await self._refuse(scope, send, 413, self._too_large(len(body)))
+                return
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            message = (
+                f"the body is not UTF-8 (byte 0x{body[error.start]:02x} at offset "
+                f"{error.start}); send UTF-8 JSON"
+            )
+            await self._refuse(scope, send, 400, message)
+            return
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _too_large(self, size: int) -> str:
+        return (
+            f"the body has {size} bytes, over the limit of {self.limit}; send fewer or shorter "
+            "sentences per request"
+        )
+
+    @staticmethod
+    async def _refuse(scope, send, status: int, message: str) -> None:
+        await error_response(status, message)(scope, None, send)
+
+
+def _check(request: TranslateRequest, models: dict[str, ServedModel], limits: Limits) -> list[str]:
+    """The names of the models to run; raises RequestError for anything they cannot do."""
+    if not request.sentences:
+        raise RequestError(422, f"sentences is empty; send at least one, e.g. {EXAMPLE_BODY}")
+    if len(request.sentences) > limits.max_sentences:
+        raise RequestError(
+            422,
+            f"{len(request.sentences)} sentences in one request, over the limit of "
+            f"{limits.max_sentences}; send the rest in further requests",
+        )
+    for index, sentence in enumerate(request.sentences):
+        if not sentence.strip():
+            raise RequestError(
+                422, f"sentence {index} is empty or whitespace; send text to translate"
+            )
+    names = list(models) if request.models is None else request.models
+    if not names:
+        raise RequestError(422, f"models is empty; leave it out for all of {', '.join(models)}")
+    for name in names:
+        if name not in models:
+            raise RequestError(
+                422, f"unknown model {name!r}; the models loaded are {', '.join(models)}"
+            )
+    for name in names:
+        model = models[name]
+        if request.nbest is not None and not 1 <= request.nbest <= model.beam_size:
+            raise RequestError(
+                422, f"nbest {request.nbest} must be between 1 and {name}'s beam size "
+                f"{model.beam_size}",
+            )  # fmt: skip
+        for index, length in enumerate(model.source_lengths(request.sentences)):
+            if length > model.max_input_length:
+                raise RequestError(
+                    422,
+                    f"sentence {index} is {length} tokens long for {name}, which reads at most "
+                    f"{model.max_input_length}; split it into shorter sentences",
+                )
+    return names
+
+
+def _result_of(model: ServedModel, sentences: Sequence[str], found, nbest, attention) -> list:
+    """Each sentence's translation, score, n-best list and attention, as JSON."""
+    translations = []
+    for sentence, entries in zip(sentences, found, strict=True):
+        score, text = entries[0] if entries else (None, "")
+        entry: dict[str, object] = {"text": text, "score": score}
+        if nbest is not None:
+            entry["nbest"] = [{"text": t, "score": s} for s, t in entries[:nbest]]
+        if attention:
+            entry["attention"] = model.attention(sentence, text) if text else None
+        translations.append(entry)
+    return translations
+
+
+def translate_batch(
+    models: dict[str, ServedModel], jobs: Sequence[Job], max_batch: int
+) -> list[dict[str, object]]:
+    """One search per model over every job's sentences, split back per job in its order.
+
+    Each job's ``options`` is ``(model names, nbest, attention)``. Attention is a teacher-forced
+    pass per sentence, run only for the jobs that ask for it.
+    """
+    results: list[dict[str, object]] = [{"results": []} for _ in jobs]
+    for name, model in models.items():
+        wanted = [i for i, job in enumerate(jobs) if name in job.options[0]]
+        if not wanted:
+            continue
+        sentences = [s for i in wanted for s in jobs[i].sentences]
+        start = time.perf_counter()
+        found = model.translate(sentences, max_batch).nbest
+        search_seconds = time.perf_counter() - start
+        offset = 0
+        for i in wanted:
+            job = jobs[i]
+            _, nbest, attention = job.options
+            mine = found[offset : offset + len(job.sentences)]
+            offset += len(job.sentences)
+            start = time.perf_counter()
+            translations = _result_of(model, job.sentences, mine, nbest, attention)
+            results[i]["results"].append({
+                "model": name,
+                "translations": translations,
+                "search_seconds": search_seconds,
+                "batch_sentences": len(sentences),
+                "attention_seconds": time.perf_counter() - start if attention else 0.0,
+            })  # fmt: skip
+    return results
+
+
+def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> FastAPI:
+    """The server of ``models`` (by name, in the order the page shows them)."""
+    batcher = Batcher(
+        lambda jobs: translate_batch(models, jobs, limits.max_batch),
+        max_sentences=limits.max_batch,
+        wait_seconds=limits.wait_seconds,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(
+        title="seq2seq translation server",
+        description="RNNsearch and the Transformer side by side, with their attention.",
+        lifespan=lifespan,
+    )
+    app.state.batcher = batcher
+    app.add_middleware(BodyGuard, limit=limits.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def refuse_invalid(request: Request, error: RequestValidationError):
+        return error_response(*_validation_message(error))
+
+    @app.exception_handler(RequestError)
+    async def refuse(request: Request, error: RequestError):
+        return error_response(error.status, error.message)
+
+    @app.exception_handler(Exception)
+    async def report(request: Request, error: Exception):
+        """A fault of the server's own (a bug): one line for the client, the next request is
+        served as usual (the batcher hands the error to the requests of its batch alone)."""
+        return error_response(500, f"internal error ({type(error).__name__}: {error})")
+
+    @app.get("/models")
+    async def list_models() -> dict[str, object]:
+        """Each loaded model: family, size, parameters, checkpoint rule, test BLEU, examples."""
+        return {
+            "models": [model.card for model in models.values()],
+            "limits": dataclasses.asdict(limits),
+        }
+
+    @app.post("/translate")
+    async def translate(request: TranslateRequest) -> dict[str, object]:
+        """Translations by each model (``models``: all when left out), with scores; the n-best
+        lists and the cross-attention weights when asked for."""
+        names = _check(request, models, limits)
+        start = time.perf_counter()
+        options = (names, request.nbest, request.attention)
+        result = await batcher.submit(list(request.sentences), options)
+        return {"sentences": request.sentences, **result, "seconds": time.perf_counter() - start}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

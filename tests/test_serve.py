@@ -1,0 +1,297 @@
+"""The translation server (``python -m seq2seq.serve``): its API against eval.py, its refusals,
+concurrent requests batched, and the attention page in a real browser."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from seq2seq.data import synthetic
+from seq2seq.evaluation.translator import Translator
+from seq2seq.models.base import shift_right
+from seq2seq.serve.app import Limits, create_app
+from seq2seq.serve.models import load_models
+from seq2seq.training.trainer import train
+from tests.conftest import REPO, subprocess_env, tiny_config
+
+LIMITS = Limits(max_sentences=6, max_body_bytes=4096, max_batch=16, wait_seconds=0.2)
+FAMILIES = ("transformer", "rnnsearch")
+SENTENCES = [source for source, _ in synthetic.load_split("test", 6)]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+BROWSER_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, str]:
+    """A tiny Transformer and a tiny RNNsearch, trained long enough to write a few words."""
+    paths = {}
+    for family in FAMILIES:
+        config = tiny_config(family)
+        config.train.steps = 120
+        config.train.schedule = "constant"
+        config.train.learning_rate = {"transformer": 3e-3, "rnnsearch": 1e-2}[family]
+        config.checkpoint.every_steps = 120
+        path = tmp_path_factory.mktemp(family)
+        train(config, path)
+        paths[family] = str(path)
+    return paths
+
+
+@contextlib.contextmanager
+def serving(app):
+    """``app`` served by uvicorn on a free loopback port, in a thread of this process; yields
+    its URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(runs):
+    """The server of both runs, its app, and each family's model name."""
+    models = load_models([runs[family] for family in FAMILIES])
+    app = create_app(models, LIMITS)
+    with serving(app) as url:
+        yield url, app, dict(zip(FAMILIES, models, strict=True))
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server[0], timeout=120) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def eval_py_translations(runs, tmp_path_factory) -> dict[str, list[str]]:
+    """What ``eval.py --input FILE`` writes for SENTENCES, per family (its own process)."""
+    folder = tmp_path_factory.mktemp("eval_py")
+    source = folder / "source.txt"
+    source.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    found = {}
+    for family in FAMILIES:
+        output = folder / f"{family}.txt"
+        command = [sys.executable, "eval.py", "--workdir", runs[family], "--input", str(source),
+                   "--output", str(output)]  # fmt: skip
+        result = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=300
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        found[family] = output.read_text(encoding="utf-8").split("\n")[:-1]
+    return found
+
+
+def _translate(client, **body) -> dict:
+    response = client.post("/translate", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_translations_equal_eval_py_for_the_same_checkpoint(server, client, eval_py_translations):
+    names = server[2]
+    answer = _translate(client, sentences=SENTENCES, nbest=2)
+    assert [result["model"] for result in answer["results"]] == list(names.values())
+    for family, name in names.items():
+        (result,) = [r for r in answer["results"] if r["model"] == name]
+        texts = [t["text"] for t in result["translations"]]
+        assert texts == eval_py_translations[family]
+        assert any(texts), "the tiny models wrote nothing: the comparison would be empty"
+        for translation in result["translations"]:
+            best, second = translation["nbest"]
+            assert (best["text"], best["score"]) == (translation["text"], translation["score"])
+            assert best["score"] >= second["score"]
+
+
+def test_attention_rows_sum_to_one_over_the_source_and_target_tokens(server, client):
+    names = server[2]
+    answer = _translate(client, sentences=SENTENCES[:2], attention=True)
+    expected_heads = {"transformer": (2, 4), "rnnsearch": (1, 1)}  # tiny_config's sizes
+    for family, name in names.items():
+        (result,) = [r for r in answer["results"] if r["model"] == name]
+        for sentence, translation in zip(SENTENCES[:2], result["translations"], strict=True):
+            attention = translation["attention"]
+            # the word tokenizer: a piece per word (marked as a word's start), EOS last
+            assert [
+                p.removeprefix("▁") for p in attention["source_tokens"][:-1]
+            ] == sentence.split()
+            target_words = translation["text"].split()
+            assert [p.removeprefix("▁") for p in attention["target_tokens"][:-1]] == target_words
+            weights = np.array(attention["weights"])
+            layers, heads = expected_heads[family]
+            shape = (layers, heads, len(attention["target_tokens"]), len(sentence.split()) + 1)
+            assert weights.shape == shape
+            assert (attention["layers"], attention["heads"]) == (layers, heads)
+            np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-3)
+            assert weights.min() >= 0
+
+
+def test_attention_is_the_unpadded_teacher_forced_pass_over_the_translation(server, client, runs):
+    names = server[2]
+    sentence = SENTENCES[3]
+    answer = _translate(client, sentences=[sentence], attention=True)
+    for family, name in names.items():
+        (result,) = [r for r in answer["results"] if r["model"] == name]
+        translation = result["translations"][0]
+        translator = Translator.restore(runs[family])
+        tokenizer = translator.tokenizer
+        source = tokenizer.encode_source([sentence])[0]
+        target = tokenizer.encode_target([translation["text"]])[0]
+        # eager, one sentence, no padding: the pass the notebooks plotted before it was compiled
+        _, aux = translator.model(source[None], shift_right(target[None]), return_attention=True)
+        expected = np.asarray(aux["cross_attention"][0])
+        np.testing.assert_allclose(translation["attention"]["weights"], expected, atol=2e-5)
+
+
+def test_models_are_described(server, client):
+    cards = client.get("/models").json()["models"]
+    assert [card["family"] for card in cards] == list(FAMILIES)
+    for card in cards:
+        assert card["checkpoint"] == "step 120"  # --checkpoint latest: the last one saved
+        assert card["parameters"] > 1000
+        assert card["test_bleu"] is None  # these runs were never evaluated on the test split
+    assert cards[0]["attention"] == "heads" and cards[1]["attention"] == "alignment"
+
+
+LONG = " ".join(["the"] * 300)
+BAD_INPUTS = [
+    ("empty sentence", b'{"sentences": [""]}', 422, "sentence 0 is empty or whitespace"),
+    ("whitespace", b'{"sentences": ["a", " \\t "]}', 422, "sentence 1 is empty or whitespace"),
+    ("too long", json.dumps({"sentences": [LONG]}).encode(), 422, "reads at most 256"),
+    ("too many", json.dumps({"sentences": ["a"] * 7}).encode(), 422, "over the limit of 6"),
+    ("no sentences", b'{"sentences": []}', 422, "sentences is empty"),
+    ("malformed JSON", b'{"sentences": ["a"', 400, "not valid JSON"),
+    ("empty body", b"", 400, "the body is empty"),
+    ("a string, not a list", b'{"sentences": "a b"}', 422, "sentences: Input should be"),
+    ("a number, not a string", b'{"sentences": [3]}', 422, "sentences.0: Input should be"),
+    ("a string, not a bool", b'{"sentences": ["a"], "attention": "yes"}', 422, "attention"),
+    ("a list, not an object", b'["a"]', 422, "the body is not a JSON object"),
+    ("unknown field", b'{"sentences": ["a"], "beam": 4}', 422, "unknown field 'beam'"),
+    ("non-UTF-8", b'{"sentences": ["\xff\xfe"]}', 400, "not UTF-8 (byte 0xff at offset 16)"),
+    ("unknown model", b'{"sentences": ["a"], "models": ["gpt"]}', 422, "unknown model 'gpt'"),
+    ("n-best over the beam", b'{"sentences": ["a"], "nbest": 99}', 422, "nbest 99 must be"),
+    ("body over the limit", b'{"sentences": ["' + b"a " * 3000 + b'"]}', 413, "over the limit"),
+]
+
+
+@pytest.mark.parametrize(
+    "body, status, message", [case[1:] for case in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS]
+)
+def test_bad_input_is_a_one_line_4xx_and_the_server_goes_on(client, body, status, message):
+    response = client.post("/translate", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert message in error and "\n" not in error, error
+    answer = _translate(client, sentences=[SENTENCES[0]])
+    assert all(result["translations"][0]["text"] for result in answer["results"])
+
+
+def test_concurrent_requests_are_searched_together_and_each_gets_its_own(server, client):
+    url, app, _ = server
+    alone = {
+        s: [r["translations"][0]["text"] for r in _translate(client, sentences=[s])["results"]]
+        for s in SENTENCES
+    }
+    requests = [SENTENCES[i : i + 1 + i % 3] for i in range(len(SENTENCES))]  # 1 to 3 each
+
+    async def all_at_once():
+        async with httpx.AsyncClient(base_url=url, timeout=120) as each:
+            posts = [each.post("/translate", json={"sentences": r}) for r in requests]
+            return await asyncio.gather(*posts)
+
+    batches_before = app.state.batcher.batches
+    responses = asyncio.run(all_at_once())
+    assert app.state.batcher.batches - batches_before < len(requests)  # some were grouped
+    for sentences, response in zip(requests, responses, strict=True):
+        answer = response.json()
+        assert answer["sentences"] == sentences
+        for m, result in enumerate(answer["results"]):
+            got = [t["text"] for t in result["translations"]]
+            assert got == [alone[s][m] for s in sentences]
+
+
+def _browser():
+    """Headless Chromium through Playwright, or a skip naming what is missing."""
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (.ci/run does)")
+    return playwright_api.sync_playwright()
+
+
+def test_the_page_translates_and_shows_the_hovered_tokens_attention(server, client):
+    url, _, names = server
+    sentence = SENTENCES[1]
+    answer = _translate(client, sentences=[sentence], attention=True)
+    with _browser() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(url + "/")
+            page.wait_for_selector("body[data-ready=true]", timeout=10_000)
+            page.fill("#source", sentence)
+            page.press("#source", "Enter")
+            for result in answer["results"]:
+                panel = f'.model-panel[data-model="{result["model"]}"]'
+                page.wait_for_selector(f"{panel} .source-cell", timeout=30_000)
+                translation = result["translations"][0]
+                shown = page.inner_text(f"{panel} .translation-text")
+                assert shown == translation["text"]
+                weights = np.array(translation["attention"]["weights"])  # [L, H, T, S]
+                rows = weights[-1].mean(axis=0)  # the page's first view: last layer, mean of heads
+                # the row that differs most from the first, so that hovering it must change cells
+                t = int(np.abs(rows - rows[0]).sum(-1).argmax())
+                assert t > 0, "every row is the same: the hover could not show a change"
+                seen = []
+                for row in (0, t):
+                    page.hover(f'{panel} .target-token[data-index="{row}"]')
+                    cells = page.eval_on_selector_all(
+                        f"{panel} .source-cell", "cells => cells.map(c => c.dataset.weight)"
+                    )
+                    seen.append([float(c) for c in cells])
+                    np.testing.assert_allclose(seen[-1], rows[row], atol=2e-4)
+                assert seen[0] != seen[1]
+                assert names  # both families were on the page
+        finally:
+            browser.close()
+
+
+def test_an_ensemble_is_one_more_model_translating_as_eval_py_ensembles(runs):
+    models = load_models([runs[family] for family in FAMILIES], ensemble=True)
+    assert list(models)[-1] == "ensemble"
+    # eval.py --workdir A --workdir B builds this translator (tests/test_translation_options.py
+    # runs that command); here it is built in-process, on the same checkpoints
+    reference = Translator.restore(runs["transformer"], ensemble_with=[runs["rnnsearch"]])
+    expected = reference.translate(SENTENCES[:3]).hypotheses
+    with (
+        serving(create_app(models, LIMITS)) as url,
+        httpx.Client(base_url=url, timeout=120) as client,
+    ):
+        answer = _translate(client, sentences=SENTENCES[:3], models=["ensemble"], attention=True)
+        card = client.get("/models").json()["models"][-1]
+    (result,) = answer["results"]
+    assert [t["text"] for t in result["translations"]] == expected
+    assert all(t["attention"] is None for t in result["translations"])  # members attend, not it
+    assert card["family"] == "ensemble" and card["attention"] == "none"
+    assert card["parameters"] == sum(models[n].card["parameters"] for n in list(models)[:2])
