@@ -11,7 +11,7 @@ UV     := uv==0.13.9
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
 .PHONY: quickstart serve test test-fast bench device-wheels device-site device-bench \
-	device-data device-frontier lint format clean lock lock-upgrade
+	device-bounds device-data device-frontier lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -90,6 +90,15 @@ device-site:
 device-bench: device-site
 	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.device --out $(DEVICE_OUT) \
 		--minutes $(DEVICE_MINUTES) --parts=$(DEVICE_PARTS)
+
+# Issue 55's items 4 and 5 alone (docs/benchmarks.md, "The host and the recurrence on an
+# accelerator"): train.py's loop for Transformer-base against its step alone, then RNNsearch-50's
+# step against a loop's launch floor by batch, length and scan unroll; about 7 minutes, all in
+# $(DEVICE_OUT). Needs data/multi30k (`make device-data`) beside .whl/.
+BOUNDS_MINUTES ?= 7.5
+device-bounds: device-site
+	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.device --out $(DEVICE_OUT) \
+		--minutes $(BOUNDS_MINUTES) --parts=real_loop_base,rnnsearch_bound
 
 # The Multi30k frontier's chosen sizes trained end to end on an accelerator, 2 seeds each, all
 # at once (seq2seq/bench/device_frontier.py; docs/benchmarks.md, "The frontier on an

@@ -291,6 +291,7 @@ NOT_IDENTITY = frozenset(
         "train.steps",
         "train.time_budget_minutes",
         "train.loss_chunk_tokens",
+        "model.rnnsearch.scan_unroll",
         "train.log_every_steps",
         "train.early_stopping_patience",
         "train.early_stopping_min_delta",

@@ -108,3 +108,33 @@ def test_an_unknown_part_is_one_error_line():
 def test_every_training_part_leaves_out_the_linen_yardstick(name, tmp_path):
     part = next(part for part in device.parts(tmp_path) if part.name == name)
     assert "--noyardstick" in part.args and "--persistent_cache" in part.args
+
+
+def test_issue_55_parts_stay_within_a_loan_and_keep_their_files_in_the_output(tmp_path):
+    by_name = {part.name: part for part in device.parts(tmp_path / "c", keep=tmp_path / "out")}
+    loop, bound = by_name["real_loop_base"], by_name["rnnsearch_bound"]
+    assert loop.args[0] == "seq2seq.bench.real_loop" and f"--config={device.BASE}" in loop.args
+    assert f"--out={tmp_path / 'out'}" in loop.args  # real_loop.json and .md come back
+    assert not any(arg.startswith(f"--workdir={tmp_path / 'out'}") for arg in loop.args)
+    assert f"--out={tmp_path / 'out' / 'rnnsearch_bound.json'}" in bound.args
+    assert f"--config={device.RNNSEARCH}" in bound.args
+    # Both, one after the other, fit the prepared command's 7.5 minutes with its budget flag.
+    assert loop.limit_s + bound.limit_s <= 8 * 60
+    names = [part.name for part in device.parts(tmp_path)]
+    assert names.index("real_loop_base") < names.index("rnnsearch_bound")
+
+
+def test_a_part_with_shapes_gets_a_row_per_shape():
+    results = {
+        "environment": {"gpu": None, "packages": {}},
+        "rnnsearch_bound": {
+            "status": "ok",
+            "shapes": [
+                {"batch": 80, "length": 51, "unroll": 1, "step_ms": 24.31},
+                {"batch": 80, "length": 51, "unroll": 4, "step_ms": 19.0},
+            ],
+        },
+    }
+    text = device.markdown(results)
+    assert "| batch | length | unroll | step_ms |" in text
+    assert "| 80 | 51 | 4 | 19 |" in text and "| 80 | 51 | 1 | 24.3 |" in text

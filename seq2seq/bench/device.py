@@ -16,7 +16,12 @@ timeout leaves the other parts' figures, in the order of what matters most:
    XLA's command buffers off, so each kernel's event names its operation;
 7. variants beside parts 1-2: XLA's own (Triton) matrix products instead of cuBLAS's for
    Transformer-big's step and the search, Transformer-big's layers in a scan, and its loss in
-   chunks of 1,024 tokens (the CPU's default) instead of the whole batch at once.
+   chunks of 1,024 tokens (the CPU's default) instead of the whole batch at once;
+8. issue 55's measurements (``make device-bounds`` runs these two alone): ``train.py``'s loop
+   for Transformer-base on a WMT-like corpus against the jitted step alone on the same batches
+   (``seq2seq.bench.real_loop``; needs ``data/multi30k``), and what bounds RNNsearch-50's
+   step: batch, length and scan unroll against a loop's launch floor
+   (``seq2seq.bench.rnnsearch_bound``).
 
 This process never loads JAX: it would take the accelerator's memory from its parts. A part
 starts only while enough of ``--minutes`` is left and gets no more than what is left.
@@ -52,6 +57,8 @@ BASE = "configs/wmt14_ende_transformer_base.py"
 RNNSEARCH = "configs/wmt14_enfr_rnnsearch50.py"
 PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "optax")
 MIN_PART_SECONDS = 45  # a part is not started with less than this left
+BOUND_BUDGET_S = 90  # seconds in which rnnsearch_bound starts shapes (about 6 of its 11 on an H100)
+REAL_LOOP_MINUTES = 2.0  # training minutes of real_loop_base (issue 55: two minutes)
 
 # Issue 41's targets on one H100: (part, figure, bound, "min" or "max").
 TARGETS = (
@@ -131,6 +138,35 @@ def parts(
             "train_big_scan", "train", BIG, *big, "--config.model.transformer.scan_layers=True"
         ),
         variant("train_big_chunk1024", "train", BIG, *big, "--config.train.loss_chunk_tokens=1024"),
+        # Issue 55: train.py's loop against the step alone for Transformer-base
+        # (seq2seq.bench.real_loop, 2 minutes of training), then what bounds RNNsearch-50's
+        # step (seq2seq.bench.rnnsearch_bound: batch, length and scan unroll against a loop's
+        # launch floor; its JSON is written after every shape, should the part be stopped).
+        Part(
+            "real_loop_base",
+            (
+                "seq2seq.bench.real_loop",
+                f"--config={BASE}",
+                "--json",
+                f"--out={keep}",
+                f"--workdir={cache / 'real_loop'}",
+                f"--minutes={REAL_LOOP_MINUTES}",
+            ),
+            60 * REAL_LOOP_MINUTES + 200,  # tokenizer, 4-5 bucket compiles, validation, replay
+            (("JAX_COMPILATION_CACHE_DIR", str(cache / "real_loop_cache")),),
+        ),  # fmt: skip
+        Part(
+            "rnnsearch_bound",
+            (
+                "seq2seq.bench.rnnsearch_bound",
+                f"--config={RNNSEARCH}",
+                "--json",
+                f"--budget_s={BOUND_BUDGET_S}",
+                f"--out={keep / 'rnnsearch_bound.json'}",
+            ),
+            BOUND_BUDGET_S + 70,  # the last shape's compile may start just before the budget
+            (("JAX_COMPILATION_CACHE_DIR", str(cache / "rnnsearch_bound")),),
+        ),  # fmt: skip
     ]
 
 
@@ -219,8 +255,27 @@ def target_rows(results: dict) -> list[tuple[str, str, str, str]]:
 _SHOWN = (
     "status", "device_kind", "dtype", "batch", "params", "step_ms", "tokens_per_s",
     "achieved_gflops", "peak_gflops", "mfu", "compile_s", "peak_memory_mb", "sentences_per_s",
-    "batch_s", "passed", "failed", "skipped", "seconds",
+    "batch_s", "passed", "failed", "skipped", "seconds", "loop_steady_tokens_per_s",
+    "loop_wall_tokens_per_s", "replay_tokens_per_s", "synthetic_tokens_per_s",
+    "loop_over_replay", "loop_over_synthetic",
 )  # fmt: skip
+
+
+def shapes_table(shapes: list[dict]) -> list[str]:
+    """A part's per-shape figures (``rnnsearch_bound``), one row each, numbers to 3 figures."""
+    if not shapes:
+        return []
+    keys = list(shapes[0])
+
+    def cell(value) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    return [
+        "",
+        "| " + " | ".join(keys) + " |",
+        "|" + "---:|" * len(keys),
+        *("| " + " | ".join(cell(shape.get(key)) for key in keys) + " |" for shape in shapes),
+    ]
 
 
 def markdown(results: dict) -> str:
@@ -245,6 +300,7 @@ def markdown(results: dict) -> str:
                 f"| unmapped: {event['name'][:60]} (ms) | {event['ms']:.2f} |"
                 for event in figures.get("unmapped", [])[:8]
             ]
+        lines += shapes_table(figures.get("shapes", []))
         for key in ("reason", "stderr_tail"):
             if key in figures:
                 lines += ["", "```", figures[key][-1500:], "```"]

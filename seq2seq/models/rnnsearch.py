@@ -18,7 +18,8 @@ the same three places as ``c_i`` above (GRU input, deep output) and for the init
 the encoder stays the bidirectional one of RNNsearch, so the two models differ in attention
 alone (Cho et al. and the paper's RNNencdec read the source in one direction).
 
-The recurrences run under ``jax.lax.scan``, so they compile once whatever the sentence length.
+The recurrences run under ``jax.lax.scan``, so they compile once whatever the sentence length
+(``scan_unroll`` steps per iteration of its loop: the same equations in fewer iterations).
 Everything that does not depend on the previous state (input projections, the deep output and
 the vocabulary projection) is computed for all positions at once, outside the scan.
 
@@ -72,6 +73,9 @@ class RNNSearchConfig:
     init: Literal["paper", "modern"] = "paper"
     dropout_rate: float = 0.0  # on embeddings and the maxout output t_i (the paper: none)
     share_embeddings: bool = False  # one embedding table for both languages (needs shared vocab)
+    # Recurrence steps per iteration of each jax.lax.scan's loop (its ``unroll``): the same
+    # equations, fewer loop iterations (an accelerator launches each iteration's kernels).
+    scan_unroll: int = 1
     dtype: str = "float32"  # compute dtype (train.dtype); parameters stay float32
 
     def __post_init__(self):
@@ -205,7 +209,9 @@ class GRU(nnx.Module):
         *,
         initializers: Initializers,
         rngs: nnx.Rngs,
+        scan_unroll: int = 1,
     ):
+        self.scan_unroll = scan_unroll  # recurrence steps per loop iteration (jax.lax.scan)
         self.input_projection = Linear(
             input_size,
             3 * hidden_size,
@@ -262,7 +268,9 @@ class GRU(nnx.Module):
 
         initial = jnp.zeros((batch, hidden_size), projected_inputs.dtype)
         time_major = (jnp.swapaxes(projected_inputs, 0, 1), jnp.swapaxes(valid, 0, 1))
-        _, states = jax.lax.scan(body, initial, time_major, reverse=reverse)
+        _, states = jax.lax.scan(
+            body, initial, time_major, reverse=reverse, unroll=self.scan_unroll
+        )
         return jnp.swapaxes(states, 0, 1)
 
 
@@ -304,8 +312,9 @@ class RNNSearch(EncoderDecoder):
             if config.share_embeddings
             else embedding(config.source_vocab_size)
         )
-        self.forward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs)
-        self.backward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs)
+        unroll = config.scan_unroll
+        self.forward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs, scan_unroll=unroll)
+        self.backward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs, scan_unroll=unroll)
         if config.attention == "none":
             self.summary = linear(2 * n, 2 * n, states, use_bias=False)  # V: h_N -> c
             self.initial_state = linear(2 * n, n_dec, states)  # V': c -> s_0
@@ -323,7 +332,9 @@ class RNNSearch(EncoderDecoder):
                 dtype=dtype,
                 rngs=rngs,
             )
-        self.decoder = GRU(m, n_dec, dtype, initializers=init, rngs=rngs)  # input: E y_{i-1}
+        self.decoder = GRU(
+            m, n_dec, dtype, initializers=init, rngs=rngs, scan_unroll=unroll
+        )  # input: E y_{i-1}
         self.context_to_gates = linear(  # C, C_z, C_r
             2 * n, 3 * n_dec, ("hidden", "gates"), use_bias=False
         )
@@ -463,7 +474,7 @@ class RNNSearch(EncoderDecoder):
             return new_state, (previous_state, context, weights)
 
         final_state, (previous_states, contexts, weights) = jax.lax.scan(
-            body, state, jnp.swapaxes(projected, 0, 1)
+            body, state, jnp.swapaxes(projected, 0, 1), unroll=self.config.scan_unroll
         )  # time-major: [T, B, ...]
         contexts = jnp.swapaxes(contexts, 0, 1)
         return (
@@ -487,7 +498,9 @@ class RNNSearch(EncoderDecoder):
         def body(previous_state, gates_input):
             return self.decoder.step(previous_state, gates_input), previous_state
 
-        final_state, previous_states = jax.lax.scan(body, state, jnp.swapaxes(gates_inputs, 0, 1))
+        final_state, previous_states = jax.lax.scan(
+            body, state, jnp.swapaxes(gates_inputs, 0, 1), unroll=self.config.scan_unroll
+        )
         return final_state, jnp.swapaxes(previous_states, 0, 1), self.c_o(context)[:, None]
 
     def _deep_output(self, previous_states, embedded, output_contexts, dropout) -> Array:

@@ -1,0 +1,295 @@
+"""What bounds RNNsearch's training step on an accelerator (issue 55, item 5)::
+
+    python -m seq2seq.bench.rnnsearch_bound --config=configs/wmt14_enfr_rnnsearch50.py \\
+        [--shapes=80x51x1,80x51x4,...] [--budget_s=170] [--out=FILE] [--json]
+
+For each shape ``BxLxU`` (B sentences, L tokens on both sides, every position real; the
+recurrences' ``scan_unroll`` U) the trainer's step (``measure.compile_train_step``) is
+compiled and timed, and beside it two floors, jitted loops of the same number of iterations
+and the same unroll:
+
+* ``floor_empty``: each iteration one element-wise update of a [B, n_dec] state: what a loop
+  iteration costs on the device with next to nothing in it (the launch floor);
+* ``floor_product``: each iteration the decoder GRU's recurrent products alone,
+  ``[B, n_dec] @ [n_dec, 3 n_dec]`` and a ``tanh``: the work a recurrence cannot batch
+  over time, at the batch's width.
+
+A step's sequential iterations (``recurrence_steps``) are those of its loops, counted as
+``2 (2 S + T)``: the encoder's two directions over S source positions and the decoder over T
+target positions, run once forward and once more in the gradient's backward pass. A step's
+time over that count (``step_us_per_recurrence_step``) against the floors' per-iteration time
+says how much of the step the loop's own cost explains; MFU (analytic FLOPs over the step's
+time, against the matmul peak measured in the same process) says how far the products are from
+the machine. The default shapes, the paper's batch (80 x 51) first:
+
+* the unroll: 80x51 with U = 1, 2, 4, 8;
+* the batch at the paper's length: 40, 160, 320 sentences of 51;
+* the same tokens per update (4,080 a side) in shorter rows: 120x34, 240x17, as token-based
+  batching would give the short buckets;
+* the length at the paper's batch: 80x17, 80x34.
+
+That is 11 compiled steps; RNNsearch-50's compiled in 14.5 s on an H100, so with 10 timed
+steps each (25 ms) the whole is about 2.5-3 minutes. ``--budget_s`` skips (and names) the
+shapes that would start after it: the figures come in the order above, the most telling first.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # first, before anything else loads (see seq2seq/cli.py)
+    from seq2seq import cli
+
+    cli.start()
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from absl import flags
+from ml_collections import config_flags
+
+from seq2seq.bench import measure
+from seq2seq.config import ConfigError, validate
+from seq2seq.models import compute_dtype
+
+DEFAULT_SHAPES = (
+    "80x51x1", "80x51x2", "80x51x4", "80x51x8",
+    "40x51x1", "160x51x1", "320x51x1",
+    "120x34x1", "240x17x1",
+    "80x17x1", "80x34x1",
+)  # fmt: skip
+MATMUL_SIZES = (4096, 8192)  # the accelerator's peak; a CPU test passes smaller ones
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"80x51x4"`` -> (80 sentences, 51 tokens, unroll 4).
+
+    Raises:
+      ConfigError: one line naming the shape and the form it must take.
+    """
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ConfigError(
+            f"--shapes {text!r} is not BATCHxLENGTHxUNROLL with positive integers, e.g. 80x51x4"
+        )
+    batch, length, unroll = (int(part) for part in parts)
+    return batch, length, unroll
+
+
+def recurrence_steps(source_length: int, target_length: int) -> int:
+    """Sequential loop iterations of one training step: both encoder directions over the
+    source and the decoder over the target, forward and again in the backward pass."""
+    return 2 * (2 * source_length + target_length)
+
+
+def shaped_config(
+    config: ml_collections.ConfigDict, batch: int, length: int, unroll: int
+) -> ml_collections.ConfigDict:
+    """``config`` with batches of exactly ``batch`` sentences of ``length`` tokens and the
+    recurrences unrolled ``unroll`` steps per loop iteration."""
+    shaped = config.copy_and_resolve_references()
+    shaped.data.sentences_per_batch = batch
+    shaped.data.max_length = length
+    shaped.model.rnnsearch.scan_unroll = unroll
+    return validate(shaped)
+
+
+def _loop(body: Callable, iterations: int, unroll: int) -> Callable:
+    """A jitted ``jax.lax.scan`` of ``iterations`` steps of ``body(state, x) -> state``."""
+
+    def run(state, inputs):
+        def step(carry, x):
+            return body(carry, x), None
+
+        final, _ = jax.lax.scan(step, state, inputs, length=iterations, unroll=unroll)
+        return final
+
+    return jax.jit(run)
+
+
+def loop_floors(
+    batch: int, width: int, iterations: int, unroll: int, dtype: str, repeats: int
+) -> dict[str, float]:
+    """Median seconds of the two floor loops (module docstring) of ``iterations`` steps on a
+    [batch, width] state: ``{"floor_empty_s", "floor_product_s"}``."""
+    key = jax.random.PRNGKey(0)
+    state = jax.random.normal(key, (batch, width), jnp.float32).astype(dtype)
+    inputs = jax.random.normal(key, (iterations, batch, width), jnp.float32).astype(dtype)
+    recurrent = jax.random.normal(key, (width, 3 * width), jnp.float32).astype(dtype)
+    recurrent = recurrent / jnp.sqrt(width).astype(dtype)
+
+    def empty(carry, x):
+        return carry * 0.5 + x
+
+    def product(carry, x):
+        gates = carry @ recurrent  # [B, 3n]: U_z, U_r and U together
+        return jnp.tanh(gates[:, :width] + x)
+
+    floors = {}
+    for name, body in (("floor_empty_s", empty), ("floor_product_s", product)):
+        loop = _loop(body, iterations, unroll)
+        jax.block_until_ready(loop(state, inputs))  # compile and warm up
+        floors[name] = statistics.median(
+            measure.time_calls(lambda loop=loop: loop(state, inputs), repeats)
+        )
+    return floors
+
+
+def shape_figures(
+    config: ml_collections.ConfigDict, steps: int, warmup: int, peak_flops: float
+) -> dict:
+    """The step of ``config`` (already shaped) timed, with its two floors and MFU."""
+    rows, length = measure.batch_shape(config)
+    unroll = config.model.rnnsearch.scan_unroll
+    compiled = measure.compile_train_step(config)
+    seconds, _, metrics = measure.time_steps(
+        compiled.step, compiled.state, compiled.batch, steps, warmup
+    )
+    step_s = statistics.median(seconds)
+    iterations = recurrence_steps(length, length)
+    width = config.model.rnnsearch.decoder_hidden_size
+    floors = loop_floors(rows, width, iterations, unroll, compute_dtype(config), steps)
+    per_step_us = 1e6 * step_s / iterations
+    return {
+        "batch": rows,
+        "length": length,
+        "unroll": unroll,
+        "target_tokens": compiled.target_tokens,
+        "compile_s": compiled.compile_seconds,
+        "step_ms": 1e3 * step_s,
+        "tokens_per_s": compiled.target_tokens / step_s,
+        "mfu": measure.model_flops_utilization(compiled.flops, step_s, peak_flops),
+        "recurrence_steps": iterations,
+        "step_us_per_recurrence_step": per_step_us,
+        "floor_empty_us_per_step": 1e6 * floors["floor_empty_s"] / iterations,
+        "floor_product_us_per_step": 1e6 * floors["floor_product_s"] / iterations,
+        "final_loss": float(metrics["loss"]),
+    }
+
+
+def bound_benchmark(
+    config: ml_collections.ConfigDict,
+    shapes: list[tuple[int, int, int]],
+    *,
+    steps: int = 10,
+    warmup: int = 2,
+    budget_s: float = 170.0,
+    matmul_sizes: tuple[int, ...] = MATMUL_SIZES,
+    on_shape: Callable[[dict], None] | None = None,
+) -> dict:
+    """Every shape's figures (``shape_figures``) in order while ``budget_s`` lasts: a shape is
+    skipped where the slowest one so far would end past it. ``on_shape(result)`` after each."""
+    start = time.perf_counter()
+    peak = measure.matmul_peak(compute_dtype(config), matmul_sizes)
+    result = {
+        "model": config.model.name,
+        "device_kind": jax.devices()[0].device_kind,
+        "dtype": compute_dtype(config),
+        "peak_gflops": peak["peak_gflops"],
+        "iterations_counted_as": "2 * (2 * source length + target length)",
+        "shapes": [],
+        "skipped": [],
+    }
+    slowest = 0.0
+    for batch, length, unroll in shapes:
+        if time.perf_counter() - start + slowest > budget_s:
+            result["skipped"].append(f"{batch}x{length}x{unroll}")
+            continue
+        begun = time.perf_counter()
+        shaped = shaped_config(config, batch, length, unroll)
+        result["shapes"].append(shape_figures(shaped, steps, warmup, peak["peak_gflops"] * 1e9))
+        slowest = max(slowest, time.perf_counter() - begun)
+        result["seconds"] = time.perf_counter() - start
+        if on_shape:
+            on_shape(result)
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
+COLUMNS = (
+    ("batch", "B", "d"), ("length", "L", "d"), ("unroll", "U", "d"), ("step_ms", "step ms", ".2f"),
+    ("tokens_per_s", "tokens/s", ",.0f"), ("mfu", "MFU", ".3f"),
+    ("recurrence_steps", "iterations", "d"), ("step_us_per_recurrence_step", "us/iteration", ".1f"),
+    ("floor_empty_us_per_step", "empty floor us", ".1f"),
+    ("floor_product_us_per_step", "product floor us", ".1f"), ("compile_s", "compile s", ".1f"),
+)  # fmt: skip
+
+
+def markdown(result: dict) -> str:
+    """One row per shape; the skipped ones named below."""
+    lines = [
+        f"{result['model']} on {result['device_kind']}, {result['dtype']}, matmul peak "
+        f"{result['peak_gflops']:,.0f} GFLOP/s; iterations = {result['iterations_counted_as']}",
+        "",
+        "| " + " | ".join(title for _, title, _ in COLUMNS) + " |",
+        "|" + "---:|" * len(COLUMNS),
+    ]
+    for shape in result["shapes"]:
+        lines.append("| " + " | ".join(format(shape[k], f) for k, _, f in COLUMNS) + " |")
+    if result["skipped"]:
+        lines += ["", f"skipped (out of budget): {', '.join(result['skipped'])}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    from seq2seq import cli
+
+    config_flag = config_flags.DEFINE_config_file("config", None, "RNNsearch config file.")
+    holders = {
+        "shapes": flags.DEFINE_list(
+            "shapes", list(DEFAULT_SHAPES), "BATCHxLENGTHxUNROLL, in order."
+        ),
+        "steps": flags.DEFINE_integer("steps", 10, "Timed steps per shape (after the warm-up)."),
+        "warmup": flags.DEFINE_integer("warmup", 2, "Untimed steps after compiling."),
+        "budget_s": flags.DEFINE_float("budget_s", 170.0, "No shape starts that would end later."),
+        "matmul_sizes": flags.DEFINE_list(
+            "matmul_sizes", [str(n) for n in MATMUL_SIZES], "Square matmuls for the peak."
+        ),
+        "out": flags.DEFINE_string("out", None, "Also write the JSON here, after every shape."),
+        "json": flags.DEFINE_bool("json", False, "Print one JSON line instead of the table."),
+    }
+
+    def run(argv: list[str]) -> None:
+        del argv
+        flag = {name: holder.value for name, holder in holders.items()}
+        if config_flag.value is None:
+            raise ConfigError("--config FILE is required, e.g. configs/wmt14_enfr_rnnsearch50.py")
+        config = validate(config_flag.value)
+        if config.model.name != "rnnsearch":
+            raise ConfigError(
+                f"--config trains model.name={config.model.name!r}; this measures RNNsearch's "
+                "recurrences: pass an RNNsearch config, e.g. configs/wmt14_enfr_rnnsearch50.py"
+            )
+        shapes = [parse_shape(text) for text in flag["shapes"]]
+        if flag["steps"] < 1 or flag["warmup"] < 0:
+            raise ConfigError("--steps must be at least 1 and --warmup at least 0")
+        out = Path(flag["out"]) if flag["out"] else None
+
+        def write(result: dict) -> None:
+            if out is not None:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(result, indent=1) + "\n")
+            print(f"rnnsearch bound: {len(result['shapes'])} shapes", file=sys.stderr, flush=True)
+
+        result = bound_benchmark(
+            config,
+            shapes,
+            steps=flag["steps"],
+            warmup=flag["warmup"],
+            budget_s=flag["budget_s"],
+            matmul_sizes=tuple(int(n) for n in flag["matmul_sizes"]),
+            on_shape=write,
+        )
+        write(result)
+        print(json.dumps(result) if flag["json"] else markdown(result))
+
+    cli.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""``python -m seq2seq.bench.rnnsearch_bound`` (issue 55, item 5) on a tiny RNNsearch: the same
+code path as on the accelerator, its figures printed and written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from seq2seq.bench import rnnsearch_bound
+from seq2seq.config import ConfigError
+from tests.conftest import REPO, SHRINK, subprocess_env, tiny_config
+
+TINY = [
+    "--config=configs/wmt14_enfr_rnnsearch50.py",
+    *SHRINK["rnnsearch"],
+    "--config.data.source=synthetic",
+    "--config.data.tokenizer=word",
+    "--config.data.vocab_size=100",
+]
+
+
+def test_tiny_shapes_are_timed_against_their_floors(tmp_path):
+    out = tmp_path / "bound.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "seq2seq.bench.rnnsearch_bound", *TINY]
+        + ["--shapes=4x6x1,4x5x4", "--steps=2", "--warmup=1", "--matmul_sizes=64"]
+        + [f"--out={out}", "--json"],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert json.loads(out.read_text()) == printed
+    shapes = printed["shapes"]
+    assert [(s["batch"], s["length"], s["unroll"]) for s in shapes] == [(4, 6, 1), (4, 5, 4)]
+    assert printed["skipped"] == []
+    for shape in shapes:
+        assert shape["target_tokens"] == shape["batch"] * shape["length"]  # every position real
+        assert shape["step_ms"] > 0 and shape["tokens_per_s"] > 0 and shape["mfu"] > 0
+        # An iteration of the real step (a GRU, attention, their gradients) costs more than
+        # one of a loop with a single element-wise update in it.
+        assert 0 < shape["floor_empty_us_per_step"] < shape["step_us_per_recurrence_step"]
+        assert shape["floor_product_us_per_step"] > 0
+    assert shapes[0]["recurrence_steps"] == 2 * (2 * 6 + 6)  # S = T = 6, forward and backward
+
+
+def test_a_spent_budget_skips_every_shape_and_names_them():
+    config = tiny_config("rnnsearch")
+    result = rnnsearch_bound.bound_benchmark(
+        config, [(4, 6, 1), (2, 4, 2)], budget_s=0.0, matmul_sizes=(32,)
+    )
+    assert result["shapes"] == []
+    assert result["skipped"] == ["4x6x1", "2x4x2"]
+
+
+@pytest.mark.parametrize("text", ["80x51", "80x0x1", "ax51x1", "80x51x1x2"])
+def test_a_malformed_shape_is_one_line(text):
+    with pytest.raises(ConfigError, match="is not BATCHxLENGTHxUNROLL"):
+        rnnsearch_bound.parse_shape(text)
+    assert rnnsearch_bound.parse_shape("80X51x4") == (80, 51, 4)
+
+
+def test_the_default_shapes_put_the_paper_batch_first_and_sweep_every_unroll():
+    shapes = [rnnsearch_bound.parse_shape(text) for text in rnnsearch_bound.DEFAULT_SHAPES]
+    assert shapes[0] == (80, 51, 1)  # Bahdanau et al.'s 80 sentences, RNNsearch-50's 51 tokens
+    assert {unroll for batch, length, unroll in shapes if (batch, length) == (80, 51)} == {
+        1, 2, 4, 8,
+    }  # fmt: skip
+    same_tokens = {batch * length for batch, length, _ in shapes if batch != 80}
+    assert 80 * 51 in same_tokens and len(shapes) <= 12  # bounded: each shape is a compile

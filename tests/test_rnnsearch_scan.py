@@ -1,0 +1,105 @@
+"""RNNsearch's recurrences unrolled (``model.rnnsearch.scan_unroll``): the same equations in
+fewer loop iterations, so the same logits and gradients, whatever the unroll and the length."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from seq2seq.config import ConfigError, default_config, identity_keys, validate
+from seq2seq.models import RNNSearch, RNNSearchConfig
+from seq2seq.models.base import shift_right
+from seq2seq.vocabulary import EOS_ID
+
+VOCAB = 40
+# Seven source and five target positions (neither a multiple of 4), the second row padded:
+# the unrolled loop's remainder and the state kept over padding are both exercised.
+SOURCE = jnp.array([[5, 9, 14, 21, 30, 33, EOS_ID], [6, 11, 17, EOS_ID, 0, 0, 0]])
+TARGET = jnp.array([[7, 8, 11, 20, EOS_ID], [12, 13, EOS_ID, 0, 0]])
+
+
+def _model(attention: str, unroll: int) -> RNNSearch:
+    config = RNNSearchConfig(
+        VOCAB, VOCAB, embedding_size=8, encoder_hidden_size=6, decoder_hidden_size=12,
+        alignment_size=8, maxout_size=8, attention=attention, init="modern", scan_unroll=unroll,
+    )  # fmt: skip
+    return RNNSearch(config, rngs=nnx.Rngs(3))  # the same parameters for every unroll
+
+
+def _logits_and_gradients(model: RNNSearch):
+    graphdef, params = nnx.split(model, nnx.Param)
+    target_inputs = shift_right(TARGET)
+
+    def loss(params):
+        logits, _ = nnx.merge(graphdef, params)(SOURCE, target_inputs)
+        log_probabilities = jax.nn.log_softmax(logits)
+        picked = jnp.take_along_axis(log_probabilities, TARGET[..., None], axis=-1)[..., 0]
+        return -jnp.sum(jnp.where(TARGET != 0, picked, 0.0)), logits
+
+    (_, logits), gradients = jax.value_and_grad(loss, has_aux=True)(params)
+    return logits, gradients
+
+
+@pytest.mark.parametrize("attention", ["additive", "none"])
+@pytest.mark.parametrize("unroll", [2, 4, 8])
+def test_unrolled_recurrences_give_the_same_logits_and_gradients(attention, unroll):
+    logits, gradients = _logits_and_gradients(_model(attention, 1))
+    unrolled_logits, unrolled_gradients = _logits_and_gradients(_model(attention, unroll))
+    assert float(jnp.abs(logits).max()) > 1e-3  # a model that outputs something to compare
+    np.testing.assert_allclose(unrolled_logits, logits, rtol=1e-5, atol=1e-6)
+    flat = jax.tree_util.tree_leaves_with_path(gradients)
+    unrolled = dict(jax.tree_util.tree_leaves_with_path(unrolled_gradients))
+    assert len(flat) == len(unrolled)
+    for path, gradient in flat:
+        np.testing.assert_allclose(unrolled[path], gradient, rtol=1e-4, atol=1e-6)
+    encoder = [g for p, g in flat if "backward_encoder" in jax.tree_util.keystr(p)]
+    assert max(float(jnp.abs(g).max()) for g in encoder) > 1e-6  # gradients reach the encoder
+
+
+def test_an_unrolled_decoder_steps_one_token_from_a_cache_as_the_plain_one():
+    """Beam search decodes one position at a time: an unroll longer than the loop."""
+    outputs = []
+    for unroll in (1, 4):
+        model = _model("additive", unroll)
+        encoded, cache = model.start_decoding(model.encode(SOURCE), max_length=5)
+        inputs = shift_right(TARGET)
+        for position in range(3):
+            logits, _, cache = model.decode(
+                encoded, inputs[:, position : position + 1], cache=cache
+            )
+        outputs.append((logits, cache["state"]))
+    np.testing.assert_allclose(outputs[1][0], outputs[0][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outputs[1][1], outputs[0][1], rtol=1e-5, atol=1e-6)
+
+
+def test_scan_unroll_below_one_is_refused_in_one_line():
+    config = default_config()
+    config.model.name = "rnnsearch"
+    config.model.rnnsearch.scan_unroll = 0
+    with pytest.raises(ConfigError, match=r"model\.rnnsearch\.scan_unroll=0 must be positive"):
+        validate(config)
+    with pytest.raises(ValueError, match="scan_unroll=-2 must be positive"):
+        dataclasses.replace(_model("none", 1).config, scan_unroll=-2)
+
+
+def test_scan_unroll_does_not_change_a_run_identity():
+    """A run may resume with another unroll: the update is the same."""
+    config = default_config()
+    config.model.name = "rnnsearch"
+    keys = identity_keys(config)
+    assert "model.rnnsearch.encoder_hidden_size" in keys
+    assert "model.rnnsearch.scan_unroll" not in keys
+
+
+@pytest.mark.parametrize("attention", ["additive", "none"])
+def test_every_recurrence_is_unrolled(attention):
+    """Both encoder directions and the decoder: three scans, each with the configured unroll."""
+    model = _model(attention, 4)
+    jaxpr = jax.make_jaxpr(lambda s, t: model(s, t)[0])(SOURCE, shift_right(TARGET))
+    unrolls = [eqn.params["unroll"] for eqn in jaxpr.jaxpr.eqns if eqn.primitive.name == "scan"]
+    assert unrolls == [4, 4, 4]
