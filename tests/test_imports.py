@@ -85,6 +85,7 @@ LAYERS = [
     "evaluation",
     "report",
     "export",
+    "serve",
     "compare",
     "bench",
 ]
