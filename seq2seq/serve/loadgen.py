@@ -12,6 +12,11 @@ Only loopback addresses are accepted: this is a measurement, not a way to load s
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first, as every command starts (see seq2seq/cli.py)
+    from seq2seq import cli
+
+    cli.start()
+
 import asyncio
 import json
 import logging
