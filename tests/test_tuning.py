@@ -532,6 +532,8 @@ def test_bad_factors_are_refused_in_one_line(flag, message):
 # --tune_keep_each: a halving that cannot drop a value of one key before the last rung.
 
 RECORDS = Path(__file__).resolve().parents[1] / "docs" / "records" / "multi30k_frontier_tuned"
+# The dropout-0.1 rnnsearch-small that the old rule chose (superseded by its retuning).
+SUPERSEDED = RECORDS.parent / "multi30k_frontier_superseded" / "rnnsearch-small-dropout0.1-seed0"
 
 
 def _made_up_trials(scores: dict[tuple[float, float], float]) -> list[tuning.Trial]:
@@ -599,11 +601,18 @@ def _replayed(record: dict, keep_each: str | None) -> set:
 
 @pytest.mark.skipif(not RECORDS.is_dir(), reason="docs/records/multi30k_frontier_tuned is absent")
 def test_the_committed_trials_would_have_kept_the_dropout_the_old_rule_dropped():
-    record = json.loads((RECORDS / "rnnsearch-small-seed0" / "tuning.json").read_text())
+    record = json.loads((SUPERSEDED / "tuning.json").read_text())
+    assert "keep_each" not in record  # tuned under the old rule
     # The old rule carried only dropout 0.1 to the last rung (8,000 steps): 0.3 stopped at 4,000
     # steps, 0.28 validation BLEU behind, where the size later converged about 2 points higher.
     assert _replayed(record, None) == {("x1", 0.1)}
     assert _replayed(record, "model.dropout_rate") == {("x1", 0.1), ("x1", 0.3)}
+    # Retuned under the rule, both dropouts reached the last rung (8,000 steps) and 0.3 won.
+    retuned = json.loads((RECORDS / "rnnsearch-small-seed0" / "tuning.json").read_text())
+    assert retuned["keep_each"] == "model.dropout_rate"
+    last = [t for t in retuned["models"][0]["trials"] if len(t["rung_bleu"]) == retuned["rungs"]]
+    assert sorted(t["model.dropout_rate"] for t in last) == [0.1, 0.3]
+    assert retuned["models"][0]["chosen"]["model.dropout_rate"] == 0.3
     # transformer-small dropped dropout 0.3 at the first rung; the rule keeps its best trial.
     record = json.loads((RECORDS / "transformer-small-seed0" / "tuning.json").read_text())
     key = "model.transformer.dropout_rate"
