@@ -92,3 +92,18 @@ def test_the_budget_rule_counts_each_sizes_most_expensive_seed():
     assert rows["rnnsearch-small"]["max_over_mean"] == pytest.approx(1.0)  # all ran 5 points
     assert rows["transformer-small"]["mean_flops"] == pytest.approx(25.0)
     assert rows["transformer-small"]["max_over_mean"] == pytest.approx(30.0 / 25.0)
+
+
+def test_the_family_first_in_time_and_what_the_other_pays_on_every_axis():
+    # Made-up seconds: the runs' points are a minute apart; transformer-small reaches 30 at
+    # minutes 1 and 2, rnnsearch-small at 3, 4 and 5 (and rnnsearch-large at 2 and 2, which is
+    # RNNsearch's cheapest size in time and steps but not in FLOPs).
+    rows = cost.cost_to_levels(RUNS, ["rnnsearch", "transformer"])
+    verdicts = {v["level"]: v for v in cost.first_in_time(rows)}
+    at_30 = verdicts[30.0]
+    assert (at_30["leader"], at_30["other"]) == ("transformer", "rnnsearch")
+    assert at_30["minutes"] == {"transformer": 1.5, "rnnsearch": 2.0}
+    assert at_30["ratios"]["minutes"]["ratio"] == pytest.approx(2.0 / 1.5)
+    assert at_30["ratios"]["flops"]["ratio"] == pytest.approx(40.0 / 15.0)  # rnnsearch-small's
+    assert at_30["validation_minutes"] == {"transformer": 0.0, "rnnsearch": 0.0}
+    assert list(verdicts) == [32.0, 30.0, 28.0]

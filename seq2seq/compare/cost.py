@@ -2,12 +2,18 @@
 
 "The Transformer converges with less compute" is a claim about training cost, and it deserves
 the treatment BLEU gets: a number per seed, an interval over seeds, and a stated rule. Here the
-cost of a run to reach validation BLEU ``level`` is the training FLOPs (or steps, or minutes) at
-its first validation point at or above ``level``; a size's cost is the mean over its seeds,
-with a Student-t 95% interval (seeds are few, so the interval is wide, and honest about it).
+cost of a run to reach validation BLEU ``level`` is the training FLOPs (or steps, or training
+minutes on the device that trained it) at its first validation point at or above ``level``; a
+size's cost is the mean over its seeds, with a Student-t 95% interval (seeds are few, so the
+interval is wide, and honest about it).
 A family's cost is that of its cheapest size whose every seed reached the level (the size a
 researcher aiming at that level would train), and two families are compared by the ratio of
 their means, with a bootstrap interval that resamples each side's seeds.
+
+Minutes are Vaswani et al.'s axis: their claim is that the Transformer trains in less *time*,
+because it parallelises where a recurrence cannot, which FLOPs and steps do not show. They are
+training minutes (validation, compiling and checkpoints off the clock); the validation minutes a
+run had spent by then are kept beside them, so that a reader sees what the clock left out.
 
 The frontier's budget rule counts a size within a budget only when its most expensive seed
 converged within it (``frontier.choose``); ``budget_rule`` states what that costs each size:
@@ -22,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from seq2seq.compare.frontier import RunRecord, by_config
+from seq2seq.compare.frontier import Point, RunRecord, by_config
 
 AXES = ("flops", "step", "minutes")  # attributes of ``frontier.Point``
 BOOTSTRAP_SAMPLES = 10_000
@@ -31,13 +37,19 @@ LEVEL_STEP = 2.0  # BLEU between the stated levels
 LEVELS = 3  # how many levels a report states, the highest first
 
 
+def first_point(run: RunRecord, level: float) -> Point | None:
+    """``run``'s first validation point at or above BLEU ``level``; None if it never got there."""
+    for point in sorted(run.curve, key=lambda p: p.step):
+        if point.bleu >= level:
+            return point
+    return None
+
+
 def first_reach(run: RunRecord, level: float, axis: str = "flops") -> float | None:
     """The cost (``axis`` of its validation point) at which ``run`` first reached validation
     BLEU ``level``; None if it never did."""
-    for point in sorted(run.curve, key=lambda p: p.step):
-        if point.bleu >= level:
-            return float(getattr(point, axis))
-    return None
+    point = first_point(run, level)
+    return None if point is None else float(getattr(point, axis))
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
@@ -51,12 +63,15 @@ def mean_interval(values: Sequence[float]) -> tuple[float, tuple[float, float] |
 
 def size_costs(runs: Sequence[RunRecord], level: float, axis: str = "flops") -> list[dict]:
     """Per size (its seeds together): what each seed paid to reach ``level``, and the mean
-    with its interval over the seeds that did."""
+    with its interval over the seeds that did (with the mean validation minutes they had spent
+    by then)."""
     rows = []
     for name, members in by_config(runs).items():
-        costs = [first_reach(run, level, axis) for run in members]
+        points = [first_point(run, level) for run in members]
+        costs = [None if p is None else float(getattr(p, axis)) for p in points]
         reached = [cost for cost in costs if cost is not None]
         mean, interval = mean_interval(reached) if reached else (None, None)
+        validation = [p.validation_minutes for p in points if p is not None]
         rows.append(
             {
                 "size": name,
@@ -68,6 +83,7 @@ def size_costs(runs: Sequence[RunRecord], level: float, axis: str = "flops") -> 
                 "costs": costs,
                 "mean": mean,
                 "ci95": list(interval) if interval else None,
+                "validation_minutes": float(np.mean(validation)) if validation else None,
             }
         )
     return rows
@@ -118,11 +134,11 @@ def stated_levels(runs: Sequence[RunRecord], families: Sequence[str]) -> list[fl
 
 
 def cost_to_levels(runs: Sequence[RunRecord], families: Sequence[str]) -> list[dict]:
-    """At each stated level and on each axis, each family's cost and, with two families, the
-    ratio of the first's to the second's with its interval."""
+    """At each stated level and on each of ``AXES``, each family's cost and, with two families,
+    the ratio of the first's to the second's with its interval."""
     rows = []
     for level in stated_levels(runs, families):
-        for axis in ("flops", "step"):
+        for axis in AXES:
             picks = {family: family_cost(runs, family, level, axis) for family in families}
             row = {"level": level, "axis": axis, "families": picks}
             if len(families) == 2 and all(picks.values()):
@@ -131,6 +147,36 @@ def cost_to_levels(runs: Sequence[RunRecord], families: Sequence[str]) -> list[d
                 row |= {"ratio": ratio, "ratio_ci95": list(interval)}
             rows.append(row)
     return rows
+
+
+def first_in_time(rows: Sequence[dict]) -> list[dict]:
+    """Per stated level (the highest first) that two families both reach: the family first in
+    training time (the lower mean over its chosen size's seeds), and on every axis the other's
+    cost over the leader's with its bootstrap interval. ``rows`` is ``cost_to_levels``'s."""
+    verdicts = []
+    for level in dict.fromkeys(row["level"] for row in rows):
+        at = {row["axis"]: row["families"] for row in rows if row["level"] == level}
+        picks = at.get("minutes", {})
+        if len(picks) != 2 or not all(picks.values()):
+            continue
+        leader, other = sorted(picks, key=lambda family: picks[family]["mean"])
+        ratios = {}
+        for axis, families in at.items():
+            ratio, interval = ratio_interval(families[other]["costs"], families[leader]["costs"])
+            ratios[axis] = {"ratio": ratio, "ci95": list(interval)}
+        verdicts.append(
+            {
+                "level": level,
+                "leader": leader,
+                "other": other,
+                "minutes": {family: picks[family]["mean"] for family in (leader, other)},
+                "validation_minutes": {
+                    family: picks[family]["validation_minutes"] for family in (leader, other)
+                },
+                "ratios": ratios,
+            }
+        )
+    return verdicts
 
 
 def budget_rule(runs: Sequence[RunRecord]) -> list[dict]:

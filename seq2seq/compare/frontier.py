@@ -12,9 +12,9 @@ from records committed to the repository.
   by each amount of training FLOPs;
 * ``crossings``: the compute levels where the leading family changes;
 * ``choose``: a family's pick at a compute level, by validation only (never the test split);
-* ``reach_table``: when each family's frontier first reaches a validation BLEU, in training
-  FLOPs, steps and seconds on the device that trained it (Vaswani et al.'s claim is about time:
-  a Transformer parallelises where a recurrence cannot, which FLOPs and steps do not show).
+* ``family_envelope``: the same frontier against steps or training minutes on the device (what
+  each family pays to reach a validation level, with intervals over seeds, is
+  ``seq2seq.compare.cost``'s).
 """
 
 from __future__ import annotations
@@ -245,54 +245,6 @@ def family_envelope(runs: Iterable[RunRecord], axis: str = "flops") -> list[tupl
     """A family's frontier of validation BLEU against ``axis`` ("flops", "step", "minutes"),
     over every validation point of every run."""
     return upper_envelope((getattr(point, axis), point.bleu) for run in runs for point in run.curve)
-
-
-def first_reach(envelope: Sequence[tuple[float, float]], target: float) -> float | None:
-    """The least cost at which ``envelope`` reaches ``target``; None if it never does."""
-    return next((cost for cost, score in envelope if score >= target), None)
-
-
-def reach_targets(envelopes: Sequence[Sequence[tuple[float, float]]], every: float = 5.0):
-    """Validation BLEU levels every frontier reaches: the multiples of ``every`` from ``every``
-    on, and the highest level all reach (the lowest of their best scores)."""
-    if not envelopes or not all(envelopes):
-        return []
-    top = min(envelope[-1][1] for envelope in envelopes)
-    targets = [every * k for k in range(1, math.floor(top / every) + 1)]
-    return targets if targets and math.isclose(targets[-1], top) else [*targets, top]
-
-
-REACH_AXES = ("minutes", "flops", "step")  # what ``reach_table`` reports a target's cost in
-
-
-def reach_table(runs: Sequence[RunRecord], families: Sequence[str]) -> list[dict]:
-    """For each of ``reach_targets``: each family's first run point at or above it, on each of
-    ``REACH_AXES`` (a frontier per axis: one run may be first in minutes, another in FLOPs),
-    with the validation minutes its run had spent by then; ``leader`` is the family first in
-    training time and ``factor`` the others' time over the leader's."""
-    by_family = {f: [r for r in runs if r.family == f] for f in families}
-    envelopes = {f: family_envelope(members, "minutes") for f, members in by_family.items()}
-    rows = []
-    for target in reach_targets(list(envelopes.values())):
-        row: dict = {"bleu": target, "families": {}}
-        for family, members in by_family.items():
-            costs = {}
-            for axis in REACH_AXES:
-                costs[axis] = first_reach(family_envelope(members, axis), target)
-            first = min(
-                (p for r in members for p in r.curve if p.bleu >= target),
-                key=lambda p: p.minutes,
-            )
-            costs["validation_minutes"] = first.validation_minutes
-            row["families"][family] = costs
-        times = {f: costs["minutes"] for f, costs in row["families"].items()}
-        row["leader"] = min(times, key=times.get)
-        leader_time = times[row["leader"]]
-        row["factor"] = {
-            f: (t / leader_time if leader_time > 0 else math.inf) for f, t in times.items()
-        }
-        rows.append(row)
-    return rows
 
 
 @dataclasses.dataclass(frozen=True)

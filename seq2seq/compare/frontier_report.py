@@ -208,8 +208,8 @@ def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
         "cost_to_level": cost.cost_to_levels(runs, families),
         "budget_rule": cost.budget_rule(runs),
         "devices": sorted({run.device for run in runs}),
-        "reach": frontier.reach_table(runs, families) if len(families) > 1 else [],
     }
+    data["first_in_time"] = cost.first_in_time(data["cost_to_level"])
     if len(families) == 2:
         levels = frontier.compute_levels(runs, families)
         data["verdicts"], data["tests"] = _comparisons(runs, families, levels)
@@ -283,7 +283,6 @@ def render(data: dict) -> str:
         f"![Validation BLEU of every run against training FLOPs, steps and minutes]({FIGURE})",
         "",
         *_cost_section(data),
-        *_reach_section(data),
         "## Sizes",
         "",
         markdown_table(data["sizes"], SIZE_COLUMNS),
@@ -320,25 +319,34 @@ RUN_COLUMNS = [
 ]
 
 
+AXIS_NAMES = {"flops": "FLOPs", "step": "steps", "minutes": "training s"}
+
+
 def _cost_cell(pick: dict | None, axis: str) -> str:
     if pick is None:
         return "not reached by every seed of any size"
-    shown = "{:.2g}" if axis == "flops" else "{:,.0f}"
-    interval = " [" + ", ".join(shown.format(v) for v in pick["ci95"]) + "]" if pick["ci95"] else ""
-    return f"{shown.format(pick['mean'])}{interval} ({pick['size']}, {pick['seeds']} seeds)"
+    if axis == "minutes":  # shown in seconds, with validation's seconds by then beside them
+        values = [60 * pick["mean"], *(60 * v for v in pick["ci95"] or ())]
+        shown = [f"{v:,.0f}" for v in values]
+        extra = f"; +{60 * pick['validation_minutes']:,.0f} s validation"
+    else:
+        form = "{:.2g}" if axis == "flops" else "{:,.0f}"
+        shown = [form.format(v) for v in (pick["mean"], *(pick["ci95"] or ()))]
+        extra = ""
+    interval = f" [{shown[1]}, {shown[2]}]" if len(shown) == 3 else ""
+    return f"{shown[0]}{interval} ({pick['size']}, {pick['seeds']} seeds{extra})"
 
 
 def _cost_section(data: dict) -> list[str]:
-    """Each family's cost to reach the stated validation levels, and the budget rule's."""
+    """Each family's cost to reach the stated validation levels in FLOPs, steps and training
+    seconds, the verdict at equal training time, and the budget rule's cost."""
     if not data["cost_to_level"]:
         return []
     families = data["families"]
+    device = _one_device(data)
     rows = []
     for row in data["cost_to_level"]:
-        entry = {
-            "level": f"{row['level']:g}",
-            "axis": "FLOPs" if row["axis"] == "flops" else "steps",
-        }
+        entry = {"level": f"{row['level']:g}", "axis": AXIS_NAMES[row["axis"]]}
         for index, family in enumerate(families):
             entry[f"f{index}"] = _cost_cell(row["families"][family], row["axis"])
         if "ratio" in row:
@@ -350,15 +358,20 @@ def _cost_section(data: dict) -> list[str]:
     ]
     if len(families) == 2:
         columns.append(("ratio", f"{families[0]} / {families[1]} [bootstrap 95% CI]", ""))
+    where = f"on {device}" if device else "on the device that trained each run"
     lines = [
         "## Cost to reach a validation level",
         "",
-        "Each seed's cost is its training FLOPs (or steps) at its first validation point at or "
-        "above the level; a family's is its cheapest size whose every seed got there (Student-t "
-        "interval over those seeds; the ratio's interval resamples each side's seeds).",
+        "Each seed's cost is its training FLOPs, steps or seconds at its first validation point "
+        "at or above the level; a family's is its cheapest size whose every seed got there "
+        "(Student-t interval over those seeds; the ratio's interval resamples each side's "
+        f"seeds). Seconds are training seconds {where}, with validation, compiling and "
+        "checkpoints off the clock; the validation seconds those seeds had spent by then are "
+        "given beside them.",
         "",
         markdown_table(rows, columns).rstrip(),
         "",
+        *_time_verdict(data, device),
     ]
     if data["budget_rule"]:
         budget = [{**row, "ratio": row["max_over_mean"]} for row in data["budget_rule"]]
@@ -387,80 +400,43 @@ def _one_device(data: dict) -> str | None:
     return devices[0] if len(devices) == 1 and devices[0] else None
 
 
-def _reach_section(data: dict) -> list[str]:
-    """When each family's frontier first reaches each validation BLEU, in training seconds on
-    the device (validation apart), FLOPs and steps; and the verdict at equal time."""
-    if not data["reach"]:
+def _ratio(entry: dict) -> str:
+    return "{:.2f} [{:.2f}, {:.2f}]".format(entry["ratio"], *entry["ci95"])
+
+
+def _time_verdict(data: dict, device: str | None) -> list[str]:
+    """Vaswani et al.'s claim, read off the seconds rows: which family reaches the highest
+    stated level first in training time, and what the other needs against it on every axis."""
+    verdicts = data["first_in_time"]
+    if not verdicts:
         return []
-    device = _one_device(data)
-    families = list(data["reach"][0]["families"])
-    rows, columns = [], [("bleu", "validation BLEU", ".2f")]
-    for family in families:
-        columns += [
-            (f"{family}_s", f"{family}: training s (+ validation s)", ""),
-            (f"{family}_flops", f"{family}: FLOPs", ".3g"),
-            (f"{family}_steps", f"{family}: steps", ","),
-        ]
-    columns += [("leader", "first in time", ""), ("factor", "time, others / first", "")]
-    for row in data["reach"]:
-        line = {"bleu": row["bleu"]}
-        for family, costs in row["families"].items():
-            seconds, validation = 60 * costs["minutes"], 60 * costs["validation_minutes"]
-            line[f"{family}_s"] = f"{seconds:,.0f} (+{validation:,.0f})"
-            line[f"{family}_flops"] = costs["flops"]
-            line[f"{family}_steps"] = costs["step"]
-        others = [f"{row['factor'][f]:.2f}" for f in families if f != row["leader"]]
-        line["leader"] = row["leader"]
-        line["factor"] = ", ".join(others)
-        rows.append(line)
-    where = f"on {device}" if device else "on the device that trained the run"
-    lines = [
-        "## Time to reach a validation BLEU",
-        "",
-        f"Each family's frontier, first at or above each level: its training seconds {where} "
-        "(validation, compiling and checkpoints off the clock; validation's seconds by then in "
-        "brackets), training FLOPs and steps, each the least any of its runs needed.",
-        "",
-        markdown_table(rows, columns).rstrip(),
-        "",
-        *_reach_verdict(data, device),
-        "",
-    ]
-    return lines
-
-
-def _reach_verdict(data: dict, device: str | None) -> list[str]:
-    """The verdict at equal training time: who reaches the levels first, and by how much at the
-    highest level every family reaches."""
     lines = []
     if device is None:
         device = "their devices"
         lines.append(
             "- The runs trained on different devices "
-            f"({'; '.join(d or 'unknown' for d in data['devices'])}): their times compare the "
+            f"({'; '.join(d or 'unknown' for d in data['devices'])}): their seconds compare the "
             "machines as much as the models."
         )
-    reach = data["reach"]
-    top = reach[-1]
-    leader = top["leader"]
-    others = [f for f in top["families"] if f != leader]
-    first_everywhere = all(row["leader"] == leader for row in reach)
-    where = "every level of the table" if first_everywhere else f"{top['bleu']:.2f}"
-    for other in others:
-        mine, theirs = top["families"][leader], top["families"][other]
-        ratio = {axis: theirs[axis] / mine[axis] if mine[axis] else math.inf for axis in mine}
-        lines.append(
-            f"- At equal training time on {device}, `{leader}` reaches {where} first: validation "
-            f"BLEU {top['bleu']:.2f} (the highest both reach) in {60 * mine['minutes']:,.0f} s "
-            f"against `{other}`'s {60 * theirs['minutes']:,.0f} s, {ratio['minutes']:.2f} times "
-            f"sooner; `{other}` needed {ratio['flops']:.2f} times the training FLOPs and "
-            f"{ratio['step']:.2f} times the steps (validation's seconds by then, not counted: "
-            f"{60 * mine['validation_minutes']:,.0f} and {60 * theirs['validation_minutes']:,.0f})."
-        )
-    if not first_everywhere:
-        changes = [f"{row['bleu']:.2f}: `{row['leader']}`" for row in reach]
-        lines.append("- First in time at each level: " + "; ".join(changes) + ".")
-    return lines
+    top = verdicts[0]
+    leader, other = top["leader"], top["other"]
+    same = all(v["leader"] == leader for v in verdicts)
+    where = "at every stated level" if same else f"at {top['level']:g}"
+    seconds = {family: 60 * minutes for family, minutes in top["minutes"].items()}
+    validation = {f: 60 * (m or 0.0) for f, m in top["validation_minutes"].items()}
+    ratios = top["ratios"]
+    lines.append(
+        f"- At equal training time on {device}, `{leader}` gets there first {where}: to "
+        f"validation BLEU {top['level']:g}, `{other}` needs {_ratio(ratios['minutes'])} times "
+        f"its training seconds (means {seconds[other]:,.0f} s against {seconds[leader]:,.0f} s; "
+        f"validation by then, off the clock: {validation[other]:,.0f} s and "
+        f"{validation[leader]:,.0f} s), {_ratio(ratios['flops'])} times its training FLOPs and "
+        f"{_ratio(ratios['step'])} times its steps."
+    )
+    if not same:
+        firsts = [f"{v['level']:g}: `{v['leader']}`" for v in verdicts]
+        lines.append("- First in training time at each stated level: " + "; ".join(firsts) + ".")
+    return [*lines, ""]
 
 
 def _what_was_scored(data: dict) -> list[str]:
