@@ -24,6 +24,7 @@ from seq2seq.serve.models import load_models
 from seq2seq.training.trainer import train
 from tests.conftest import REPO, subprocess_env, tiny_config
 
+LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # JAX's event, once per new program
 LIMITS = Limits(max_sentences=6, max_body_bytes=4096, max_batch=16, wait_seconds=0.2)
 FAMILIES = ("transformer", "rnnsearch")
 SENTENCES = [source for source, _ in synthetic.load_split("test", 6)]
@@ -295,3 +296,32 @@ def test_an_ensemble_is_one_more_model_translating_as_eval_py_ensembles(runs):
     assert all(t["attention"] is None for t in result["translations"])  # members attend, not it
     assert card["family"] == "ensemble" and card["attention"] == "none"
     assert card["parameters"] == sum(models[n].card["parameters"] for n in list(models)[:2])
+
+
+def test_after_the_warm_up_an_examples_first_request_compiles_nothing(runs):
+    from jax import monitoring
+
+    from seq2seq.serve.app import translate_batch
+    from seq2seq.serve.batching import Job
+
+    models = load_models([runs["transformer"]])
+    model = next(iter(models.values()))
+    example = SENTENCES[0]
+    model.warm_up([example])
+    lowered = []
+
+    def count(event: str, seconds: float, **kwargs) -> None:
+        if event == LOWERED:
+            lowered.append(seconds)
+
+    monitoring.register_event_duration_secs_listener(count)
+    try:
+        one = Job([example], ([model.name], None, True), None)
+        translations = translate_batch(models, [one], 16)
+        assert translations[0]["results"][0]["translations"][0]["attention"] is not None
+        assert lowered == [], "the request compiled a program the warm-up should have"
+        two = Job([example, SENTENCES[1]], ([model.name], None, False), None)
+        translate_batch(models, [two], 16)
+        assert lowered, "a new batch size compiles (else this test could not fail)"
+    finally:
+        monitoring.unregister_event_duration_listener(count)

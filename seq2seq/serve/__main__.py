@@ -43,6 +43,11 @@ def _define_flags() -> SimpleNamespace:
         ),
         max_sentences=flags.DEFINE_integer("max_sentences", 32, "Sentences a request, at most."),
         max_body_kb=flags.DEFINE_integer("max_body_kb", 64, "A request body's limit, in KiB."),
+        warm_up=flags.DEFINE_bool(
+            "warm_up", True,
+            "Before serving, translate the page's examples one at a time, so that a visitor's "
+            "first request does not wait for the search and attention to compile.",
+        ),
     )  # fmt: skip
 
 
@@ -73,6 +78,11 @@ def serve(f: SimpleNamespace) -> None:
         max_sentences=f.max_sentences.value, max_body_bytes=f.max_body_kb.value * 1024,
         max_batch=f.max_batch.value, wait_seconds=f.wait_ms.value / 1000,
     )  # fmt: skip
+    if f.warm_up.value:
+        for name, model in models.items():
+            examples = model.card["examples"] or ["a warm-up sentence"]
+            seconds = model.warm_up(examples)
+            print(f"{name}: compiled for one-sentence requests in {seconds:.1f} s", flush=True)
     print(f"serving {', '.join(models)} at http://{f.host.value}:{f.port.value}/", flush=True)
     uvicorn.run(
         create_app(models, limits), host=f.host.value, port=f.port.value, log_level="warning"

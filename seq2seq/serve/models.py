@@ -9,6 +9,7 @@ notebooks' and the report's attention maps.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -99,6 +100,18 @@ class ServedModel:
         """
         self.translator.config.eval.batch_size = search_rows(len(sentences), max_rows)
         return self.translator.translate(sentences)
+
+    def warm_up(self, sentences: Sequence[str]) -> float:
+        """Compiles what a page visitor's first request needs, before any visitor waits for it:
+        the one-sentence search and the attention pass for each of ``sentences`` (the page's
+        examples; other lengths or batch sizes compile when first asked for). Returns the
+        seconds it took."""
+        start = time.perf_counter()
+        for sentence in sentences:
+            found = self.translate([sentence], max_rows=1).nbest[0]
+            if found and found[0][1]:
+                self.attention(sentence, found[0][1])
+        return time.perf_counter() - start
 
     def attention(self, sentence: str, translation: str) -> dict[str, object] | None:
         """The cross-attention that produced ``translation``: source and target pieces and the
