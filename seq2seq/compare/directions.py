@@ -123,18 +123,19 @@ def _cost(row: dict) -> str:
     return f"{level['ratio']:.2f} [{low:.2f}, {high:.2f}] to reach {level['level']:g}"
 
 
+def _scores(side: dict) -> str:
+    seeds = f"{side['seeds']} seed" + ("s" if side["seeds"] != 1 else "")
+    return f"{side['test_bleu']:.2f} / {side['test_chrf']:.2f} ({side['size']}, {seeds})"
+
+
 def render(data: dict) -> str:
     """The markdown table, one row per direction, and how to read it."""
     a, b = data["rows"][0]["families"]
     table = [
         {
             "direction": row["direction"],
-            "a": "{:.2f} / {:.2f} ({}, {} seeds)".format(
-                row["a"]["test_bleu"], row["a"]["test_chrf"], row["a"]["size"], row["a"]["seeds"]
-            ),
-            "b": "{:.2f} / {:.2f} ({}, {} seeds)".format(
-                row["b"]["test_bleu"], row["b"]["test_chrf"], row["b"]["size"], row["b"]["seeds"]
-            ),
+            "a": _scores(row["a"]),
+            "b": _scores(row["b"]),
             "bleu": _difference(row["BLEU"]),
             "chrf": _difference(row["chrF"]),
             "cost": _cost(row),

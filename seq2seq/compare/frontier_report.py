@@ -334,7 +334,8 @@ def _cost_cell(pick: dict | None, axis: str) -> str:
         shown = [form.format(v) for v in (pick["mean"], *(pick["ci95"] or ()))]
         extra = ""
     interval = f" [{shown[1]}, {shown[2]}]" if len(shown) == 3 else ""
-    return f"{shown[0]}{interval} ({pick['size']}, {pick['seeds']} seeds{extra})"
+    seeds = f"{pick['seeds']} seed" + ("s" if pick["seeds"] != 1 else "")
+    return f"{shown[0]}{interval} ({pick['size']}, {seeds}{extra})"
 
 
 def _cost_section(data: dict) -> list[str]:
