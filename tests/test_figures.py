@@ -209,3 +209,27 @@ def test_alignment_file_names_are_safe_for_any_label(tmp_path, monkeypatch):
     (path,) = figures.alignment_figures(None, ["a"], tmp_path, "rnn search/dot (seed 1)")
     assert path.parent == tmp_path
     assert path.name == "rnn_search_dot_seed_1_alignment_1.png"
+
+
+def test_a_log_axis_within_one_decade_is_still_labelled():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from seq2seq.compare.frontier_figure import _log_axis
+
+    def labelled(xs):
+        figure = Figure()
+        ax = figure.add_subplot()
+        ax.scatter(xs, [1.0] * len(xs))
+        _log_axis(ax)
+        FigureCanvasAgg(figure).draw()  # labels are made when drawn
+        low, high = ax.get_xlim()
+        ticks = ax.get_xticklabels() + ax.get_xticklabels(minor=True)
+        shown = [t for t in ticks if low <= t.get_position()[0] <= high and t.get_text()]
+        return ax.get_xscale(), len(shown)
+
+    # The en->de records end between 1.56e14 and 2.14e14 FLOPs: no decade inside, so a log
+    # axis would show no number at all; a linear one shows a few.
+    scale, shown = labelled([1.56e14, 1.73e14, 2.14e14])
+    assert scale == "linear" and 2 <= shown <= 5
+    assert labelled([3e12, 4e13, 5e14]) == ("log", 2)  # 1e13 and 1e14, the decades alone

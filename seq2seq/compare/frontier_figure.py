@@ -3,11 +3,12 @@ family's frontier (its upper envelope) drawn over them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from seq2seq.compare.frontier import RunRecord, family_envelope
 
@@ -29,8 +30,16 @@ def _steps(envelope: Sequence[tuple[float, float]], end: float) -> tuple[list, l
 
 
 def _log_axis(ax) -> None:
+    """A log x axis labelled at its decades; where the data lie within one decade (no decade
+    inside the limits, so a log axis would carry no number at all), a linear one with a few
+    labelled ticks."""
     ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
+    low, high = ax.get_xlim()
+    if math.floor(math.log10(low)) == math.floor(math.log10(high)):
+        ax.set_xscale("linear")
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+    else:
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
 
 
 def device_label(runs: Sequence[RunRecord]) -> str:
