@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -148,3 +149,30 @@ def dot_operand_dtypes(function, *args) -> set[tuple[str, str]]:
 
     walk(jax.make_jaxpr(function)(*args).jaxpr)
     return found
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_differences(config, record: Path) -> dict[str, tuple]:
+    """Where ``config`` differs from the config a committed run record trained (``record``'s
+    config.json), key by dotted key: (config's value, the record's). A key the record lacks (added
+    since it was written) counts only where ``config`` moves it off its default."""
+    from seq2seq.config import default_config
+
+    mine = _flat(json.loads(config.to_json()))
+    trained = _flat(json.loads((record / "config.json").read_text()))
+    defaults = _flat(json.loads(default_config().to_json()))
+    return {
+        key: (mine.get(key), trained.get(key))
+        for key in mine.keys() | trained.keys()
+        if mine.get(key) != trained.get(key)
+        and not (key not in trained and mine[key] == defaults.get(key))
+    }

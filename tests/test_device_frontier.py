@@ -13,10 +13,16 @@ from seq2seq.bench.device_frontier import ROWS
 from seq2seq.bench.timed_run import scoring_rule
 from seq2seq.compare.runner import Settings, run_config
 from seq2seq.compare.suites import expand_suite, select_runs
-from seq2seq.config import default_config
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import Deadline, train
-from tests.conftest import ONE_SEARCH_LOOP, REPO, SHRINK, subprocess_env, tiny_config
+from tests.conftest import (
+    ONE_SEARCH_LOOP,
+    REPO,
+    SHRINK,
+    config_differences,
+    subprocess_env,
+    tiny_config,
+)
 
 
 def test_a_passed_deadline_ends_the_run_with_a_final_validation_and_a_cap(tmp_path):
@@ -165,16 +171,6 @@ def test_bad_input_is_refused_with_one_line_and_nothing_written(tmp_path, argume
     assert not out.exists() and not work.exists()
 
 
-def _flat(tree, prefix=""):
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 # What may differ between a device run and the committed CPU run of its row: its caps (the
 # device's deadline ends it instead) and where the data lies. Keys added to the config since the
 # record was written may differ too, when they hold their default (the behaviour before them).
@@ -185,14 +181,7 @@ MAY_DIFFER = {"train.steps", "train.time_budget_minutes", "data.dir"}
 def test_the_device_runs_train_what_the_committed_cpu_records_trained(row):
     (spec,) = select_runs(expand_suite("frontier"), [row], keep_first=False)
     for seed_index in (0, 1):
-        config = _flat(json.loads(run_config(spec, Settings(seeds=2), seed_index).to_json()))
+        config = run_config(spec, Settings(seeds=2), seed_index)
         record = REPO / "docs" / "records" / "multi30k_frontier_tuned" / f"{row}-seed{seed_index}"
-        trained = _flat(json.loads((record / "config.json").read_text()))
-        defaults = _flat(json.loads(default_config().to_json()))
-        differ = {
-            k
-            for k in config.keys() | trained.keys()
-            if config.get(k) != trained.get(k)
-            and not (k not in trained and config[k] == defaults.get(k))
-        }
-        assert differ <= MAY_DIFFER, {k: (config.get(k), trained.get(k)) for k in differ}
+        differ = config_differences(config, record)
+        assert differ.keys() <= MAY_DIFFER, differ
