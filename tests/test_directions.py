@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq import config as config_lib
-from seq2seq.compare import directions, frontier
+from seq2seq.compare import directions, frontier, published
 from seq2seq.evaluation import significance
 from seq2seq.evaluation.bleu import bleu_by_source_length, sacrebleu_score
 from tests.conftest import REPO, config_differences
@@ -117,7 +117,57 @@ def test_one_verdict_holm_adjusts_every_directions_tests_together(tmp_path):
     for row in data["rows"]:  # adjusted over the four tests: never below the raw p
         for metric in ("BLEU", "chrF"):
             assert row[metric]["p_value_holm"] >= row[metric]["p_value"]
-    assert "de->en" in directions.render(data) and "en->fr" in directions.render(data)
+    # Both families' made-up curves are the same: the FLOPs to a level do not separate them.
+    assert directions.reading(de_en) == {"better": "rnnsearch", "cheaper": None, "holds": False}
+    assert directions.reading(en_fr) == {"better": None, "cheaper": None, "holds": False}
+    text = directions.render(data)
+    assert "| rnnsearch better; FLOPs not separated |" in text
+    assert '"Level at convergence, transformer cheaper" holds in 0 of 2 directions:' in text
+    published = text.split("## Published results on test_2016_flickr")[1]
+    assert "- en->fr:\n  - 59.7: Transformer, text-only; lowercased" in published
+    assert "en->de" not in published  # only the table's directions
+
+
+def test_published_results_say_how_they_were_scored_and_which_match_ours():
+    for direction in ("de->en", "en->de", "en->fr"):
+        entries = published.published_for(direction)
+        assert entries, direction
+        assert [p.bleu for p in entries] == sorted((p.bleu for p in entries), reverse=True)
+        # each direction has one number scored as the records are (cased sacreBLEU), and every
+        # Multi30k-only number states its casing
+        assert any("as here" in p.scoring for p in entries), direction
+        for p in entries:
+            assert ("lowercased" in p.scoring) or ("cased" in p.scoring), p
+    lines = published.published_section(["de->en", "xx->yy"])
+    assert "- xx->yy: no published test_2016_flickr result is listed." in lines
+    assert "- de->en: (none trained on Multi30k alone)" in lines
+    assert "- en->fr:" in published.published_section(["en->fr"])
+
+
+def _row(difference: float, significant: bool, ratio_ci95: tuple[float, float] | None) -> dict:
+    cost = None if ratio_ci95 is None else {"level": 40.0, "ratio": 1.5, "ratio_ci95": ratio_ci95}
+    return {
+        "families": ["rnnsearch", "transformer"],
+        "BLEU": {"difference": difference, "significant": significant},
+        "cost": cost,
+    }
+
+
+@pytest.mark.parametrize(
+    "row, said",
+    [
+        (_row(0.02, False, (1.37, 1.93)), ("level", "transformer", True)),
+        (_row(-1.34, True, (1.37, 1.93)), ("transformer", "transformer", False)),
+        (_row(-1.34, True, (0.90, 1.73)), ("transformer", None, False)),
+        (_row(0.8, True, (0.5, 0.9)), ("rnnsearch", "rnnsearch", False)),
+        (_row(0.3, False, None), ("level", None, False)),
+        (_row(0.3, False, (0.6, 1.0)), ("level", None, False)),  # an interval touching parity
+    ],
+)
+def test_a_row_holds_only_when_level_and_the_transformer_clearly_cheaper(row, said):
+    better, cheaper, holds = said
+    got = directions.reading(row)
+    assert (got["better"] or "level", got["cheaper"], got["holds"]) == (better, cheaper, holds)
 
 
 def test_a_folder_that_mixes_directions_is_refused_in_one_line(tmp_path):

@@ -10,7 +10,9 @@ test scores are compared by the bootstrap over seeds and sentences together, in 
 and every direction's tests form one family, Holm-adjusted together: a direction's difference
 is significant only after accounting for all of them. Beside it, each direction's cost: the
 FLOPs each family needs to reach the highest validation level both reach
-(``seq2seq.compare.cost``), with the ratio's interval over seeds.
+(``seq2seq.compare.cost``), with the ratio's interval over seeds. Below the table, published
+results for each direction's test set (``seq2seq.compare.published``), with their casing and
+tokenization.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
+from seq2seq.compare.published import published_section
 from seq2seq.evaluation import significance
 from seq2seq.report.tables import markdown_table
 
@@ -106,6 +109,7 @@ def directions_data(folders: Sequence[tuple[str, Sequence[RunRecord]]]) -> dict:
                 "p_value_holm": result.p_adjusted,
                 "significant": result.significant,
             }
+        row["reading"] = reading(row)
     return {"rows": rows, "tests": 2 * len(rows)}
 
 
@@ -121,6 +125,34 @@ def _cost(row: dict) -> str:
         return "—"
     low, high = level["ratio_ci95"]
     return f"{level['ratio']:.2f} [{low:.2f}, {high:.2f}] to reach {level['level']:g}"
+
+
+def reading(row: dict) -> dict:
+    """What one row says of the claim "level at convergence, the second family cheaper".
+
+    ``level``: the BLEU difference is not significant after Holm; ``cheaper``: the family whose
+    FLOPs to the common validation level are lower with an interval that excludes parity, or
+    None where the interval includes 1 (or no common level exists); ``holds``: both parts of the
+    claim, for the second family (the Transformer, families being sorted).
+    """
+    a, b = row["families"]
+    bleu = row["BLEU"]
+    better = None if not bleu["significant"] else (a if bleu["difference"] > 0 else b)
+    level = row["cost"]
+    cheaper = None
+    if level is not None and "ratio" in level:
+        low, high = level["ratio_ci95"]
+        cheaper = b if low > 1 else a if high < 1 else None
+    return {"better": better, "cheaper": cheaper, "holds": better is None and cheaper == b}
+
+
+def _reading(row: dict) -> str:
+    said = reading(row)
+    parts = [
+        "level" if said["better"] is None else f"{said['better']} better",
+        f"{said['cheaper']} cheaper" if said["cheaper"] else "FLOPs not separated",
+    ]
+    return "; ".join(parts) + (" (holds)" if said["holds"] else "")
 
 
 def _scores(side: dict) -> str:
@@ -139,6 +171,7 @@ def render(data: dict) -> str:
             "bleu": _difference(row["BLEU"]),
             "chrf": _difference(row["chrF"]),
             "cost": _cost(row),
+            "reading": _reading(row),
         }
         for row in data["rows"]
     ]
@@ -149,7 +182,17 @@ def render(data: dict) -> str:
         ("bleu", f"BLEU, {a} - {b} [95% CI]", ""),
         ("chrf", f"chrF, {a} - {b} [95% CI]", ""),
         ("cost", f"FLOPs, {a} / {b} [95% CI]", ""),
+        ("reading", "reading", ""),
     ]
+    holding = [row["direction"] for row in data["rows"] if reading(row)["holds"]]
+    claim = (
+        f'"Level at convergence, {b} cheaper" holds in {len(holding)} of {len(data["rows"])} '
+        "direction"
+        + ("s" if len(data["rows"]) != 1 else "")
+        + (f" ({', '.join(holding)})" if holding else "")
+        + ": level means the BLEU difference is not significant after Holm's correction, "
+        "cheaper that the FLOPs ratio's interval excludes 1."
+    )
     return "\n".join(
         [
             "# One verdict across directions",
@@ -164,6 +207,9 @@ def render(data: dict) -> str:
             "",
             markdown_table(table, columns).rstrip(),
             "",
+            claim,
+            "",
+            *published_section([row["direction"] for row in data["rows"]]),
         ]
     )
 
