@@ -28,7 +28,7 @@ from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.compare.published import published_section
 from seq2seq.evaluation import significance
-from seq2seq.report.tables import markdown_table
+from seq2seq.report.tables import counted, markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def _reading(row: dict) -> str:
 
 
 def _scores(side: dict) -> str:
-    seeds = f"{side['seeds']} seed" + ("s" if side["seeds"] != 1 else "")
+    seeds = counted(side["seeds"], "seed")
     return f"{side['test_bleu']:.2f} / {side['test_chrf']:.2f} ({side['size']}, {seeds})"
 
 
@@ -186,9 +186,8 @@ def render(data: dict) -> str:
     ]
     holding = [row["direction"] for row in data["rows"] if reading(row)["holds"]]
     claim = (
-        f'"Level at convergence, {b} cheaper" holds in {len(holding)} of {len(data["rows"])} '
-        "direction"
-        + ("s" if len(data["rows"]) != 1 else "")
+        f'"Level at convergence, {b} cheaper" holds in {len(holding)} of '
+        + counted(len(data["rows"]), "direction")
         + (f" ({', '.join(holding)})" if holding else "")
         + ": level means the BLEU difference is not significant after Holm's correction, "
         "cheaper that the FLOPs ratio's interval excludes 1."

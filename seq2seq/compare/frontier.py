@@ -33,6 +33,7 @@ import ml_collections
 
 from seq2seq import config as config_lib
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.report.tables import counted
 from seq2seq.training.stopping import CONVERGED
 
 logger = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def run_device(run: RunDirectory) -> str:
         name = entry.get("device_kind") or ""
         if name == "cpu" and entry.get("cpu_cores"):
             cores = entry["cpu_cores"]
-            name = f"cpu, {cores} core{'s' if cores != 1 else ''}"
+            name = f"cpu, {counted(cores, 'core')}"
         names.append(name)
     return " + ".join(dict.fromkeys(names))
 

@@ -21,7 +21,7 @@ from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.compare.frontier_figure import plot_frontier
 from seq2seq.evaluation import significance
-from seq2seq.report.tables import markdown_table
+from seq2seq.report.tables import counted, markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +334,7 @@ def _cost_cell(pick: dict | None, axis: str) -> str:
         shown = [form.format(v) for v in (pick["mean"], *(pick["ci95"] or ()))]
         extra = ""
     interval = f" [{shown[1]}, {shown[2]}]" if len(shown) == 3 else ""
-    seeds = f"{pick['seeds']} seed" + ("s" if pick["seeds"] != 1 else "")
+    seeds = counted(pick["seeds"], "seed")
     return f"{shown[0]}{interval} ({pick['size']}, {seeds}{extra})"
 
 

@@ -36,6 +36,11 @@ def mean_std_max(values: Sequence[float | None], spec: str = ".2f", *, best: str
     return cell
 
 
+def counted(n: int, noun: str) -> str:
+    """``"1 seed"``, ``"4 seeds"``: a count with its noun, plural when it is not one."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _escape(text: str) -> str:
     """Text safe inside one markdown table cell: no column breaks, no line breaks."""
     return " ".join(text.splitlines()).replace("|", "\\|")
