@@ -192,6 +192,7 @@ SHIPPED = [
     ("multi30k_ende_transformer.py", "multi30k_ende", "transformer-small"),
     ("multi30k_ende_rnnsearch.py", "multi30k_ende", "rnnsearch-medium"),
     ("multi30k_enfr_transformer.py", "multi30k_enfr", "transformer-small"),
+    ("multi30k_enfr_rnnsearch.py", "multi30k_enfr", "rnnsearch-medium"),
 ]
 MAY_DIFFER = {"seed", "data.dir", "train.steps", "train.time_budget_minutes"}
 
