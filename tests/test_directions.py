@@ -118,10 +118,12 @@ def test_one_verdict_holm_adjusts_every_directions_tests_together(tmp_path):
         for metric in ("BLEU", "chrF"):
             assert row[metric]["p_value_holm"] >= row[metric]["p_value"]
     # Both families' made-up curves are the same: the FLOPs to a level do not separate them.
-    assert directions.reading(de_en) == {"better": "rnnsearch", "cheaper": None, "holds": False}
-    assert directions.reading(en_fr) == {"better": None, "cheaper": None, "holds": False}
+    said = directions.reading(de_en)
+    assert said["better"]["BLEU"] == "rnnsearch" and not said["level"] and not said["holds"]
+    said = directions.reading(en_fr)
+    assert said == {"better": {}, "level": True, "cheaper": None, "holds": False}
     text = directions.render(data)
-    assert "| rnnsearch better; FLOPs not separated |" in text
+    assert "| rnnsearch better (BLEU" in text and "| level; FLOPs not separated |" in text
     assert '"Level at convergence, transformer cheaper" holds in 0 of 2 directions:' in text
     published = text.split("## Published results on test_2016_flickr")[1]
     assert "- en->fr:\n  - 59.7: Transformer, text-only; lowercased" in published
@@ -144,30 +146,44 @@ def test_published_results_say_how_they_were_scored_and_which_match_ours():
     assert "- en->fr:" in published.published_section(["en->fr"])
 
 
-def _row(difference: float, significant: bool, ratio_ci95: tuple[float, float] | None) -> dict:
+def _row(bleu: tuple[float, bool], chrf: tuple[float, bool], ratio_ci95) -> dict:
     cost = None if ratio_ci95 is None else {"level": 40.0, "ratio": 1.5, "ratio_ci95": ratio_ci95}
     return {
         "families": ["rnnsearch", "transformer"],
-        "BLEU": {"difference": difference, "significant": significant},
+        "BLEU": {"difference": bleu[0], "significant": bleu[1]},
+        "chrF": {"difference": chrf[0], "significant": chrf[1]},
         "cost": cost,
     }
+
+
+LEVEL = (0.02, False)
+TRANSFORMER = "transformer"
 
 
 @pytest.mark.parametrize(
     "row, said",
     [
-        (_row(0.02, False, (1.37, 1.93)), ("level", "transformer", True)),
-        (_row(-1.34, True, (1.37, 1.93)), ("transformer", "transformer", False)),
-        (_row(-1.34, True, (0.90, 1.73)), ("transformer", None, False)),
-        (_row(0.8, True, (0.5, 0.9)), ("rnnsearch", "rnnsearch", False)),
-        (_row(0.3, False, None), ("level", None, False)),
-        (_row(0.3, False, (0.6, 1.0)), ("level", None, False)),  # an interval touching parity
+        (_row(LEVEL, LEVEL, (1.37, 1.93)), ({}, TRANSFORMER, True)),
+        (_row((-1.34, True), LEVEL, (1.37, 1.93)), ({"BLEU": TRANSFORMER}, TRANSFORMER, False)),
+        # significant in chrF alone is not level
+        (
+            _row((-1.31, False), (-1.52, True), (2.5, 3.4)),
+            ({"chrF": TRANSFORMER}, TRANSFORMER, False),
+        ),
+        (_row((-1.34, True), LEVEL, (0.90, 1.73)), ({"BLEU": TRANSFORMER}, None, False)),
+        (
+            _row((0.8, True), (0.6, True), (0.5, 0.9)),
+            ({"BLEU": "rnnsearch", "chrF": "rnnsearch"}, "rnnsearch", False),
+        ),
+        (_row(LEVEL, LEVEL, None), ({}, None, False)),
+        (_row(LEVEL, LEVEL, (0.6, 1.0)), ({}, None, False)),  # an interval touching parity
     ],
 )
-def test_a_row_holds_only_when_level_and_the_transformer_clearly_cheaper(row, said):
+def test_a_row_holds_only_when_level_in_both_metrics_and_the_transformer_clearly_cheaper(row, said):
     better, cheaper, holds = said
     got = directions.reading(row)
-    assert (got["better"] or "level", got["cheaper"], got["holds"]) == (better, cheaper, holds)
+    assert (got["better"], got["cheaper"], got["holds"]) == (better, cheaper, holds)
+    assert got["level"] == (not better)
 
 
 def test_a_folder_that_mixes_directions_is_refused_in_one_line(tmp_path):

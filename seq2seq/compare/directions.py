@@ -130,29 +130,44 @@ def _cost(row: dict) -> str:
 def reading(row: dict) -> dict:
     """What one row says of the claim "level at convergence, the second family cheaper".
 
-    ``level``: the BLEU difference is not significant after Holm; ``cheaper``: the family whose
-    FLOPs to the common validation level are lower with an interval that excludes parity, or
-    None where the interval includes 1 (or no common level exists); ``holds``: both parts of the
-    claim, for the second family (the Transformer, families being sorted).
+    ``better``: for each metric (BLEU, chrF) whose difference is significant after Holm, the
+    family ahead in it; ``level``: neither is; ``cheaper``: the family whose FLOPs to the
+    common validation level are lower with an interval that excludes parity, or None where the
+    interval includes 1 (or no common level exists); ``holds``: both parts of the claim, for the
+    second family (the Transformer, families being sorted).
     """
     a, b = row["families"]
-    bleu = row["BLEU"]
-    better = None if not bleu["significant"] else (a if bleu["difference"] > 0 else b)
+    better = {
+        metric: a if row[metric]["difference"] > 0 else b
+        for metric in ("BLEU", "chrF")
+        if row[metric]["significant"]
+    }
     level = row["cost"]
     cheaper = None
     if level is not None and "ratio" in level:
         low, high = level["ratio_ci95"]
         cheaper = b if low > 1 else a if high < 1 else None
-    return {"better": better, "cheaper": cheaper, "holds": better is None and cheaper == b}
+    return {
+        "better": better,
+        "level": not better,
+        "cheaper": cheaper,
+        "holds": not better and cheaper == b,
+    }
 
 
 def _reading(row: dict) -> str:
     said = reading(row)
-    parts = [
-        "level" if said["better"] is None else f"{said['better']} better",
-        f"{said['cheaper']} cheaper" if said["cheaper"] else "FLOPs not separated",
-    ]
-    return "; ".join(parts) + (" (holds)" if said["holds"] else "")
+    winners = sorted(set(said["better"].values()))
+    quality = (
+        "level"
+        if said["level"]
+        else "; ".join(
+            f"{family} better ({', '.join(m for m, f in said['better'].items() if f == family)})"
+            for family in winners
+        )
+    )
+    cost = f"{said['cheaper']} cheaper" if said["cheaper"] else "FLOPs not separated"
+    return f"{quality}; {cost}" + (" (holds)" if said["holds"] else "")
 
 
 def _scores(side: dict) -> str:
@@ -189,8 +204,8 @@ def render(data: dict) -> str:
         f'"Level at convergence, {b} cheaper" holds in {len(holding)} of '
         + counted(len(data["rows"]), "direction")
         + (f" ({', '.join(holding)})" if holding else "")
-        + ": level means the BLEU difference is not significant after Holm's correction, "
-        "cheaper that the FLOPs ratio's interval excludes 1."
+        + ": level means neither the BLEU nor the chrF difference is significant after Holm's "
+        "correction, cheaper that the FLOPs ratio's interval excludes 1."
     )
     return "\n".join(
         [
