@@ -155,8 +155,7 @@ def reading(row: dict) -> dict:
     }
 
 
-def _reading(row: dict) -> str:
-    said = reading(row)
+def _reading(said: dict) -> str:
     winners = sorted(set(said["better"].values()))
     quality = (
         "level"
@@ -186,7 +185,7 @@ def render(data: dict) -> str:
             "bleu": _difference(row["BLEU"]),
             "chrf": _difference(row["chrF"]),
             "cost": _cost(row),
-            "reading": _reading(row),
+            "reading": _reading(row["reading"]),
         }
         for row in data["rows"]
     ]
@@ -199,7 +198,7 @@ def render(data: dict) -> str:
         ("cost", f"FLOPs, {a} / {b} [95% CI]", ""),
         ("reading", "reading", ""),
     ]
-    holding = [row["direction"] for row in data["rows"] if reading(row)["holds"]]
+    holding = [row["direction"] for row in data["rows"] if row["reading"]["holds"]]
     claim = (
         f'"Level at convergence, {b} cheaper" holds in {len(holding)} of '
         + counted(len(data["rows"]), "direction")
