@@ -632,3 +632,83 @@ def test_keep_each_must_name_a_tuned_key_in_one_line():
         keep_each="model.dropout_rate",
     )
     assert plan.keep_each == "model.dropout_rate"
+
+
+# --tune_to_convergence: the last rung ends where each run's early stopping ends it.
+
+
+def _converged_trial(folder: Path, bleus: list[float]) -> tuning.Trial:
+    """A trial whose made-up run validated every 100 steps with these BLEU scores and ended."""
+    run = RunDirectory(folder)
+    run.path.mkdir()
+    steps = [100 * (k + 1) for k in range(len(bleus))]
+    lines = [{"kind": "train", "step": steps[-1], "learning_rate": 1e-3, "elapsed_seconds": 60.0}]
+    lines += [
+        {
+            "kind": "validation",
+            "step": step,
+            "bleu": bleu,
+            "perplexity": 50.0 - bleu,
+            "n": 8,
+            "elapsed_seconds": step * 0.1,
+        }  # fmt: skip
+        for step, bleu in zip(steps, bleus, strict=True)
+    ]
+    run.metrics_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return tuning.Trial((("model.dropout_rate", folder.name),), run)
+
+
+def test_a_converged_trial_is_scored_by_its_last_five_points_not_its_best(tmp_path):
+    # A long run whose plateau holds one lucky point, against a shorter one with a higher plateau:
+    # the highest point would pick the long run only because it drew more noisy points.
+    spiky = _converged_trial(tmp_path / "0.3", [20, 30, 34, 35, 35.2, 38, 34.6, 35.2, 35.4])
+    steady = _converged_trial(tmp_path / "0.1", [25, 33, 36, 36.2, 35.8, 36.1, 35.9])
+    for trial in (spiky, steady):
+        tuning._score(trial, None)
+    assert spiky.validation_bleu == pytest.approx((35.2 + 38 + 34.6 + 35.2 + 35.4) / 5)
+    assert spiky.validation_perplexity == pytest.approx(50 - spiky.validation_bleu)
+    assert spiky.step == 900 and spiky.rungs == [spiky.validation_bleu]
+    assert tuning.best_trial([spiky, steady]) is steady  # 36.0 against 35.68
+    at_rung = tuning.Trial(spiky.point, spiky.run)
+    tuning._score(at_rung, 600, "steps")  # a fixed rung: the point at its step, spike and all
+    assert (at_rung.step, at_rung.validation_bleu) == (600, 38)
+
+
+def test_to_convergence_needs_a_grid_in_one_line():
+    with pytest.raises(ConfigError, match="--tune_to_convergence needs --tune") as caught:
+        make_tuning([], None, converge=True)
+    assert "\n" not in str(caught.value)
+    plan = make_tuning(["model.dropout_rate=0.1,0.3"], None, rungs=2, steps=10, converge=True)
+    assert (
+        plan.converge and not make_tuning(["model.dropout_rate=0.1,0.3"], None, steps=10).converge
+    )
+
+
+@pytest.mark.slow
+def test_the_last_rung_trains_to_convergence_and_its_winner_is_the_final_run(tmp_path):
+    path = tmp_path / "tiny_transformer.py"
+    config = STEPS_CONFIG.format(model="transformer").replace(
+        "config.train.steps = 100_000  # each rung's steps end the trials",
+        "config.train.steps = 24  # the final runs' cap: the last rung trains to it\n"
+        "    config.eval.every_steps = 4",
+    )
+    path.write_text(config)
+    spec = RunSpec("tiny_transformer", path)
+    plan = make_tuning(["train.learning_rate=0.5,4.0"], None, rungs=2, steps=4, converge=True)
+    settings = Settings(slice_minutes=0)
+    (result,) = tuning.tune([spec], settings, plan, tmp_path / "work")
+    ends = sorted(trial.run.read_metrics()[-1]["step"] for trial in result.trials)
+    assert ends == [4, 24], "the halving's survivor trains on to the config's own 24 steps"
+    winner = next(t for t in result.trials if t.point == result.chosen)
+    validations = [r for r in winner.run.read_metrics() if r["kind"] == "validation"]
+    assert len(validations) >= 6
+    last = [r["bleu"] for r in validations[-tuning.CONVERGED_POINTS :]]
+    assert winner.validation_bleu == pytest.approx(sum(last) / len(last))
+    assert winner.step == validations[-1]["step"]
+    summary = tuning.report_json(plan, [result])
+    assert summary["last_rung"] == "convergence"
+    assert "trained on to convergence" in report_sections._tuning_method(summary)
+    # The winner trained under the final runs' budget: it is seed 0's final run, not retrained.
+    final = runner.prepare(result.tuned_spec(), settings, 0, tmp_path / "work")
+    assert tuning.reuse_winners([result], [final], plan) == ["tiny_transformer"]
+    assert final.run.metrics_file.read_text() == winner.run.metrics_file.read_text()

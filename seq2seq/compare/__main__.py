@@ -164,6 +164,14 @@ def _tuning_flags() -> dict[str, flags.FlagHolder]:
             "value of KEY, then the better half of the rest, so that no value is dropped before "
             "the last rung (regularisation decides only once runs overfit).",
         ),
+        "tune_to_convergence": flags.DEFINE_bool(
+            "tune_to_convergence",
+            False,
+            "The last rung trains its trials on to convergence (early stopping, within the final "
+            "runs' budget) and scores each by the mean validation BLEU of its last 5 points; the "
+            "winner is its seed's "
+            "final run. With --tune_keep_each, each value is judged after the runs overfit.",
+        ),
     }
 
 
@@ -257,6 +265,7 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
         flag.tune_rungs,
         flag.tune_steps,
         flag.tune_keep_each,
+        flag.tune_to_convergence,
     )
     outcomes, report = compare(specs, Path(flag.workdir), settings, title, tuning)
     finished = [o for o in outcomes if o.status == "ok" and o.result is not None]

@@ -59,6 +59,12 @@ class Tuning:
     # before the better half of the rest, so that no value of KEY (e.g. dropout, which decides
     # only once runs overfit) is dropped before the last rung. None: plain halving.
     keep_each: str | None = None
+    # --tune_to_convergence: the last rung trains its trials on to convergence (each run's early
+    # stopping, within the final runs' budget) and scores each by the mean validation BLEU of its
+    # last points (tuning.CONVERGED_POINTS), so that a regularisation value is judged where the
+    # runs have had time to overfit; a fixed last rung can end before that (docs/results.md).
+    # The winner is its seed's final run.
+    converge: bool = False
 
     def rung_minutes(self, rung: int) -> float:
         """The budget, in ``unit``, of a trial that reaches ``rung`` (0-based)."""
@@ -196,9 +202,11 @@ def make_tuning(
     rungs: int = 1,
     steps: int | None = None,
     keep_each: str | None = None,
+    converge: bool = False,
 ) -> Tuning | None:
     """The ``Tuning`` of ``--tune`` flags, ``--tune_minutes`` or ``--tune_steps``,
-    ``--tune_samples`` and ``--tune_rungs``; None without ``--tune``.
+    ``--tune_samples``, ``--tune_rungs``, ``--tune_keep_each`` and ``--tune_to_convergence``;
+    None without ``--tune``.
 
     Raises:
       ConfigError: a bad flag, or a combination that cannot run (one line).
@@ -208,6 +216,10 @@ def make_tuning(
             raise config_lib.ConfigError(
                 "--tune_minutes, --tune_steps, --tune_samples, --tune_rungs and --tune_keep_each "
                 "need --tune KEY=V1,V2,... (what to tune)"
+            )
+        if converge:
+            raise config_lib.ConfigError(
+                "--tune_to_convergence needs --tune KEY=V1,V2,... (what to tune)"
             )
         return None
     budget, unit = _budget(minutes, steps)
@@ -221,7 +233,9 @@ def make_tuning(
         raise config_lib.ConfigError(
             f"--tune_keep_each {keep_each}: not a tuned key; give one of {', '.join(keys)}"
         )
-    return Tuning(tuple(grid), budget, samples, rungs, unit=unit, keep_each=keep_each)
+    return Tuning(
+        tuple(grid), budget, samples, rungs, unit=unit, keep_each=keep_each, converge=converge
+    )
 
 
 def _budget(minutes: float | None, steps: int | None) -> tuple[float, str]:

@@ -267,17 +267,28 @@ def _tuning_method(data: dict) -> str:
     else:
         so_far = ", ".join(f"{name} {n}" for name, n in data["trials_per_model"].items())
         method = f"the sweep was interrupted: models have {so_far} trials so far (rerun to finish)"
+    converged = data.get("last_rung") == "convergence"
     if data["rungs"] > 1:
-        minutes = ", ".join(f"{m:g}" for m in data["rung_minutes"])
+        ends = [f"{m:g}" for m in data["rung_minutes"]]
+        if converged:
+            ends[-1] = "convergence"
+        minutes = ", ".join(ends)
         method += (
-            f"; then successive halving over {data['rungs']} rungs ending at {minutes} training "
-            f"{unit}: after each rung "
+            f"; then successive halving over {data['rungs']} rungs ending at {minutes} "
+            f"(training {unit}): after each rung "
             + (
                 f"the best trial of each `{data['keep_each']}` value and then the better half "
                 "of the rest trained on (`--tune_keep_each`: no value dropped before the last rung)"
                 if data.get("keep_each")
                 else "the better half of every model's trials trained on"
             )
+        )
+    if converged:
+        method += (
+            "; the last rung's trials trained on to convergence (their early stopping, within "
+            "the final runs' budget) and were scored by the mean validation BLEU of their last "
+            "5 points"
+            "(`--tune_to_convergence`)"
         )
     return method
 

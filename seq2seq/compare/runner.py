@@ -111,13 +111,18 @@ def run_config(spec: RunSpec, settings: Settings, seed_index: int) -> ml_collect
         raise config_lib.ConfigError(message or f"{spec.config}: {error}") from error
     for key, value in (*spec.overrides, *settings.overrides):
         config_lib.set_value(config, key, value)
+    apply_budget(config, settings)
+    config.seed = config.seed + seed_index
+    return config_lib.validate(config)
+
+
+def apply_budget(config: ml_collections.ConfigDict, settings: Settings) -> None:
+    """The comparison's budget (``--budget_minutes`` or ``--budget_steps``) over the config's."""
     if settings.budget_minutes is not None:
         config.train.time_budget_minutes = settings.budget_minutes
     if settings.budget_steps is not None:
         config.train.steps = settings.budget_steps
         config.train.time_budget_minutes = 0.0  # equal steps: no clock may cut a run short
-    config.seed = config.seed + seed_index
-    return config_lib.validate(config)
 
 
 def run_names(spec: RunSpec, seeds: int) -> list[str]:
