@@ -712,3 +712,54 @@ def test_the_last_rung_trains_to_convergence_and_its_winner_is_the_final_run(tmp
     final = runner.prepare(result.tuned_spec(), settings, 0, tmp_path / "work")
     assert tuning.reuse_winners([result], [final], plan) == ["tiny_transformer"]
     assert final.run.metrics_file.read_text() == winner.run.metrics_file.read_text()
+
+
+CONVERGED = RECORDS.parent / "multi30k_dropout_at_convergence"
+
+
+def _validation_at(record: Path, step: int) -> dict:
+    lines = (record / "metrics.jsonl").read_text().splitlines()
+    return next(
+        r for r in map(json.loads, lines) if r.get("kind") == "validation" and r["step"] == step
+    )
+
+
+@pytest.mark.skipif(not CONVERGED.is_dir(), reason="docs/records/... dropout_at_convergence absent")
+def test_a_dropped_trial_trained_on_alone_is_the_trial_and_the_rule_replays_on_it():
+    # A run with one trial's values and seed reproduces the trial where both trained, so the
+    # keep-each rule can be replayed on committed trials plus the dropped one trained on.
+    small = json.loads((RECORDS / "transformer-small-seed0" / "tuning.json").read_text())
+    (trial,) = [
+        t
+        for t in small["models"][0]["trials"]
+        if t["train.learning_rate"] == 0.00566 and t["model.transformer.dropout_rate"] == 0.3
+    ]
+    run = _validation_at(CONVERGED / "transformer-small-dropout0.3-seed0", 1000)
+    assert (run["bleu"], run["perplexity"]) == (
+        trial["rung_bleu"][0],
+        trial["validation_perplexity"],
+    )
+    superseded = (
+        RECORDS.parent / "multi30k_frontier_superseded" / "rnnsearch-large-dropout0.1-seed0"
+    )
+    old = json.loads((superseded / "tuning.json").read_text())
+    (trial,) = [
+        t
+        for t in old["models"][0]["trials"]
+        if (t["train.learning_rate"], t["model.dropout_rate"]) == ("x0.5", 0.3)
+    ]
+    assert _validation_at(RECORDS / "rnnsearch-large-seed0", 2000)["bleu"] == trial["rung_bleu"][0]
+    # Replayed: the old rule drops 0.3 at the first rung, the new one keeps each dropout's best,
+    # and at the last rung 0.3 wins, which the retuned size's record says it chose.
+    assert _replayed(old, None) == {("x0.5", 0.1)}
+    assert _replayed(old, "model.dropout_rate") == {"needs training"}  # 0.3 went on, untrained
+    new = json.loads((RECORDS / "rnnsearch-large-seed0" / "tuning.json").read_text())
+    assert _replayed(new, "model.dropout_rate") == {("x0.5", 0.1), ("x0.5", 0.3)}
+    last = {
+        (t["train.learning_rate"], t["model.dropout_rate"]): t["rung_bleu"][-1]
+        for t in new["models"][0]["trials"]
+        if len(t["rung_bleu"]) == new["rungs"]
+    }
+    assert set(last) == {("x0.5", 0.1), ("x0.5", 0.3)}
+    assert max(last, key=last.get) == ("x0.5", 0.3)
+    assert new["models"][0]["chosen"] == {"train.learning_rate": "x0.5", "model.dropout_rate": 0.3}
