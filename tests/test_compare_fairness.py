@@ -66,10 +66,13 @@ def test_every_model_is_validated_at_the_same_training_minutes(timed):
         )
         times = [r["elapsed_seconds"] for r in records if r["kind"] == "validation"]
         # Each validation but the final one lies a step after a multiple of the period (a
-        # step-based interval would put it anywhere in the period).
+        # step-based interval would put it anywhere in the period). The step times are means
+        # over a logging interval (5 steps), which hide one slow step on a busy machine (CI
+        # beside other work once measured 0.83 s against a mean of 0.28 s), so the bound is a
+        # whole logging interval: still well under the period.
         for seconds in times[:-1]:
             late = seconds - math.floor(seconds / period) * period
-            assert late <= max(3 * step_seconds, 0.5), (seconds, step_seconds)
+            assert late <= max(5 * step_seconds, 0.5), (seconds, step_seconds)
         # The final validation (the budget's end) may fall in the last mark's period.
         marks[outcome.name] = sorted({math.floor(seconds / period) for seconds in times})
     first, second = marks.values()
