@@ -707,7 +707,9 @@ def test_the_last_rung_trains_to_convergence_and_its_winner_is_the_final_run(tmp
     assert winner.step == validations[-1]["step"]
     summary = tuning.report_json(plan, [result])
     assert summary["last_rung"] == "convergence"
-    assert "trained on to convergence" in report_sections._tuning_method(summary)
+    assert "their last 5 points (`--tune_to_convergence`)" in report_sections._tuning_method(
+        summary
+    )
     # The winner trained under the final runs' budget: it is seed 0's final run, not retrained.
     final = runner.prepare(result.tuned_spec(), settings, 0, tmp_path / "work")
     assert tuning.reuse_winners([result], [final], plan) == ["tiny_transformer"]

@@ -169,8 +169,8 @@ def _tuning_flags() -> dict[str, flags.FlagHolder]:
             False,
             "The last rung trains its trials on to convergence (early stopping, within the final "
             "runs' budget) and scores each by the mean validation BLEU of its last 5 points; the "
-            "winner is its seed's "
-            "final run. With --tune_keep_each, each value is judged after the runs overfit.",
+            "winner is its seed's final run. With --tune_keep_each, each value is judged after "
+            "the runs overfit.",
         ),
     }
 

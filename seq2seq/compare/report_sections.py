@@ -287,8 +287,7 @@ def _tuning_method(data: dict) -> str:
         method += (
             "; the last rung's trials trained on to convergence (their early stopping, within "
             "the final runs' budget) and were scored by the mean validation BLEU of their last "
-            "5 points"
-            "(`--tune_to_convergence`)"
+            "5 points (`--tune_to_convergence`)"
         )
     return method
 
