@@ -93,6 +93,44 @@ def test_a_restart_in_the_same_environment_does_not_warn(tmp_path, caplog):
     assert provenance.summary(tmp_path)["changed_during_run"] == []
 
 
+# Two processors of one machine as /proc/cpuinfo lists them (trimmed); only the first is read.
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8480C
+stepping\t: 8
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_bf16 amx_tile
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+flags\t\t: fpu avx
+"""
+
+
+def test_the_cpu_is_named_by_generation_and_simd_extensions_not_only_its_model_name():
+    facts = provenance.cpu(CPUINFO)
+    assert facts == {
+        "vendor": "GenuineIntel",
+        "family": 6,
+        "model": 143,
+        "stepping": 8,
+        "simd": ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
+                 "avx512_bf16", "amx_tile", "amx_bf16"],
+    }  # fmt: skip
+    assert provenance.cpu_label(facts).startswith("GenuineIntel 6/143/8 sse4_2 avx avx2")
+    assert provenance.cpu("processor\t: 0\nvendor_id\t: ARM\n") is None  # no flags line
+
+
+def test_a_resume_on_another_cpu_is_named_among_the_changes(tmp_path, caplog):
+    zen4 = CPUINFO.replace("GenuineIntel", "AuthenticAMD").replace(": 143", ": 17")
+    first = {"python": "3.11.7", "packages": {}, "cpu": provenance.cpu(CPUINFO)}
+    second = {**first, "cpu": provenance.cpu(zen4)}
+    (change,) = provenance.changes(first, second)
+    assert change.startswith("cpu GenuineIntel 6/143/8") and "-> AuthenticAMD 6/17/8" in change
+    assert provenance.changes(first, {**first, "cpu": None}) == []  # not recorded: no claim
+
+
 def test_an_unreadable_record_is_kept_aside_and_a_new_one_begun(tmp_path, caplog):
     RunDirectory(tmp_path).provenance_file.write_text("{not json")
     provenance.record_start(tmp_path, ["train.py"])

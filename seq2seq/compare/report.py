@@ -283,7 +283,8 @@ def write_report(root: Path, report: dict) -> Path:
 
 
 def hardware(rows: Sequence[dict]) -> list[str]:
-    """The machines the runs trained on (processor, usable cores, JAX device kind)."""
+    """The machines the runs trained on (processor, its generation and SIMD extensions where
+    recorded, usable cores, JAX device kind)."""
     machines = set()
     for row in rows:
         made = row.get("provenance")
@@ -291,6 +292,7 @@ def hardware(rows: Sequence[dict]) -> list[str]:
             cores = made.get("cpu_cores")
             machines.add(
                 f"{made.get('processor') or 'unknown processor'}"
+                + (f" [{made['cpu']}]" if made.get("cpu") else "")
                 + (f", {cores} cores" if cores else "")
                 + f" (JAX device {made.get('device_kind')} x{made.get('device_count')})"
             )

@@ -9,7 +9,9 @@ The file holds one JSON object, ``{"entries": [ENTRY, ...]}``, oldest first; an 
 
     {"started": "2025-01-31T12:00:00+00:00", "commit": "4f3a...", "dirty": false,
      "argv": ["train.py", "--config", ...], "config_overrides": ["--config.train.steps=20"],
-     "python": "3.11.7", "platform": "Linux-...-x86_64", "packages": {"jax": "0.10.2", ...},
+     "python": "3.11.7", "platform": "Linux-...-x86_64", "processor": "AMD EPYC",
+     "cpu": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "stepping": 1,
+             "simd": ["avx", "avx2", "avx512f", ...]}, "packages": {"jax": "0.10.2", ...},
      "backend": "cpu", "device_kind": "cpu", "device_count": 1, "process_count": 1,
      "glibc_tunables": "glibc.malloc.arena_max=1:...", "compute_dtype": "float32"}
 """
@@ -44,6 +46,23 @@ PACKAGES = (
     "tensorflow-datasets",
     "sentencepiece",
     "sacrebleu",
+)
+# The instruction-set extensions XLA's CPU compiler picks its code by: machines that differ in one
+# of them run other kernels, and their float32 results differ in the last bits, so a run replays
+# bit for bit only on a CPU with the same ones (and the same family and model).
+SIMD_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
 )
 # The checkout this package was imported from (a git work tree when installed editable).
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -92,6 +111,44 @@ def processor() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu(cpuinfo: str | None = None) -> dict[str, object] | None:
+    """The CPU as ``/proc/cpuinfo`` tells machines apart, which a model name often does not
+    ("AMD EPYC" covers several generations): vendor, family, model, stepping and which of
+    ``SIMD_FLAGS`` it has. None where there is no ``/proc/cpuinfo`` (or ``cpuinfo``, its text).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n")[0].splitlines():  # the first processor's block
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    if "flags" not in fields:
+        return None
+    flags = set(fields["flags"].split())
+
+    def number(key: str) -> int | None:
+        return int(fields[key]) if fields.get(key, "").isdigit() else None
+
+    return {
+        "vendor": fields.get("vendor_id"),
+        "family": number("cpu family"),
+        "model": number("model"),
+        "stepping": number("stepping"),
+        "simd": [flag for flag in SIMD_FLAGS if flag in flags],
+    }
+
+
+def cpu_label(facts: dict[str, object] | None) -> str | None:
+    """``cpu()``'s facts in one line ("AuthenticAMD 25/17/1 avx2 avx512f ..."), or None."""
+    if not facts:
+        return None
+    generation = "/".join(str(facts.get(key)) for key in ("family", "model", "stepping"))
+    return " ".join([str(facts.get("vendor")), generation, *facts.get("simd", [])])
+
+
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity, not the machine's total)."""
     if hasattr(os, "sched_getaffinity"):
@@ -107,6 +164,7 @@ def environment() -> dict[str, object]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "processor": processor(),
+        "cpu": cpu(),
         "cpu_cores": usable_cores(),
         "packages": package_versions(),
         "backend": jax.default_backend(),
@@ -155,8 +213,9 @@ def read_entries(workdir: Path | RunDirectory) -> list[dict]:
 
 
 def changes(previous: dict, current: dict) -> list[str]:
-    """What differs between two entries' Python, package versions, device kind and compute
-    dtype (an entry from before the dtype was recorded has none to compare).
+    """What differs between two entries' Python, package versions, device kind, compute dtype
+    and CPU (an entry from before the dtype or the CPU was recorded has none to compare; a CPU
+    change matters on a CPU backend, where it changes the compiled kernels' last bits).
 
     Returns:
       One ``"NAME OLD -> NEW"`` string per difference, e.g. ``["jax 0.9.0 -> 0.10.2"]``.
@@ -168,6 +227,9 @@ def changes(previous: dict, current: dict) -> list[str]:
     if "compute_dtype" in previous:
         before["compute_dtype"] = previous["compute_dtype"]
         after["compute_dtype"] = current.get("compute_dtype")
+    if previous.get("cpu") and current.get("cpu"):
+        before["cpu"] = cpu_label(previous["cpu"])
+        after["cpu"] = cpu_label(current["cpu"])
     return [
         f"{name} {before.get(name)} -> {after.get(name)}"
         for name in after
@@ -233,6 +295,7 @@ def summary(workdir: Path) -> dict[str, object] | None:
         "device_kind": latest.get("device_kind"),
         "device_count": latest.get("device_count"),
         "processor": latest.get("processor"),
+        "cpu": cpu_label(latest.get("cpu")),
         "cpu_cores": latest.get("cpu_cores"),
         "jax": latest.get("packages", {}).get("jax"),
         "compute_dtype": latest.get("compute_dtype"),
