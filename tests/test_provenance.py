@@ -120,9 +120,10 @@ def test_the_cpu_is_named_by_generation_and_simd_extensions_not_only_its_model_n
     }  # fmt: skip
     assert provenance.cpu_label(facts).startswith("GenuineIntel 6/143/8 sse4_2 avx avx2")
     assert provenance.cpu("processor\t: 0\nvendor_id\t: ARM\n") is None  # no flags line
+    assert provenance.processor(CPUINFO) == "Intel(R) Xeon(R) Platinum 8480C"  # the first block's
 
 
-def test_a_resume_on_another_cpu_is_named_among_the_changes(tmp_path, caplog):
+def test_a_resume_on_another_cpu_is_named_among_the_changes():
     zen4 = CPUINFO.replace("GenuineIntel", "AuthenticAMD").replace(": 143", ": 17")
     first = {"python": "3.11.7", "packages": {}, "cpu": provenance.cpu(CPUINFO)}
     second = {**first, "cpu": provenance.cpu(zen4)}

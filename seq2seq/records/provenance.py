@@ -100,15 +100,29 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def processor() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or ``platform.processor()`` elsewhere."""
+def _read_cpuinfo() -> str:
+    """The text of ``/proc/cpuinfo``, or "" where there is none (not Linux)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return ""
+
+
+def _first_processor(cpuinfo: str | None = None) -> dict[str, str]:
+    """The first processor's block of ``cpuinfo`` (read from ``/proc/cpuinfo`` when None) as
+    key -> value."""
+    if cpuinfo is None:
+        cpuinfo = _read_cpuinfo()
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def processor(cpuinfo: str | None = None) -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or ``platform.processor()`` elsewhere."""
+    return _first_processor(cpuinfo).get("model name") or platform.processor() or "unknown"
 
 
 def cpu(cpuinfo: str | None = None) -> dict[str, object] | None:
@@ -116,15 +130,7 @@ def cpu(cpuinfo: str | None = None) -> dict[str, object] | None:
     ("AMD EPYC" covers several generations): vendor, family, model, stepping and which of
     ``SIMD_FLAGS`` it has. None where there is no ``/proc/cpuinfo`` (or ``cpuinfo``, its text).
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
-    fields: dict[str, str] = {}
-    for line in cpuinfo.split("\n\n")[0].splitlines():  # the first processor's block
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
+    fields = _first_processor(cpuinfo)
     if "flags" not in fields:
         return None
     flags = set(fields["flags"].split())
@@ -159,12 +165,13 @@ def usable_cores() -> int:
 def environment() -> dict[str, object]:
     """The code, packages and devices of this process (initializes JAX's backend)."""
     devices = jax.devices()
+    cpuinfo = _read_cpuinfo()
     return {
         **git_state(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "processor": processor(),
-        "cpu": cpu(),
+        "processor": processor(cpuinfo),
+        "cpu": cpu(cpuinfo),
         "cpu_cores": usable_cores(),
         "packages": package_versions(),
         "backend": jax.default_backend(),
