@@ -765,3 +765,30 @@ def test_a_dropped_trial_trained_on_alone_is_the_trial_and_the_rule_replays_on_i
     assert set(last) == {("x0.5", 0.1), ("x0.5", 0.3)}
     assert max(last, key=last.get) == ("x0.5", 0.3)
     assert new["models"][0]["chosen"] == {"train.learning_rate": "x0.5", "model.dropout_rate": 0.3}
+
+
+@pytest.mark.skipif(not CONVERGED.is_dir(), reason="docs/records/... dropout_at_convergence absent")
+def test_transformer_large_under_the_rule_compares_its_dropout_0_3_with_the_other_rate():
+    record = json.loads((RECORDS / "transformer-large-seed0" / "tuning.json").read_text())
+    key = "model.dropout_rate"
+    trials = {(t["train.learning_rate"], t[key]): t for t in record["models"][0]["trials"]}
+    # The old rule: x1/0.1 alone reached the last rung (4,000 steps) and was chosen.
+    assert _replayed(record, None) == {("x1", 0.1)}
+    # The rule keeps each dropout's best at 1,000 steps: x0.5 for 0.1 (0.21 BLEU ahead of x1),
+    # x1 for 0.3. Its 0.3 trial was stopped there, so the committed trials end the replay.
+    assert trials[("x0.5", 0.1)]["rung_bleu"][0] > trials[("x1", 0.1)]["rung_bleu"][0]
+    assert _replayed(record, key) == {"needs training"}
+    # The run trained on alone is a fresh draw of that trial's config on another machine (1,000
+    # steps: 32.31 against the trial's 33.16), so its 2,000-step score stands in for the trial's.
+    run = CONVERGED / "transformer-large-dropout0.3-seed0"
+    config = json.loads((run / "config.json").read_text())
+    assert config["model"]["transformer"]["dropout_rate"] == 0.3
+    peak = trials[("x1", 0.3)]["peak_learning_rate"]  # logged in float32
+    assert config["train"]["learning_rate"] == pytest.approx(peak, rel=1e-6)
+    assert _validation_at(run, 1000)["bleu"] != trials[("x1", 0.3)]["rung_bleu"][0]
+    trials[("x1", 0.3)]["rung_bleu"].append(_validation_at(run, 2000)["bleu"])
+    # Each is its dropout's only trial at 2,000 steps, so both go on to the last rung: the 0.3
+    # run is compared with x0.5/0.1, which the old halving stopped at 2,000 steps, and not
+    # with the committed x1/0.1 winner. That comparison needs x0.5/0.1 trained to 4,000 steps.
+    assert _replayed(record, key) == {("x0.5", 0.1), ("x1", 0.3)}
+    assert len(trials[("x0.5", 0.1)]["rung_bleu"]) == record["rungs"] - 1
