@@ -48,6 +48,7 @@ and the seed, so train, validation and test never share a source sentence, whate
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
@@ -344,6 +345,15 @@ def load_split_pairs(
     if not 3 <= min_words <= max_words:
         raise ValueError(f"need 3 <= min_words <= max_words, not {min_words} and {max_words}")
     n = DEFAULT_SIZES[split] if num_examples is None else num_examples
+    return list(_generated(split, n, seed, lengths, min_words, max_words))
+
+
+@functools.lru_cache(maxsize=8)
+def _generated(
+    split: str, n: int, seed: int, lengths: str, min_words: int, max_words: int
+) -> tuple[Pair, ...]:
+    # Kept per process: trials, seeds and evaluations of one comparison read the same splits, and
+    # drawing 20,000 training pairs from the grammar takes seconds of pure Python.
     rng = random.Random(f"seq2seq.synthetic/{split}/{seed}")  # str seeds are stable across runs
     pairs: list[Pair] = []
     seen: set[str] = set()
@@ -356,7 +366,7 @@ def load_split_pairs(
         if pair.source not in seen and _split_of(pair.source, seed) == split:
             seen.add(pair.source)
             pairs.append(pair)
-    return pairs
+    return tuple(pairs)
 
 
 def load_split(
