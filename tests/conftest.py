@@ -60,6 +60,9 @@ def tiny_config(model_name: str = "transformer"):
     config.data.tokenizer = "word"
     config.data.vocab_size = 1000
     config.data.max_length = 48
+    # One bucket as wide as the longest pair: every batch has one shape, so each jitted
+    # program compiles once per run instead of once per bucket (tests of bucketing set their own).
+    config.data.bucket_width = config.data.max_length
     config.data.tokens_per_batch = 512
     config.train.steps = 20
     config.train.log_every_steps = 5
