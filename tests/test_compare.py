@@ -10,6 +10,7 @@ import pytest
 
 from seq2seq import config as config_lib
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, runner
+from seq2seq.compare.report import describe
 from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.suites import select_runs, table3_runs
 from seq2seq.evaluation.validation import make_validate_fn
@@ -182,6 +183,19 @@ def test_rows_pick_runs_by_name_or_pattern_and_table3_keeps_its_base():
     ]
     with pytest.raises(ValueError, match="--rows 'F_\\*' matches no run; the runs are: base, A_h1"):
         select_runs(runs, ["F_*"], True)
+
+
+def test_a_rows_what_column_names_the_commands_overrides_after_the_rows_own_values():
+    (row,) = select_runs(expand_suite("frontier"), ["transformer-large"], False)
+    assert "learning_rate 0.001" in row.description  # the suite's value for this size
+    overrides = (("model.transformer.dropout_rate", 0.3), ("train.learning_rate", 0.0005))
+    described = describe(row.description, overrides)
+    assert described.startswith(row.description)  # then what the run actually used
+    assert described.endswith(
+        "; --config: model.transformer.dropout_rate=0.3, train.learning_rate=0.0005"
+    )
+    assert describe(row.description, ()) == row.description
+    assert describe("", overrides) == ""  # suites without a "what" column stay without one
 
 
 def test_named_suites_expand_to_existing_configs():

@@ -180,11 +180,21 @@ def summary_statistics(values: Sequence[float | None]) -> dict | None:
     }
 
 
+def describe(description: str, overrides: Sequence[tuple[str, object]]) -> str:
+    """A suite row's description with the comparison's ``--config`` overrides after it: they
+    were applied last, so where both name a value (a learning rate, a dropout) the override is
+    the one the run used."""
+    if not description or not overrides:
+        return description
+    return f"{description}; --config: {', '.join(f'{k}={v}' for k, v in overrides)}"
+
+
 def _rows(outcomes: Sequence[RunOutcome], settings: Settings) -> list[dict]:
     """Every run's row, with its config's name and its time off the training clock."""
     rows = []
     for outcome in outcomes:
         row = run_row(outcome)
+        row["description"] = describe(outcome.spec.description, settings.overrides)
         row["config_name"] = outcome.spec.name
         row["off_the_clock"] = verdict_lib.run_costs(outcome, settings.slice_minutes)
         rows.append(row)
