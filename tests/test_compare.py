@@ -183,6 +183,9 @@ def test_rows_pick_runs_by_name_or_pattern_and_table3_keeps_its_base():
     ]
     with pytest.raises(ValueError, match="--rows 'F_\\*' matches no run; the runs are: base, A_h1"):
         select_runs(runs, ["F_*"], True)
+    # The frontier's sizes share their short names between families: the error lists full ones.
+    with pytest.raises(ValueError, match="the runs are: transformer-small, transformer-medium, "):
+        select_runs(expand_suite("frontier_tuned"), ["transformer-huge"], False)
 
 
 def test_a_rows_what_column_names_the_commands_overrides_after_the_rows_own_values():

@@ -179,7 +179,7 @@ MAY_DIFFER = {"train.steps", "train.time_budget_minutes", "data.dir"}
 
 @pytest.mark.parametrize("row", ROWS)
 def test_the_device_runs_train_what_the_committed_cpu_records_trained(row):
-    (spec,) = select_runs(expand_suite("frontier"), [row], keep_first=False)
+    (spec,) = select_runs(expand_suite("frontier_tuned"), [row], keep_first=False)
     for seed_index in (0, 1):
         config = run_config(spec, Settings(seeds=2), seed_index)
         record = REPO / "docs" / "records" / "multi30k_frontier_tuned" / f"{row}-seed{seed_index}"

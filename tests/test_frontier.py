@@ -23,9 +23,10 @@ from seq2seq.compare.frontier import (
 )
 from seq2seq.compare.frontier_report import write_frontier_report
 from seq2seq.compare.runner import run_config
+from seq2seq.compare.suites import select_runs
 from seq2seq.models import train_flops
 from seq2seq.records.run_directory import RunDirectory
-from tests.conftest import tiny_config
+from tests.conftest import REPO, config_differences, tiny_config
 
 
 def test_many_crossings_are_summarised_as_the_range_where_the_lead_is_traded():
@@ -137,6 +138,36 @@ def test_the_frontier_suite_spans_eightfold_flops_per_step_in_every_family():
     for family, flops in per_step.items():
         assert len(flops) >= 3, family
         assert max(flops) / min(flops) >= 8, (family, flops)
+
+
+TUNED_RECORDS = sorted((REPO / "docs" / "records" / "multi30k_frontier_tuned").glob("*-seed*"))
+# Where the data lies, and the caps of a run that early stopping ended before them.
+MAY_DIFFER = {"data.dir", "train.steps", "train.time_budget_minutes"}
+
+
+@pytest.mark.parametrize("record", TUNED_RECORDS, ids=lambda path: path.name)
+def test_the_frontier_tuned_suite_trains_what_each_tuned_record_trained(record):
+    """``--suite frontier_tuned --rows ROW --config.seed=K`` trains the committed run ROW-seedK
+    again: its config differs from the record's only in the data's folder and the caps, and
+    those only where the run converged."""
+    row, seed = record.name.rsplit("-seed", 1)
+    (spec,) = select_runs(expand_suite("frontier_tuned"), [row], keep_first=False)
+    config = run_config(spec, Settings(overrides=(("seed", int(seed)),)), 0)
+    differ = config_differences(config, record)
+    assert differ.keys() <= MAY_DIFFER, differ
+    if differ.keys() & {"train.steps", "train.time_budget_minutes"}:
+        stop = json.loads((record / "metrics.jsonl").read_text().splitlines()[-1])
+        assert stop["kind"] == "stop" and stop["reason"] == "converged", (record.name, stop)
+
+
+def test_the_untuned_frontier_suite_does_not_train_the_tuned_medium_transformer():
+    """What ``frontier_tuned`` is for: the ``frontier`` row (the start of ``--tune``'s trials)
+    trains transformer-medium at dropout 0.1 and rate 4e-3, its record at 0.3 and 2e-3."""
+    record = REPO / "docs" / "records" / "multi30k_frontier_tuned" / "transformer-medium-seed0"
+    (spec,) = select_runs(expand_suite("frontier"), ["transformer-medium"], keep_first=False)
+    differ = config_differences(run_config(spec, Settings(), 0), record)
+    assert differ["model.transformer.dropout_rate"] == (0.1, 0.3)
+    assert differ["train.learning_rate"] == (4e-3, 2e-3)
 
 
 TINY = """

@@ -4,7 +4,7 @@
     python -m seq2seq.bench.device_frontier --out DIR [--minutes 7.5] [--seeds 2] \\
         [--rows transformer-small,rnnsearch-medium] [--data data/multi30k] [--config.KEY=VALUE]
 
-Each row of the frontier suite (``seq2seq.compare.suites``; by default the two sizes the tuned
+Each row of the frontier_tuned suite (``seq2seq.compare.suites``; by default the two sizes the tuned
 frontier chose, docs/results.md) trains ``--seeds`` runs, every run in its own process
 (``seq2seq.bench.timed_run``), all at once on the one accelerator unless ``--concurrent`` says
 fewer: each to convergence with its own early stopping, then scored on the test split by the mean
@@ -91,7 +91,7 @@ class Worker:
 
 
 def check_inputs(out: Path, rows: list[str], data: Path | None, checkpoint: str) -> None:
-    """Refuses, before anything is written: a row the frontier suite lacks, a checkpoint rule
+    """Refuses, before anything is written: a row the frontier_tuned suite lacks, a checkpoint rule
     that is none, a data folder without Multi30k's files, an ``out`` that already holds a
     result.
 
@@ -101,7 +101,7 @@ def check_inputs(out: Path, rows: list[str], data: Path | None, checkpoint: str)
     from seq2seq.compare.runner import describe_checkpoint_rule
     from seq2seq.compare.suites import expand_suite, select_runs
 
-    select_runs(expand_suite("frontier"), rows, keep_first=False)  # names the runs there are
+    select_runs(expand_suite("frontier_tuned"), rows, keep_first=False)  # names the runs there are
     describe_checkpoint_rule(checkpoint)  # latest, best or average:K
     if data is not None:
         missing = [name for name in DATA_FILES if not (data / name).is_file()]
@@ -310,7 +310,7 @@ def main() -> None:
         "minutes": flags.DEFINE_float(
             "minutes", 7.5, "Wall-clock minutes for everything: training, scoring, packing."
         ),
-        "rows": flags.DEFINE_list("rows", list(ROWS), "Runs of the frontier suite to train."),
+        "rows": flags.DEFINE_list("rows", list(ROWS), "Runs of the frontier_tuned suite to train."),
         "seeds": flags.DEFINE_integer("seeds", 2, "Runs per row (seeds seed, seed + 1, ...)."),
         "concurrent": flags.DEFINE_integer(
             "concurrent", 0, "Runs at a time on the accelerator; 0: all of them."

@@ -1,9 +1,9 @@
-"""One run of the frontier suite against a wall-clock deadline: train, score, keep its record.
+"""One run of the frontier_tuned suite against a wall-clock deadline: train, score, keep its record.
 
     python -m seq2seq.bench.timed_run --job JOB.json
 
 The worker of ``seq2seq.bench.device_frontier``, one process per run so that several runs share
-one accelerator. The job (``Job``, as JSON) names a row of the frontier suite, the seed, the
+one accelerator. The job (``Job``, as JSON) names a row of the frontier_tuned suite, the seed, the
 comparison's overrides and decoding, and the wall-clock time at which training must end. The run
 trains to convergence (its own early stopping), to its step cap, or to the deadline, whichever
 comes first; a run the deadline stopped is recorded as not converged ("cap"), with its final
@@ -35,7 +35,7 @@ from seq2seq import cli
 class Job:
     """What one worker does; written by the orchestrator as JSON beside the run."""
 
-    row: str  # a run of the frontier suite, e.g. "transformer-small"
+    row: str  # a run of the frontier_tuned suite, e.g. "transformer-small"
     seed_index: int  # the run's seed is the config's seed plus this
     seeds: int  # seeds of the row in the whole command (names the run ``<row>-seed<k>``)
     workdir: str  # parent folder of the run (checkpoints stay there)
@@ -69,7 +69,7 @@ def _spec_and_settings(job: Job):
     from seq2seq.compare.runner import Settings
     from seq2seq.compare.suites import expand_suite, select_runs
 
-    (spec,) = select_runs(expand_suite("frontier"), [job.row], keep_first=False)
+    (spec,) = select_runs(expand_suite("frontier_tuned"), [job.row], keep_first=False)
     settings = Settings(
         overrides=job.overrides,
         seeds=job.seeds,

@@ -20,7 +20,7 @@ from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tunin
 from seq2seq.compare.frontier import read_records, read_run, save_record
 from seq2seq.compare.frontier_report import write_frontier_report
 from seq2seq.compare.runner import RunOutcome
-from seq2seq.compare.suites import select_runs
+from seq2seq.compare.suites import FRONTIER_SUITES, select_runs
 from seq2seq.config import default_config
 
 
@@ -240,14 +240,14 @@ def _settings(flag: SimpleNamespace) -> Settings:
 
 
 def _keep_records(flag: SimpleNamespace, finished: list[RunOutcome], title: str) -> None:
-    """``--save_records`` copies, and the frontier suite's report from the finished runs."""
+    """``--save_records`` copies, and a frontier suite's report from the finished runs."""
     if flag.save_records:
         for outcome in finished:
             kept = save_record(
                 outcome.run, Path(flag.save_records), outcome.result["split"], flag.checkpoint
             )
             print(f"record: {kept}")
-    if flag.suite == "frontier" and finished:
+    if flag.suite in FRONTIER_SUITES and finished:
         runs = [read_run(o.run, o.result["split"], flag.checkpoint) for o in finished]
         frontier_md = write_frontier_report(runs, Path(flag.workdir), title, flag.checkpoint)
         print(f"frontier: {frontier_md}")

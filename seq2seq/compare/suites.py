@@ -1,9 +1,12 @@
-"""Named sets of runs: ``--suite quickstart | multi30k | long_sentences | table3 | frontier``.
+"""Named sets of runs: ``--suite quickstart | multi30k | long_sentences | table3 | frontier |
+frontier_tuned``.
 
 A suite is a list of ``RunSpec``: a name (the run's folder), a config file and overrides of that
 config. ``table3`` derives its rows from any base config, following the rows of Vaswani et al.
 (2017) Table 3 scaled to the base's own sizes. ``frontier`` runs each model family at three
-sizes (``FRONTIER_SIZES``), each to convergence or its cap, for the compute frontier.
+sizes (``FRONTIER_SIZES``), each to convergence or its cap, for the compute frontier;
+``frontier_tuned`` the same sizes with the values their tuning chose (``FRONTIER_TUNED``), as the
+committed tuned frontier trained them.
 """
 
 from __future__ import annotations
@@ -134,17 +137,31 @@ FRONTIER_COMMON: dict[str, dict[str, object]] = {
 }
 
 
-def frontier_runs() -> list[RunSpec]:
-    """Every family at every size of ``FRONTIER_SIZES``: runs named ``<family>-<size>``."""
+# What the tuning chose for a frontier size where it differs from the size's row above: the
+# values that size's records in docs/records/multi30k_frontier_tuned trained (docs/results.md,
+# "Which architecture is better?"; tests/test_frontier.py holds each record to its row). The
+# other sizes' rows already hold theirs: the shipped configs' dropout and the rates of
+# ``FRONTIER_SIZES``. ``--tune`` starts from the untuned rows, whose multiples its trials are.
+FRONTIER_TUNED: dict[str, dict[str, object]] = {
+    "transformer-medium": {"train.learning_rate": 2e-3, "model.transformer.dropout_rate": 0.3},
+    "rnnsearch-large": {"train.learning_rate": 3e-3},
+}
+
+
+def frontier_runs(tuned: dict[str, dict[str, object]] | None = None) -> list[RunSpec]:
+    """Every family at every size of ``FRONTIER_SIZES``: runs named ``<family>-<size>``, with
+    ``tuned``'s values for a run over its size's."""
     specs = []
     for family, sizes in FRONTIER_SIZES.items():
         for size, overrides in sizes.items():
+            name = f"{family}-{size}"
+            overrides = {**overrides, **(tuned or {}).get(name, {})}
             merged = {**FRONTIER_COMMON[family], **overrides}
             described = ", ".join(
                 f"{key.rsplit('.', 1)[-1]} {value}" for key, value in overrides.items()
             )
             spec = RunSpec(
-                f"{family}-{size}",
+                name,
                 CONFIGS / f"{FRONTIER_CONFIGS[family]}.py",
                 tuple(merged.items()),
                 f"{family} {size}: {described or 'the config as shipped'}",
@@ -154,6 +171,8 @@ def frontier_runs() -> list[RunSpec]:
 
 
 SUITES["frontier"] = frontier_runs
+SUITES["frontier_tuned"] = lambda: frontier_runs(FRONTIER_TUNED)
+FRONTIER_SUITES = ("frontier", "frontier_tuned")  # those whose report adds the frontier
 
 
 def suite_names() -> list[str]:
@@ -193,7 +212,9 @@ def select_runs(specs: list[RunSpec], patterns: Sequence[str], keep_first: bool)
 
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(name, pattern) for spec in specs for name in names(spec)):
-            choices = ", ".join(names(spec)[1] for spec in specs)
+            short = [names(spec)[1] for spec in specs]  # table3's rows without the base
+            full = short if len(set(short)) == len(short) else [spec.name for spec in specs]
+            choices = ", ".join(full)
             raise ValueError(f"--rows {pattern!r} matches no run; the runs are: {choices}")
     return [
         spec
