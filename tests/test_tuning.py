@@ -792,3 +792,23 @@ def test_transformer_large_under_the_rule_compares_its_dropout_0_3_with_the_othe
     # with the committed x1/0.1 winner. That comparison needs x0.5/0.1 trained to 4,000 steps.
     assert _replayed(record, key) == {("x0.5", 0.1), ("x1", 0.3)}
     assert len(trials[("x0.5", 0.1)]["rung_bleu"]) == record["rungs"] - 1
+    # That x0.5/0.1 run, trained from scratch (a fresh draw too: 33.34 at 1,000 steps against its
+    # trial's 34.08), stopped early at 3,250 steps, so the last rung scores it by its last point.
+    # Scored by the tuning's own code on both records, each rule chooses dropout 0.3.
+    other = CONVERGED / "transformer-large-x0.5-dropout0.1-seed0"
+    config = json.loads((other / "config.json").read_text())
+    assert config["model"]["transformer"]["dropout_rate"] == 0.1
+    assert config["train"]["learning_rate"] == pytest.approx(
+        trials[("x0.5", 0.1)]["peak_learning_rate"], rel=1e-6
+    )
+    assert _validation_at(other, 1000)["bleu"] != trials[("x0.5", 0.1)]["rung_bleu"][0]
+    finalists = {
+        dropout: tuning.Trial((("model.dropout_rate", dropout),), RunDirectory(folder))
+        for dropout, folder in ((0.3, run), (0.1, other))
+    }
+    for steps in (record["rung_minutes"][-1], None):  # the last rung (4,000 steps); convergence
+        for trial in finalists.values():
+            tuning._score(trial, steps, "steps")
+        assert tuning.best_trial(list(finalists.values())) is finalists[0.3], steps
+    assert finalists[0.1].step == 3250  # to convergence: the last-5 means, 41.47 against 37.94
+    assert finalists[0.3].validation_bleu - finalists[0.1].validation_bleu > 3
