@@ -68,6 +68,17 @@ def test_a_family_pays_for_its_cheapest_size_that_every_seed_got_to():
     assert (partial["reached"], partial["costs"]) == (1, [20.0, None])
 
 
+def test_a_size_with_one_seed_is_a_familys_cost_only_where_no_seeded_size_got_there():
+    # transformer-large's one seed reaches 30 at 5 FLOPs, cheaper than transformer-small's two
+    # seeds (10 and 20), but one seed has no interval: the two-seed size stands for the family.
+    lone = _run("transformer-large", 0, [31], 5.0)
+    assert cost.family_cost([*RUNS, lone], "transformer", 30.0)["size"] == "transformer-small"
+    # At 33 only one transformer-small seed got there: the lone size is all the family has.
+    high = _run("transformer-large", 0, [31, 34], 5.0)
+    picked = cost.family_cost([*RUNS, high], "transformer", 33.0)
+    assert (picked["size"], picked["costs"], picked["ci95"]) == ("transformer-large", [10.0], None)
+
+
 def test_the_ratio_interval_resamples_each_sides_seeds():
     ratio, (low, high) = cost.ratio_interval([30.0, 40.0, 50.0], [10.0, 20.0], samples=4000)
     assert ratio == pytest.approx(40.0 / 15.0)

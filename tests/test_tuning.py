@@ -769,7 +769,10 @@ def test_a_dropped_trial_trained_on_alone_is_the_trial_and_the_rule_replays_on_i
 
 @pytest.mark.skipif(not CONVERGED.is_dir(), reason="docs/records/... dropout_at_convergence absent")
 def test_transformer_large_under_the_rule_compares_its_dropout_0_3_with_the_other_rate():
-    record = json.loads((RECORDS / "transformer-large-seed0" / "tuning.json").read_text())
+    superseded = (
+        RECORDS.parent / "multi30k_frontier_superseded" / "transformer-large-dropout0.1-seed0"
+    )
+    record = json.loads((superseded / "tuning.json").read_text())
     key = "model.dropout_rate"
     trials = {(t["train.learning_rate"], t[key]): t for t in record["models"][0]["trials"]}
     # The old rule: x1/0.1 alone reached the last rung (4,000 steps) and was chosen.
@@ -780,7 +783,7 @@ def test_transformer_large_under_the_rule_compares_its_dropout_0_3_with_the_othe
     assert _replayed(record, key) == {"needs training"}
     # The run trained on alone is a fresh draw of that trial's config on another machine (1,000
     # steps: 32.31 against the trial's 33.16), so its 2,000-step score stands in for the trial's.
-    run = CONVERGED / "transformer-large-dropout0.3-seed0"
+    run = RECORDS / "transformer-large-seed0"  # the tuned size's seed 0 now
     config = json.loads((run / "config.json").read_text())
     assert config["model"]["transformer"]["dropout_rate"] == 0.3
     peak = trials[("x1", 0.3)]["peak_learning_rate"]  # logged in float32
@@ -812,3 +815,18 @@ def test_transformer_large_under_the_rule_compares_its_dropout_0_3_with_the_othe
         assert tuning.best_trial(list(finalists.values())) is finalists[0.3], steps
     assert finalists[0.1].step == 3250  # to convergence: the last-5 means, 41.47 against 37.94
     assert finalists[0.3].validation_bleu - finalists[0.1].validation_bleu > 3
+    # The tuned size's record replays the same rule from its own rung scores: both finalists
+    # reach the last rung, where 0.3 wins, and the record says it chose that.
+    assembled = json.loads((run / "tuning.json").read_text())
+    assert assembled["keep_each"] == "model.dropout_rate"
+    assert _replayed(assembled, key) == {("x0.5", 0.1), ("x1", 0.3)}
+    last = {
+        (t["train.learning_rate"], t[key]): t["rung_bleu"][-1]
+        for t in assembled["models"][0]["trials"]
+        if len(t["rung_bleu"]) == assembled["rungs"]
+    }
+    assert last == {
+        ("x0.5", 0.1): pytest.approx(_validation_at(other, 3250)["bleu"]),
+        ("x1", 0.3): pytest.approx(_validation_at(run, 4000)["bleu"]),
+    }
+    assert assembled["models"][0]["chosen"] == {"train.learning_rate": "x1", key: 0.3}

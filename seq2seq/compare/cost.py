@@ -7,8 +7,10 @@ minutes on the device that trained it) at its first validation point at or above
 size's cost is the mean over its seeds, with a Student-t 95% interval (seeds are few, so the
 interval is wide, and honest about it).
 A family's cost is that of its cheapest size whose every seed reached the level (the size a
-researcher aiming at that level would train), and two families are compared by the ratio of
-their means, with a bootstrap interval that resamples each side's seeds.
+researcher aiming at that level would train), among its sizes with at least two seeds where one
+got there: a single seed has no interval, and a ratio resampling it would look surer than it is.
+Two families are compared by the ratio of their means, with a bootstrap interval that resamples
+each side's seeds.
 
 Minutes are Vaswani et al.'s axis: their claim is that the Transformer trains in less *time*,
 because it parallelises where a recurrence cannot, which FLOPs and steps do not show. They are
@@ -35,6 +37,7 @@ BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # the same resamples on every rebuild of a report
 LEVEL_STEP = 2.0  # BLEU between the stated levels
 LEVELS = 3  # how many levels a report states, the highest first
+MIN_SEEDS = 2  # a size with fewer is a family's cost only where no size with more got there
 
 
 def first_point(run: RunRecord, level: float) -> Point | None:
@@ -92,13 +95,15 @@ def size_costs(runs: Sequence[RunRecord], level: float, axis: str = "flops") -> 
 def family_cost(
     runs: Sequence[RunRecord], family: str, level: float, axis: str = "flops"
 ) -> dict | None:
-    """The family's cheapest size (by mean cost) whose every seed reached ``level``."""
+    """The family's cheapest size (by mean cost) whose every seed reached ``level``: of its
+    sizes with ``MIN_SEEDS`` seeds or more if one of those did, else of all its sizes."""
     rows = [
         row
         for row in size_costs([r for r in runs if r.family == family], level, axis)
         if row["reached"] == row["seeds"]
     ]
-    return min(rows, key=lambda row: row["mean"], default=None)
+    seeded = [row for row in rows if row["seeds"] >= MIN_SEEDS]
+    return min(seeded or rows, key=lambda row: row["mean"], default=None)
 
 
 def ratio_interval(

@@ -364,7 +364,8 @@ def _cost_section(data: dict) -> list[str]:
         "## Cost to reach a validation level",
         "",
         "Each seed's cost is its training FLOPs, steps or seconds at its first validation point "
-        "at or above the level; a family's is its cheapest size whose every seed got there "
+        "at or above the level; a family's is its cheapest size whose every seed got there, "
+        "of its sizes with two seeds or more where one did "
         "(Student-t interval over those seeds; the ratio's interval resamples each side's "
         f"seeds). Seconds are training seconds {where}, with validation, compiling and "
         "checkpoints off the clock; the validation seconds those seeds had spent by then are "

@@ -144,6 +144,7 @@ FRONTIER_COMMON: dict[str, dict[str, object]] = {
 # ``FRONTIER_SIZES``. ``--tune`` starts from the untuned rows, whose multiples its trials are.
 FRONTIER_TUNED: dict[str, dict[str, object]] = {
     "transformer-medium": {"train.learning_rate": 2e-3, "model.transformer.dropout_rate": 0.3},
+    "transformer-large": {"model.transformer.dropout_rate": 0.3},
     "rnnsearch-large": {"train.learning_rate": 3e-3},
 }
 
