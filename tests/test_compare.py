@@ -9,7 +9,8 @@ import statistics
 import pytest
 
 from seq2seq import config as config_lib
-from seq2seq.compare import RunSpec, Settings, compare, expand_suite, runner
+from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, runner
+from seq2seq.compare.grid import scaled_tuned_values
 from seq2seq.compare.report import describe
 from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.suites import select_runs, table3_runs
@@ -295,3 +296,24 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path, monkeypa
 def test_a_comparison_applies_one_checkpoint_rule_to_every_run(rule):
     with pytest.raises(ValueError, match=r"use one of latest, best or average:K"):
         Settings(checkpoint=rule)
+
+
+def test_x_factors_over_the_tuned_suite_name_each_tuned_value_they_scale():
+    # The committed trials were x0.5/x1 of --suite frontier's rows; over frontier_tuned's rows
+    # the same factors scale values a tuning already chose, which the command says.
+    tuned = expand_suite("frontier_tuned")
+    scaled = make_tuning(
+        ["train.learning_rate=x0.5,x1", "model.dropout_rate=0.1,0.3"], None, steps=10
+    )
+    assert scaled_tuned_values(tuned, scaled) == [
+        "transformer-medium's train.learning_rate 0.002",
+        "rnnsearch-large's train.learning_rate 0.003",
+    ]
+    relative_dropout = make_tuning(["model.dropout_rate=x0.5,x1"], None, steps=10)
+    assert scaled_tuned_values(tuned, relative_dropout) == [
+        "transformer-medium's model.transformer.dropout_rate 0.3",
+        "transformer-large's model.transformer.dropout_rate 0.3",
+    ]
+    # Listed values replace the row's outright: nothing is scaled.
+    listed = make_tuning(["train.learning_rate=1e-3,2e-3"], None, steps=10)
+    assert scaled_tuned_values(tuned, listed) == []

@@ -19,6 +19,7 @@ from seq2seq.checkpoints.rule import rules_help
 from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
 from seq2seq.compare.frontier import read_records, read_run, save_record
 from seq2seq.compare.frontier_report import write_frontier_report
+from seq2seq.compare.grid import scaled_tuned_values
 from seq2seq.compare.runner import RunOutcome
 from seq2seq.compare.suites import FRONTIER_SUITES, select_runs
 from seq2seq.config import default_config
@@ -267,6 +268,13 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
         flag.tune_keep_each,
         flag.tune_to_convergence,
     )
+    scaled = scaled_tuned_values(specs, tuning) if flag.suite == "frontier_tuned" else []
+    if scaled:
+        print(
+            f"note: --tune's x-factors scale the tuned values of --suite frontier_tuned "
+            f"({'; '.join(scaled)}); the committed trials scaled --suite frontier's rows",
+            file=sys.stderr,
+        )
     outcomes, report = compare(specs, Path(flag.workdir), settings, title, tuning)
     finished = [o for o in outcomes if o.status == "ok" and o.result is not None]
     _keep_records(flag, finished, title)

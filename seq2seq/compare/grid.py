@@ -15,7 +15,7 @@ import ml_collections
 
 from seq2seq import config as config_lib
 from seq2seq.compare.runner import Settings, run_config
-from seq2seq.compare.suites import RunSpec
+from seq2seq.compare.suites import FRONTIER_TUNED, RunSpec
 
 SAMPLE_SEED = 0  # draws the --tune_samples points (the same for every model and every rerun)
 # Set by the trial budget itself; a --tune of them would make the budgets unequal.
@@ -181,6 +181,24 @@ def for_model(key: str, model_name: str) -> str:
     if len(parts) == 2 and parts[0] == "model" and parts[1] != "name":
         return f"model.{model_name}.{parts[1]}"
     return key
+
+
+def scaled_tuned_values(specs: Sequence[RunSpec], tuning: Tuning | None) -> list[str]:
+    """Where ``--tune``'s x-factors scale a value that ``FRONTIER_TUNED`` already chose for a run
+    of ``specs`` (``--suite frontier_tuned``): ``"transformer-medium's train.learning_rate
+    0.002"`` for each. The committed trials scaled ``--suite frontier``'s untuned rows, so such
+    trials are not theirs."""
+    if tuning is None:
+        return []
+    scaled = [key for key, values in tuning.grid if values and isinstance(values[0], Scale)]
+    found = []
+    for spec in specs:
+        chosen = FRONTIER_TUNED.get(spec.name, {})
+        family = spec.name.split("-")[0]
+        for key in scaled:
+            if (resolved := for_model(key, family)) in chosen:
+                found.append(f"{spec.name}'s {resolved} {chosen[resolved]:g}")
+    return found
 
 
 def point_for(point: Point, config: ml_collections.ConfigDict) -> Point:
