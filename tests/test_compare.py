@@ -314,6 +314,9 @@ def test_x_factors_over_the_tuned_suite_name_each_tuned_value_they_scale():
         "transformer-medium's model.transformer.dropout_rate 0.3",
         "transformer-large's model.transformer.dropout_rate 0.3",
     ]
+    # --suite frontier's rows of the same names hold the untuned values, which the trials scaled.
+    assert scaled_tuned_values(expand_suite("frontier"), scaled) == []
+    assert scaled_tuned_values(expand_suite("frontier"), relative_dropout) == []
     # Listed values replace the row's outright: nothing is scaled.
     listed = make_tuning(["train.learning_rate=1e-3,2e-3"], None, steps=10)
     assert scaled_tuned_values(tuned, listed) == []

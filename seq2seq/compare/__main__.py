@@ -268,8 +268,7 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
         flag.tune_keep_each,
         flag.tune_to_convergence,
     )
-    scaled = scaled_tuned_values(specs, tuning) if flag.suite == "frontier_tuned" else []
-    if scaled:
+    if scaled := scaled_tuned_values(specs, tuning):
         print(
             f"note: --tune's x-factors scale the tuned values of --suite frontier_tuned "
             f"({'; '.join(scaled)}); the committed trials scaled --suite frontier's rows",

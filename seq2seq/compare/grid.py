@@ -184,10 +184,10 @@ def for_model(key: str, model_name: str) -> str:
 
 
 def scaled_tuned_values(specs: Sequence[RunSpec], tuning: Tuning | None) -> list[str]:
-    """Where ``--tune``'s x-factors scale a value that ``FRONTIER_TUNED`` already chose for a run
-    of ``specs`` (``--suite frontier_tuned``): ``"transformer-medium's train.learning_rate
-    0.002"`` for each. The committed trials scaled ``--suite frontier``'s untuned rows, so such
-    trials are not theirs."""
+    """Where ``--tune``'s x-factors scale a value that ``FRONTIER_TUNED`` already chose and a run
+    of ``specs`` holds (``--suite frontier_tuned``'s rows): ``"transformer-medium's
+    train.learning_rate 0.002"`` for each. The committed trials scaled ``--suite frontier``'s
+    untuned rows, so such trials are not theirs."""
     if tuning is None:
         return []
     scaled = [key for key, values in tuning.grid if values and isinstance(values[0], Scale)]
@@ -195,8 +195,10 @@ def scaled_tuned_values(specs: Sequence[RunSpec], tuning: Tuning | None) -> list
     for spec in specs:
         chosen = FRONTIER_TUNED.get(spec.name, {})
         family = spec.name.split("-")[0]
+        holds = dict(spec.overrides)
         for key in scaled:
-            if (resolved := for_model(key, family)) in chosen:
+            resolved = for_model(key, family)
+            if resolved in chosen and holds.get(resolved) == chosen[resolved]:
                 found.append(f"{spec.name}'s {resolved} {chosen[resolved]:g}")
     return found
 
