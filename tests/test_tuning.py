@@ -599,6 +599,16 @@ def _replayed(record: dict, keep_each: str | None) -> set:
     return {tuple(trials[i][key] for key in keys) for i in alive}
 
 
+def _last_rung(record: dict) -> dict:
+    """Each trial that reached a tuning record's last rung, as its point: its score there."""
+    keys = list(record["grid"])
+    return {
+        tuple(t[key] for key in keys): t["rung_bleu"][-1]
+        for t in record["models"][0]["trials"]
+        if len(t["rung_bleu"]) == record["rungs"]
+    }
+
+
 @pytest.mark.skipif(not RECORDS.is_dir(), reason="docs/records/multi30k_frontier_tuned is absent")
 def test_the_committed_trials_would_have_kept_the_dropout_the_old_rule_dropped():
     record = json.loads((SUPERSEDED / "tuning.json").read_text())
@@ -757,11 +767,7 @@ def test_a_dropped_trial_trained_on_alone_is_the_trial_and_the_rule_replays_on_i
     assert _replayed(old, "model.dropout_rate") == {"needs training"}  # 0.3 went on, untrained
     new = json.loads((RECORDS / "rnnsearch-large-seed0" / "tuning.json").read_text())
     assert _replayed(new, "model.dropout_rate") == {("x0.5", 0.1), ("x0.5", 0.3)}
-    last = {
-        (t["train.learning_rate"], t["model.dropout_rate"]): t["rung_bleu"][-1]
-        for t in new["models"][0]["trials"]
-        if len(t["rung_bleu"]) == new["rungs"]
-    }
+    last = _last_rung(new)
     assert set(last) == {("x0.5", 0.1), ("x0.5", 0.3)}
     assert max(last, key=last.get) == ("x0.5", 0.3)
     assert new["models"][0]["chosen"] == {"train.learning_rate": "x0.5", "model.dropout_rate": 0.3}
@@ -820,11 +826,7 @@ def test_transformer_large_under_the_rule_compares_its_dropout_0_3_with_the_othe
     assembled = json.loads((run / "tuning.json").read_text())
     assert assembled["keep_each"] == "model.dropout_rate"
     assert _replayed(assembled, key) == {("x0.5", 0.1), ("x1", 0.3)}
-    last = {
-        (t["train.learning_rate"], t[key]): t["rung_bleu"][-1]
-        for t in assembled["models"][0]["trials"]
-        if len(t["rung_bleu"]) == assembled["rungs"]
-    }
+    last = _last_rung(assembled)
     assert last == {
         ("x0.5", 0.1): pytest.approx(_validation_at(other, 3250)["bleu"]),
         ("x1", 0.3): pytest.approx(_validation_at(run, 4000)["bleu"]),
