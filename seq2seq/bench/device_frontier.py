@@ -5,12 +5,14 @@
         [--rows transformer-small,rnnsearch-medium] [--data data/multi30k] [--config.KEY=VALUE]
 
 Each row of the frontier_tuned suite (``seq2seq.compare.suites``; by default the two sizes the tuned
-frontier chose, docs/results.md) trains ``--seeds`` runs, every run in its own process
-(``seq2seq.bench.timed_run``), all at once on the one accelerator unless ``--concurrent`` says
-fewer: each to convergence with its own early stopping, then scored on the test split by the mean
-of its last 5 checkpoints with beam search. Every run's training ends by a wall-clock deadline
-that leaves ``--eval_reserve_s`` before the end of ``--minutes`` for scoring: a run stopped by it
-is recorded as not converged ("cap"), never lost. A worker still running at the end is stopped.
+frontier chose up to 5 x 10^14 training FLOPs, docs/results.md; ``--rows transformer-medium``, the
+Transformer validation chooses beyond that, is a second call) trains ``--seeds`` runs, every run
+in its own process (``seq2seq.bench.timed_run``), all at once on the one accelerator unless
+``--concurrent`` says fewer: each to convergence with its own early stopping, then scored on the
+test split by the mean of its last 5 checkpoints with beam search. Every run's training ends by a
+wall-clock deadline that leaves ``--eval_reserve_s`` before the end of ``--minutes`` for scoring:
+a run stopped by it is recorded as not converged ("cap"), never lost. A worker still running at the
+end is stopped.
 
 This process never starts JAX's backend (it would take the accelerator's memory from its runs);
 each run gets ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the device's memory (0.9 split between the
@@ -55,7 +57,8 @@ from seq2seq.bench.device import environment
 from seq2seq.bench.timed_run import Job, result_path
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = ("transformer-small", "rnnsearch-medium")  # the sizes the tuned frontier chose
+# The sizes the tuned de->en frontier chose up to 5e14 FLOPs (RNNsearch's also at convergence).
+ROWS = ("transformer-small", "rnnsearch-medium")
 DATA = REPO / "data" / "multi30k"  # where ``make device-data`` puts the copy that travels
 DATA_FILES = tuple(
     f"{stem}.{lang}" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
