@@ -467,8 +467,12 @@ def test_blank_lines_come_back_blank_from_the_exported_model(workdir, tmp_path, 
     decoded = _never_decodes_blank_lines(translator, monkeypatch)
     from_file, from_stream = _translate_file_and_stream(translator, lines, tmp_path)
     assert decoded and all(sentence.strip() for sentence in decoded), decoded
-    translator.config.eval.batch_size = 128
-    assert from_file == from_stream == _expected_output(translator, lines)
+    translator.config.eval.batch_size = 128  # the expected output decoded as the file was
+    expected = _expected_output(translator, lines)
+    assert from_file == expected
+    # CTranslate2 too rounds a score's last digit by batch (seen on an AVX2-only CPU)
+    assert _without_scores(from_stream) == _without_scores(expected)
+    assert _scores(from_stream) == pytest.approx(_scores(expected), abs=1e-4)
     assert sorted({int(row.split("\t")[0]) for row in from_file}) == [1, 4, 5, 7]
 
 
