@@ -141,9 +141,23 @@ def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, m
 
     from seq2seq.training import trainer
 
+    def products(x):
+        for _ in range(24):  # about 0.25 s on two idle cores
+            x = jnp.tanh(x @ x)
+        return x
+
+    # The loop foresees the budget's end from the pace of steps already finished, so the budget
+    # must span several steps. On busy cores the products took ten times longer (2.4 s): a 4 s
+    # budget then held less than two steps, and the third was dispatched before the first had
+    # finished. The budget is set to about 16 steps at the pace the products run now.
+    timed = jax.jit(products)
+    x = jnp.full((1024, 1024), 1e-3)
+    jax.block_until_ready(timed(x))
+    start = time.monotonic()
+    jax.block_until_ready(timed(x))
     config = tiny_config("transformer")
     config.train.steps = 100_000
-    config.train.time_budget_minutes = 4.0 / 60
+    config.train.time_budget_minutes = max(4.0, 16 * (time.monotonic() - start)) / 60
     config.train.log_every_steps = 4
     config.checkpoint.every_steps = 1_000
     config.data.pack = True  # one batch shape, one compile
@@ -156,9 +170,7 @@ def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, m
         @jax.jit
         def run(state, batch):
             state, metrics = step(state, batch)
-            x = jnp.full((1024, 1024), metrics["loss"] / 1024)
-            for _ in range(24):  # about 0.25 s on two cores
-                x = jnp.tanh(x @ x)
+            x = products(jnp.full((1024, 1024), metrics["loss"] / 1024))
             # the next step reads the state, so it starts once these products are done
             return state.replace(step=state.step + jnp.isnan(x[0, 0]).astype(jnp.int32)), metrics
 
