@@ -335,11 +335,10 @@ class _Loop:
             progress.update(1)
             log_step = step % train.log_every_steps == 0 or step == train.steps
             before, now = self.clock.tick(agree=log_step)
-            finish = self._finish_time(now)  # read before a log line waits for the steps
-            if log_step:
-                self._log(step, progress)  # only on schedule, so resumed logs match exactly
-            if finish > limit:  # the steps in flight end past it: wait for them
+            if self._finish_time(now) > limit:  # the steps in flight end past it: wait for them
                 now = self._settle()
+            if log_step:  # the clock as the loop reads it: the line and the loop's choices agree
+                self._log(step, progress)  # only on schedule, so resumed logs match exactly
             self._validate_or_save(state, step, before, now)
             if self._should_stop(step, now, budget, preemption):
                 break
