@@ -33,7 +33,7 @@ def runs(tmp_path_factory):
     results = {}
     for name in ("transformer", "rnnsearch"):
         workdir = root / name
-        _run(
+        training = _run(
             "train.py",
             "--config",
             f"configs/quickstart_{name}.py",
@@ -54,6 +54,7 @@ def runs(tmp_path_factory):
             "eval.py", "--workdir", str(workdir), "--split", "test", "--beam_size", "1"
         )
         results[name] = json.loads(evaluation.stdout.strip().splitlines()[-1])
+        results[name]["train_log"] = training.stderr
     return root, results
 
 
@@ -71,6 +72,14 @@ def test_metrics_log_has_a_line_per_logged_step(trained):
     for record in records:
         assert record["loss"] > 0 and record["learning_rate"] > 0
         assert record["target_tokens_per_second"] > 0
+
+
+def test_the_log_without_a_terminal_says_how_far_the_run_is_and_what_is_left(trained):
+    _, result = trained
+    lines = [line for line in result["train_log"].splitlines() if ": loss " in line]
+    assert len(lines) == 3, lines
+    assert "step 4/12 (33%, " in lines[0] and "step 8/12 (67%, " in lines[1]
+    assert "step 12/12 (100%, 0 s of training to go): loss " in lines[2]
 
 
 def test_eval_bleu_equals_sacrebleu_on_its_hypothesis_file(trained):

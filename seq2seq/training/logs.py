@@ -90,10 +90,40 @@ class MetricsWriter:
         self.tensorboard.close()
 
 
-def short_line(step: int, record: dict) -> str:
-    """A plain progress line for logs without a terminal (CI)."""
+def seconds_to_go(
+    step: int, steps: int, step_seconds: float, elapsed: float, budget: float
+) -> float:
+    """Training seconds until the run ends as foreseen after ``step``: its ``steps - step`` steps
+    left at ``step_seconds`` each, or what ``elapsed`` leaves of ``budget`` seconds (inf: no
+    budget), whichever comes first. Validation, compiling and checkpoints are not counted, and
+    early stopping may end the run sooner."""
+    return max(0.0, min((steps - step) * step_seconds, budget - elapsed))
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads a wait: 45 s, 12 min, 3.4 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def short_line(step: int, record: dict, steps: int, to_go: float) -> str:
+    """A plain progress line for logs without a terminal (CI, ``nohup``): where the run is out of
+    its ``steps``, the training time ``to_go`` (seconds_to_go), and the interval's figures."""
     return (
-        f"step {step}: loss {record['loss_mean']:.4f}, lr {record['learning_rate']:.2e}, "
+        f"step {step}/{steps} ({step / steps:.0%}, {duration(to_go)} of training to go): "
+        f"loss {record['loss_mean']:.4f}, lr {record['learning_rate']:.2e}, "
         f"{record['target_tokens_per_second']:.0f} target tokens/s, "
         f"{record['flops_per_second_per_device'] / 1e12:.3g} TFLOP/s per device"
+    )
+
+
+def sample_line(sample: str, width: int = 160) -> str:
+    """A validation sample (source, reference and output on lines of their own) on one log line,
+    each part cut to ``width`` characters with a visible ``...``, so that a long source cannot
+    hide the output."""
+    return " | ".join(
+        part if len(part) <= width else part[: width - 4] + " ..." for part in sample.splitlines()
     )

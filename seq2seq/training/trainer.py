@@ -29,7 +29,13 @@ from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.clock import TrainingClock
-from seq2seq.training.logs import MetricsWriter, interval_record, short_line
+from seq2seq.training.logs import (
+    MetricsWriter,
+    interval_record,
+    sample_line,
+    seconds_to_go,
+    short_line,
+)
 from seq2seq.training.schedules import build_optimizer, build_schedule
 from seq2seq.training.step import TrainState, configured_train_step
 from seq2seq.training.stopping import CAPPED, CONVERGED, EarlyStopping
@@ -454,7 +460,12 @@ class _Loop:
         self.writer.write(step, {"kind": "train", **record, **shapes, **self.progress()})
         progress.set_postfix(loss=f"{record['loss_mean']:.3f}")
         if progress.disable:
-            logger.info(short_line(step, record))
+            train = self.config.train
+            budget = train.time_budget_minutes * 60 or math.inf
+            to_go = seconds_to_go(
+                step, train.steps, record["step_seconds"], self.clock.elapsed, budget
+            )
+            logger.info(short_line(step, record, train.steps, to_go))
 
     def _check_finite(self, metrics: list[dict]) -> None:
         """Raises at the first of these steps whose loss is not finite."""
@@ -488,7 +499,7 @@ class _Loop:
         )
         for i, sample in enumerate(samples):
             self.writer.write_text(step, f"samples/{i}", sample)
-            logger.info("sample %d: %s", i, sample.replace("\n", " | ")[:400])
+            logger.info("sample %d: %s", i, sample_line(sample))
         logger.info("validation at step %d: %s", step, metrics)
         return metrics
 

@@ -1,0 +1,52 @@
+"""The plain log lines of a run without a terminal: how far it is, what is left, its samples."""
+
+import math
+
+import pytest
+
+from seq2seq.training.logs import duration, sample_line, seconds_to_go, short_line
+
+
+def test_what_is_left_is_the_steps_at_the_intervals_pace_or_the_budget_whichever_ends_first():
+    # 1,750 steps left at 0.1 s: 175 s, inside a budget that has 500 s left.
+    assert seconds_to_go(250, 2000, 0.1, elapsed=100.0, budget=600.0) == pytest.approx(175.0)
+    # The same steps with 60 s of the budget left: the budget ends the run first.
+    assert seconds_to_go(250, 2000, 0.1, elapsed=540.0, budget=600.0) == pytest.approx(60.0)
+    assert seconds_to_go(250, 2000, 0.1, elapsed=540.0, budget=math.inf) == pytest.approx(175.0)
+    # Past the budget (the steps in flight end after it) or at the last step: nothing left.
+    assert seconds_to_go(250, 2000, 0.1, elapsed=610.0, budget=600.0) == 0.0
+    assert seconds_to_go(2000, 2000, 0.1, elapsed=10.0, budget=math.inf) == 0.0
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(0.0, "0 s"), (44.6, "45 s"), (89.0, "89 s"), (175.0, "3 min"), (5340.0, "89 min"),
+     (12240.0, "3.4 h")],
+)  # fmt: skip
+def test_a_wait_reads_in_the_unit_a_person_would_use(seconds, text):
+    assert duration(seconds) == text
+
+
+def test_the_progress_line_names_the_step_out_of_the_runs_steps_and_the_time_to_go():
+    record = {
+        "loss_mean": 1.66694,
+        "learning_rate": 3.91e-3,
+        "target_tokens_per_second": 10486.2,
+        "flops_per_second_per_device": 6.19e10,
+    }
+    assert short_line(250, record, 2000, 175.0) == (
+        "step 250/2000 (12%, 3 min of training to go): loss 1.6669, lr 3.91e-03, "
+        "10486 target tokens/s, 0.0619 TFLOP/s per device"
+    )
+
+
+def test_a_long_source_in_a_sample_cannot_hide_its_output():
+    source = " ".join(["word"] * 200)  # 999 characters
+    sample = f"source: {source}\nreference: ein kurzer satz\noutput: ein kurzer satz"
+    line = sample_line(sample, width=60)
+    parts = line.split(" | ")
+    assert parts[1:] == ["reference: ein kurzer satz", "output: ein kurzer satz"]
+    assert len(parts[0]) == 60 and parts[0].endswith(" ...")
+    assert (
+        sample_line("source: a\nreference: b\noutput: b") == "source: a | reference: b | output: b"
+    )
