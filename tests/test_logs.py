@@ -1,5 +1,7 @@
-"""The plain log lines of a run without a terminal: how far it is, what is left, its samples."""
+"""The plain log lines of long work without a terminal: how far a run is, what it and a comparison
+have left, its samples."""
 
+import json
 import math
 
 import pytest
@@ -50,3 +52,33 @@ def test_a_long_source_in_a_sample_cannot_hide_its_output():
     assert (
         sample_line("source: a\nreference: b\noutput: b") == "source: a | reference: b | output: b"
     )
+
+
+def _job(tmp_path, name: str, budget_minutes: float, trained_seconds: float | None):
+    """A comparison's job as train_in_slices sees it: a run directory whose metrics say what it
+    has trained (None: a new run, no metrics yet) and a config with its time budget."""
+    from types import SimpleNamespace
+
+    import ml_collections
+
+    from seq2seq.records.run_directory import RunDirectory
+
+    run = RunDirectory(tmp_path / name)
+    run.path.mkdir()
+    if trained_seconds is not None:
+        lines = [{"step": 50, "kind": "train", "elapsed_seconds": trained_seconds / 2},
+                 {"step": 100, "kind": "train", "elapsed_seconds": trained_seconds}]  # fmt: skip
+        run.metrics_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config = ml_collections.ConfigDict({"train": {"time_budget_minutes": budget_minutes}})
+    return SimpleNamespace(run=run, config=config, status="ok")
+
+
+def test_a_comparison_has_its_budgets_less_what_its_runs_trained_left(tmp_path):
+    from seq2seq.compare.runner import training_minutes_left
+
+    new = _job(tmp_path, "new", 10.0, None)
+    halfway = _job(tmp_path, "halfway", 10.0, 240.0)  # 4 of its 10 minutes trained
+    past = _job(tmp_path, "past", 10.0, 630.0)  # its last steps ended past the budget
+    assert training_minutes_left([new, halfway, past]) == pytest.approx(10.0 + 6.0 + 0.0)
+    # A run bounded by steps alone (no time budget): how long it takes is not known.
+    assert training_minutes_left([new, _job(tmp_path, "steps", 0.0, 240.0)]) is None

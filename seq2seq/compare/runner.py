@@ -27,6 +27,7 @@ from seq2seq.evaluation.restore import checkpoint_choice
 from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.training.logs import duration
 from seq2seq.training.stopping import CONVERGED
 from seq2seq.training.trainer import Preemption, train
 
@@ -209,6 +210,18 @@ def _trained_minutes(run: RunDirectory) -> float:
     return records[-1].get("elapsed_seconds", 0.0) / 60 if records else 0.0
 
 
+def training_minutes_left(jobs: Sequence) -> float | None:
+    """The training minutes ``jobs`` have left before their time budgets end, in all (what each
+    has trained is read from its metrics); None when any of them is bounded by steps alone, whose
+    time is not known before it trains."""
+    budgets = [job.config.train.time_budget_minutes for job in jobs]
+    if not all(budgets):
+        return None
+    return sum(
+        max(0.0, b - _trained_minutes(job.run)) for b, job in zip(budgets, jobs, strict=True)
+    )
+
+
 def _finished(job) -> bool:
     """Whether the job's run already validated at the end of its budget (its minutes or its
     steps), or converged under its patience: then training it again would only restore and
@@ -264,6 +277,13 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
     active = [job for job in jobs if job.status == "ok"]
     round_index = 1
     while active:
+        if (left := training_minutes_left(active)) is not None and left > 0:
+            logger.info(
+                "== round %d: %d run%s to train, at most %s of training left in all "
+                "(validation and decoding on top)",
+                round_index, len(active), "" if len(active) == 1 else "s",
+                duration(left * 60),
+            )  # fmt: skip
         unfinished = []
         mark = round_index * slice_minutes if slice_minutes > 0 else None
         for job in active:
