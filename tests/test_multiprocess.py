@@ -215,7 +215,7 @@ def _signal_one_of_two(tmp_path, signal_number: int) -> tuple[list, list[str], f
     ]
     try:
         deadline = time.monotonic() + 600
-        while "step 3:" not in logs[1].read_text():  # training, compiled, past a few steps
+        while "step 3/" not in logs[1].read_text():  # training, compiled, past a few steps
             assert all(worker.poll() is None for worker in workers), logs[1].read_text()[-3000:]
             assert time.monotonic() < deadline, "training did not start"
             time.sleep(1)
