@@ -126,18 +126,20 @@ def test_the_loop_keeps_two_steps_in_flight_and_fetches_metrics_at_log_steps(tmp
     assert set(fetches) == {4, 8, 12}  # metrics come back to the host at log steps only
 
 
-@pytest.mark.slow
-def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, monkeypatch):
-    # With two steps in flight the clock reads the end of the step before the last two.
-    # Stopping on that reading ran two to three steps past the budget, and the record left the
-    # last two steps' time out. Each step here is made slow on the devices (a chain of
-    # products), and a thread notes when each one finishes: the training the run really did.
+def _train_slow_steps(tmp_path, monkeypatch, budget_in_steps: float):
+    """Trains on a budget of about ``budget_in_steps`` slow steps; returns the summary, the
+    budget in seconds, and when each step was dispatched and when it finished.
+
+    With two steps in flight the clock reads the end of the step before the last two. Stopping
+    on that reading ran two to three steps past the budget, and the record left the last two
+    steps' time out. Each step here is made slow on the devices (a chain of products), and a
+    thread notes when each one finishes: the training the run really did.
+    """
     import threading
     from queue import Queue
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from seq2seq.training import trainer
 
@@ -146,10 +148,8 @@ def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, m
             x = jnp.tanh(x @ x)
         return x
 
-    # The loop foresees the budget's end from the pace of steps already finished, so the budget
-    # must span several steps. On busy cores the products took ten times longer (2.4 s): a 4 s
-    # budget then held less than two steps, and the third was dispatched before the first had
-    # finished. The budget is set to about 16 steps at the pace the products run now.
+    # On busy cores the products took ten times longer (2.4 s) than on idle ones, so the budget
+    # is set in steps at the pace the products run now.
     timed = jax.jit(products)
     x = jnp.full((1024, 1024), 1e-3)
     jax.block_until_ready(timed(x))
@@ -157,7 +157,7 @@ def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, m
     jax.block_until_ready(timed(x))
     config = tiny_config("transformer")
     config.train.steps = 100_000
-    config.train.time_budget_minutes = max(4.0, 16 * (time.monotonic() - start)) / 60
+    config.train.time_budget_minutes = budget_in_steps * (time.monotonic() - start) / 60
     config.train.log_every_steps = 4
     config.checkpoint.every_steps = 1_000
     config.data.pack = True  # one batch shape, one compile
@@ -194,7 +194,15 @@ def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, m
     finally:
         in_flight.put(None)
         watcher.join()
-    budget = config.train.time_budget_minutes * 60
+    return summary, config.train.time_budget_minutes * 60, dispatched, finished
+
+
+@pytest.mark.slow
+def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, monkeypatch):
+    import numpy as np
+
+    # The loop foresees the budget's end from the pace of the steps already finished: 16 steps.
+    summary, budget, dispatched, finished = _train_slow_steps(tmp_path, monkeypatch, 16)
     trained = finished[-1] - dispatched[0]  # the first step's compile is off the clock
     steps = np.diff(finished)
     one_step = float(np.median(steps[-5:]))  # as long as a step took when the run ended
@@ -202,6 +210,15 @@ def test_the_budget_ends_the_run_within_a_step_and_counts_every_step(tmp_path, m
     assert summary.elapsed_seconds == pytest.approx(trained, abs=one_step / 3)  # every step
     assert summary.elapsed_seconds > budget  # never short of it
     assert trained - budget <= 1.5 * one_step, (trained, budget, steps)  # a step, give or take
+
+
+@pytest.mark.slow
+def test_a_budget_shorter_than_a_step_trains_one_step(tmp_path, monkeypatch):
+    # Before any step has finished there is no pace to foresee the budget's end by: the loop
+    # had dispatched a third step before it could see that the first had passed the budget.
+    summary, budget, dispatched, finished = _train_slow_steps(tmp_path, monkeypatch, 0.4)
+    assert summary.step == len(finished) == 1, (budget, dispatched, finished)
+    assert summary.elapsed_seconds > budget
 
 
 @pytest.mark.slow

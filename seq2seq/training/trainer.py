@@ -320,9 +320,13 @@ class _Loop:
         self.flops = float(saved.get("train_flops", 0.0))
         self.stopping.restore(saved.get("early_stopping", {}))
 
+    @property
+    def budget(self) -> float:
+        """The run's time budget in training seconds; infinite where it has none."""
+        return self.config.train.time_budget_minutes * 60 or math.inf
+
     def run(self, state: TrainState, preemption: Preemption) -> TrainState:
-        train = self.config.train
-        budget = train.time_budget_minutes * 60 or math.inf
+        train, budget = self.config.train, self.budget
         if preemption.timed:  # a stop at a time: one clock for all processes, every step
             self.clock.shared = jax.process_count() > 1
             self.clock.every_step = True
@@ -384,13 +388,17 @@ class _Loop:
         would end a run that many steps past its limit; the loop waits for the steps in flight
         (``_settle``) once this passes the limit, and from there on reads the clock as it
         stands, so the run ends within a step of its limit and never before it.
+
+        Until a step has finished in this session there is no pace to go by, and a limit
+        shorter than two steps would be passed unseen: the steps in flight are then foreseen to
+        end at no known time (infinity), so that a run with a limit waits for its first step.
         """
         unfinished = min(len(self._pending), IN_FLIGHT)
         finished = self.steps_run - unfinished
         self._pace.append((finished, now))
         earliest_finished, earliest = self._pace[0]
         if finished <= earliest_finished:
-            return now
+            return math.inf if unfinished else now
         return now + unfinished * (now - earliest) / (finished - earliest_finished)
 
     def _settle(self) -> float:
@@ -460,12 +468,11 @@ class _Loop:
         self.writer.write(step, {"kind": "train", **record, **shapes, **self.progress()})
         progress.set_postfix(loss=f"{record['loss_mean']:.3f}")
         if progress.disable:
-            train = self.config.train
-            budget = train.time_budget_minutes * 60 or math.inf
+            steps = self.config.train.steps
             to_go = seconds_to_go(
-                step, train.steps, record["step_seconds"], self.clock.elapsed, budget
+                step, steps, record["step_seconds"], self.clock.elapsed, self.budget
             )
-            logger.info(short_line(step, record, train.steps, to_go))
+            logger.info(short_line(step, record, steps, to_go))
 
     def _check_finite(self, metrics: list[dict]) -> None:
         """Raises at the first of these steps whose loss is not finite."""
