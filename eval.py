@@ -14,7 +14,8 @@ and writes WORKDIR/eval/SPLIT.hyp.txt and WORKDIR/eval/SPLIT.json (eval/SPLIT@be
 eval/SPLIT@average5.json, eval/SPLIT@step1500.json under the other checkpoint rules, so that no
 rule overwrites another's scores; ensembles and samples are filed under labels of their own).
 The last line printed is one JSON object: bleu, signature, chrf, tok_bleu, n,
-bleu_by_source_length, ...
+bleu_by_source_length, ..., decode_seconds (wall time), compile_seconds (the part of it spent
+tracing and compiling search loops for new shapes) and sentences_per_second (over the rest).
 
 ``--nbest K`` writes K lines per sentence, ``INDEX<TAB>SCORE<TAB>TRANSLATION`` (INDEX the 0-based
 input line, SCORE ``log P / lp``, best first; the first is the beam's output). With ``--input -``

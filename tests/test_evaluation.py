@@ -266,6 +266,10 @@ def test_printed_scores_and_json_file_agree(workdir, evaluated):
     assert sum(row["n"] for row in printed["bleu_by_source_length"]) == printed["n"]
     assert printed["checkpoint"] == f"average of the last 2: steps {STEPS[1]}, {STEPS[2]}"
     assert printed["beam_size"] == 2 and printed["truncated_inputs"] == 0
+    # A new process traces (and compiles or loads) its search loops: that is not decoding speed.
+    decoding = printed["decode_seconds"] - printed["compile_seconds"]
+    assert printed["compile_seconds"] > 0 and decoding > 0
+    assert printed["sentences_per_second"] == pytest.approx(printed["n"] / decoding)
     report = "\n".join(evaluated[:-1])
     assert "sacreBLEU" in report and "chrF2" in report and "tokenized BLEU" in report
 
