@@ -9,7 +9,6 @@ import dataclasses
 import random
 import re
 import statistics
-import time
 from collections import defaultdict
 
 import pytest
@@ -241,13 +240,12 @@ def test_one_to_two_keeps_both_target_words_together(train):
             assert any(f" {form} " in target for form in syn.TRANSITIVE_VERBS[verb]), p
 
 
-def test_pair_is_frozen_and_generation_is_fast():
+def test_pair_is_frozen_and_a_large_split_has_the_size_asked_for():
+    """How fast generation is lives in ``python -m seq2seq.bench data`` (its ``read_s``)."""
     pair = syn.generate_pair(random.Random(0))
     with pytest.raises(dataclasses.FrozenInstanceError):
         pair.source = "x"  # type: ignore[misc]
-    start = time.perf_counter()
     assert len(syn.load_split("train", 20000, seed=123)) == 20000
-    assert time.perf_counter() - start < 5.0
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +280,7 @@ def test_uniform_lengths_spread_evenly_over_every_length(long_train):
         syn.load_split("test", 5, lengths="uniform", min_words=10, max_words=5)
 
 
-def test_uniform_lengths_are_fast():
-    start = time.perf_counter()
-    pairs = syn.load_split("train", 20000, lengths="uniform", max_words=60)
-    assert len(pairs) == 20000 and time.perf_counter() - start < 10.0
+def test_a_large_uniform_split_has_the_size_asked_for_and_keeps_its_bound():
+    pairs = syn.load_split_pairs("train", 20000, lengths="uniform", max_words=60)
+    assert len(pairs) == 20000
+    assert max(len(p.source.split()) for p in pairs) <= 60
