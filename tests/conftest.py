@@ -6,14 +6,20 @@ import json
 import os
 from pathlib import Path
 
+
+def with_xla_flag(environ, flag: str) -> str:
+    """``environ``'s ``XLA_FLAGS`` with ``flag`` added after the flags already set."""
+    return " ".join(filter(None, [environ.get("XLA_FLAGS"), flag]))
+
+
 # The suite compiles hundreds of small programs and runs each for a few steps, so XLA's CPU
-# backend builds them at LLVM's lowest optimisation level: a cold tiny train.py run took 27-37 s
-# against 38-45 s (RNNsearch) and each step about 10% longer (docs/testing.md). It is set before
+# backend builds them at its lowest optimisation level: a cold tiny RNNsearch train.py run took
+# 27-28 s against 38-45 s, and each step about 10% longer (docs/testing.md). It is set before
 # JAX loads, for the test processes and everything they start; commands run outside the tests
 # keep XLA's default.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), TEST_XLA_FLAGS]))
+    os.environ["XLA_FLAGS"] = with_xla_flag(os.environ, TEST_XLA_FLAGS)
 
 import jax  # noqa: E402
 import jax.extend.core  # noqa: E402
@@ -114,8 +120,7 @@ def subprocess_env(devices: int = 1) -> dict[str, str]:
     env = {**os.environ, **COMPILATION_CACHE}
     env["JAX_PLATFORMS"] = "cpu"
     if devices > 1:
-        devices_flag = f"--xla_force_host_platform_device_count={devices}"
-        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), devices_flag]))
+        env["XLA_FLAGS"] = with_xla_flag(env, f"--xla_force_host_platform_device_count={devices}")
     return env
 
 
