@@ -172,3 +172,39 @@ def test_exported_beams_are_ranked_by_this_package_s_length_penalty(tokenizer, t
             np.testing.assert_allclose(score, expected, rtol=1e-3, atol=1e-3)
             checked += 1
     assert checked >= 5, "too few outputs could be rescored for the test to mean anything"
+
+
+def _runaway_model(vocab: int) -> Transformer:
+    """A random model that rarely ends a sentence: its outputs run to their length limit."""
+    model = _model(vocab, tie_output=False, share_embeddings=False)
+    kernel = 3 * np.asarray(model.output_projection.kernel[...])
+    kernel[:, EOS_ID] = 0.0  # EOS's logit 0 against the others' spread of about 6
+    model.output_projection.kernel[...] = kernel
+    return model
+
+
+def test_a_sentence_s_exported_beam_does_not_depend_on_the_rest_of_its_batch(tokenizer, tmp_path):
+    """CTranslate2 takes one length limit per batch: short sentences whose beams run to their own
+    limit, decoded beside a long one, keep the hypotheses and scores they have alone."""
+    from seq2seq.export.engine import ExportedTranslator
+
+    directory, tok = tokenizer
+    config = default_config()
+    config.decode.max_extra_length = 3
+    export(_runaway_model(tok.target_vocab_size), directory, tok, config, tmp_path / "model")
+    translator = ExportedTranslator(tmp_path / "model", beam_size=3, nbest=3, threads=1)
+    rng = np.random.default_rng(4)
+    shorts = [" ".join(rng.choice(WORDS, 2)) for _ in range(6)]
+    translator.config.eval.batch_size = 1
+    alone = translator.translate(shorts).nbest
+    translator.config.eval.batch_size = len(shorts) + 1
+    beside = translator.translate([*shorts, " ".join(rng.choice(WORDS, 12))]).nbest[:-1]
+    limit = len(tok.encode_source([shorts[0]])[0]) + 3  # tokens, EOS included
+    cut = [text for nbest in alone for _, text in nbest if len(text.split()) == limit]
+    assert len(cut) > len(shorts), "too few beams reached their limit for the test to mean much"
+    for together, apart in zip(beside, alone, strict=True):
+        # sorted: hypotheses of equal score may come in either order
+        assert sorted(text for _, text in together) == sorted(text for _, text in apart)
+        np.testing.assert_allclose(
+            sorted(s for s, _ in together), sorted(s for s, _ in apart), atol=1e-4
+        )

@@ -1,7 +1,7 @@
 """Translating with an exported CTranslate2 model, as ``Translator`` does with JAX.
 
-The same tokenizer, beam size, length-penalty exponent, output length limit (the longest input of
-a batch plus ``decode.max_extra_length``) and batches of sentences sorted by length, so that the
+The same tokenizer, beam size, length-penalty exponent, output length limit (each input's length
+plus ``decode.max_extra_length``) and batches of sentences sorted by length, so that the
 two engines are compared on the same files. CTranslate2 normalises scores by ``length^alpha``
 where this package divides by Wu et al.'s ``((5 + |Y|) / 6)^alpha``: so CTranslate2 is asked for
 its whole beam of finished hypotheses with raw log-probabilities, and they are ranked here by
@@ -92,18 +92,7 @@ class ExportedTranslator(LineTranslator):
         batch_size = self.config.eval.batch_size
         for start in range(0, len(order), batch_size):
             members = order[start : start + batch_size]
-            batch = [pieces[i] for i in members]
-            # Each output at most its input's length + max_extra_length tokens, EOS included,
-            # as in this package's search: CTranslate2 takes one limit per batch, so longer
-            # outputs are cut here (a greedy output's prefix does not depend on the limit).
-            limits = [len(b) + decode.max_extra_length for b in batch]
-            results = self.engine.translate_batch(
-                batch, beam_size=decode.beam_size, length_penalty=0.0,
-                num_hypotheses=decode.beam_size, return_scores=True,
-                max_decoding_length=max(limits), min_decoding_length=0, max_input_length=0,
-                suppress_sequences=self.suppressed,
-            )  # fmt: skip
-            for index, scored in zip(members, _scored(results, limits, decode.alpha), strict=True):
+            for index, scored in self._decode_batch([pieces[i] for i in members], members):
                 ranked = sorted(scored, key=lambda pair: -pair[0])
                 outputs[index] = [
                     (score, self._text(hypothesis))
@@ -111,11 +100,40 @@ class ExportedTranslator(LineTranslator):
                 ]
         return Translations([o[0][1] if o else "" for o in outputs], truncated, outputs)
 
+    def _decode_batch(self, batch: list[list[str]], members: list[int]):
+        """(index, scored hypotheses) of each sentence of a batch, each decoded at its own limit.
+
+        Each output is at most its input's length + max_extra_length tokens, EOS included, as in
+        this package's search. CTranslate2 takes one limit per batch (the longest input's), so a
+        sentence whose beam ran past its own limit is decoded again at that limit, with the
+        others of its length: cutting the longer outputs would keep their log-probabilities,
+        and which hypotheses survive, from a search that depended on the rest of the batch."""
+        decode = self.config.decode
+        limits = [len(b) + decode.max_extra_length for b in batch]
+        results = self._search(batch, max(limits))
+        again: dict[int, list[int]] = {}  # limit -> positions in the batch
+        for position, (result, most) in enumerate(zip(results, limits, strict=True)):
+            if most < max(limits) and any(len(h) >= most for h in result.hypotheses):
+                again.setdefault(most, []).append(position)
+        for most, positions in again.items():
+            redone = self._search([batch[p] for p in positions], most)
+            for position, result in zip(positions, redone, strict=True):
+                results[position] = result
+        return zip(members, _scored(results, limits, decode.alpha), strict=True)
+
+    def _search(self, batch: list[list[str]], most: int):
+        decode = self.config.decode
+        return self.engine.translate_batch(
+            batch, beam_size=decode.beam_size, length_penalty=0.0,
+            num_hypotheses=decode.beam_size, return_scores=True, max_decoding_length=most,
+            min_decoding_length=0, max_input_length=0, suppress_sequences=self.suppressed,
+        )  # fmt: skip
+
 
 def _scored(results, limits: list[int], alpha: float) -> list[list[tuple[float, list[str]]]]:
     """Per sentence, (score, tokens) of each CTranslate2 hypothesis by this package's rule:
     ``log P / lp(|Y|)``, where |Y| counts the EOS that CTranslate2 leaves out, unless the
-    output was cut at its limit; outputs longer than the limit are cut there. One
+    output stopped at its limit (``_decode_batch`` makes sure none is longer). One
     ``length_penalty`` call for the whole batch."""
     lengths = [
         most if len(hypothesis) >= most else len(hypothesis) + 1
