@@ -220,6 +220,9 @@ def workdir(tmp_path_factory):
     config.train.log_every_steps = 50
     config.checkpoint.every_steps = STEPS[0]
     config.decode.beam_size = 2
+    # A synthetic target is at most a few words longer than its source; the default 50 extra
+    # tokens let an undertrained model's runaway outputs set the pace of every decode below.
+    config.decode.max_extra_length = 10
     config.eval.batch_size = 128
     path = tmp_path_factory.mktemp("run")
     train(config, path)
