@@ -7,8 +7,10 @@ import math
 
 import pytest
 
-from seq2seq.compare import RunSpec, Settings, compare, verdict
-from seq2seq.compare.runner import RunOutcome
+from seq2seq.compare import verdict
+from seq2seq.compare.comparison import compare
+from seq2seq.compare.runner import RunOutcome, Settings
+from seq2seq.compare.suites import RunSpec
 from seq2seq.config import ConfigError
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.evaluation import significance

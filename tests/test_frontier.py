@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from seq2seq.compare import RunSpec, Settings, compare, expand_suite
+from seq2seq.compare.comparison import compare
 from seq2seq.compare.frontier import (
     Point,
     RunRecord,
@@ -22,8 +22,8 @@ from seq2seq.compare.frontier import (
     upper_envelope,
 )
 from seq2seq.compare.frontier_report import write_frontier_report
-from seq2seq.compare.runner import run_config
-from seq2seq.compare.suites import select_runs
+from seq2seq.compare.runner import Settings, run_config
+from seq2seq.compare.suites import RunSpec, expand_suite, select_runs
 from seq2seq.models import train_flops
 from seq2seq.records.run_directory import RunDirectory
 from tests.conftest import REPO, config_differences, tiny_config

@@ -1,5 +1,5 @@
-"""Importing any module of the package does nothing: no flags defined, no work started; and
-no two modules import each other."""
+"""Importing any module of the package does nothing: no flags defined (but ``seq2seq.cli``'s
+shared ones), no work started; and no two modules import each other."""
 
 import ast
 import importlib
@@ -15,6 +15,7 @@ import seq2seq
 def test_every_module_imports_in_one_process_without_defining_flags():
     names = [m.name for m in pkgutil.walk_packages(seq2seq.__path__, "seq2seq.")]
     assert "seq2seq.bench.summary" in names and "seq2seq.evaluation.average" in names
+    importlib.import_module("seq2seq.cli")  # the one that defines the commands' shared flags
     before = set(flags.FLAGS)
     for name in names:
         importlib.import_module(name)
@@ -122,3 +123,31 @@ def test_each_folder_imports_only_from_the_layers_below_it():
             if LAYERS.index(layer(imported)) > LAYERS.index(layer(name)):
                 upward.append(f"{name} imports {imported}")
     assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(upward))
+
+
+def test_the_packages_above_each_command_load_nothing_before_its_start():
+    """``python -m seq2seq.x.y`` imports ``seq2seq`` and ``seq2seq.x`` before ``y`` runs its
+    ``cli.start()``, which must come before JAX loads and restarts the process: a package
+    ``__init__`` that imported the world would load it twice and JAX before the preamble."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(seq2seq.__file__).parent
+    commands = [
+        path.relative_to(root.parent).with_suffix("")
+        for path in root.rglob("*.py")
+        if "cli.start()" in path.read_text() and path.name != "cli.py"
+    ]
+    packages = sorted({".".join(c.parts[:n]) for c in commands for n in range(1, len(c.parts))})
+    assert "seq2seq.compare" in packages and "seq2seq.bench" in packages, packages
+    probe = (
+        "import importlib, sys\n"
+        f"for name in {packages!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in ('jax', 'numpy', 'flax', 'absl') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["[]"], f"importing {packages} loaded {done.stdout.strip()}"

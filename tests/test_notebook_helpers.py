@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from seq2seq.attention.layers import MultiHeadAttention
-from seq2seq.compare import expand_suite, notebook_runs
+from seq2seq.compare import notebook_runs
 from seq2seq.compare.notebook_runs import (
     NotebookSettings,
     comparison_settings,
@@ -17,6 +17,7 @@ from seq2seq.compare.notebook_runs import (
     notebook_config,
     notebook_settings,
 )
+from seq2seq.compare.suites import expand_suite
 from seq2seq.config import ConfigError, flatten, load_config_file
 from seq2seq.models import build_model
 from seq2seq.models.base import shift_right

@@ -7,16 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.compare import (
-    RunSpec,
-    Settings,
-    compare,
-    grid,
-    make_tuning,
-    report_sections,
-    runner,
-    tuning,
-)
+from seq2seq.compare import grid, report_sections, runner, tuning
+from seq2seq.compare.comparison import compare
+from seq2seq.compare.grid import make_tuning
+from seq2seq.compare.runner import Settings
+from seq2seq.compare.suites import RunSpec
 from seq2seq.config import ConfigError
 from seq2seq.data import sources
 from seq2seq.records.run_directory import RunDirectory

@@ -1,4 +1,4 @@
-"""``python -m seq2seq.compare``: flags, then ``seq2seq.compare.compare``; prints the table."""
+"""``python -m seq2seq.compare``: flags, then ``comparison.compare``; prints the table."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.checkpoints.rule import rules_help
-from seq2seq.compare import RunSpec, Settings, compare, expand_suite, make_tuning, suite_names
+from seq2seq.compare.comparison import compare
 from seq2seq.compare.frontier import read_records, read_run, save_record
 from seq2seq.compare.frontier_report import write_frontier_report
-from seq2seq.compare.grid import scaled_tuned_values
-from seq2seq.compare.runner import RunOutcome
-from seq2seq.compare.suites import FRONTIER_SUITES, select_runs
+from seq2seq.compare.grid import make_tuning, scaled_tuned_values
+from seq2seq.compare.runner import RunOutcome, Settings
+from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
 from seq2seq.config import default_config
 
 

@@ -1,0 +1,109 @@
+"""``compare``: the main job of ``python -m seq2seq.compare``, as one function.
+
+Checks the runs, tunes them on validation (``tuning``) if asked, trains them side by side in
+slices (``runner``), scores each on the test split, then writes the report (``report``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from seq2seq.compare.grid import Tuning, check_overrides, check_trials_outlast_warmup
+from seq2seq.compare.report import build_report, write_report
+from seq2seq.compare.runner import (
+    RunOutcome,
+    Settings,
+    check_reuse,
+    check_splits,
+    evaluate_outcome,
+    prepare,
+    train_in_slices,
+)
+from seq2seq.compare.suites import RunSpec
+from seq2seq.compare.tuning import reuse_winners, tune, write_tuning_records
+
+logger = logging.getLogger(__name__)
+
+
+def compare(
+    specs: Sequence[RunSpec],
+    workdir: Path,
+    settings: Settings,
+    title: str = "Comparison",
+    tuning: Tuning | None = None,
+) -> tuple[list[RunOutcome], Path]:
+    """Trains and evaluates every run of ``specs`` (each seed), then writes the report.
+
+    Before any training, the configs are checked (a scored split that training or validation
+    reads is refused). With ``tuning``, each config is first tuned on its validation split (see
+    ``tuning``) and its final runs take the chosen values. The runs then train side by side in
+    slices of ``settings.slice_minutes`` and are scored one by one.
+
+    Returns the outcomes, in order, and the path of ``report.md``.
+    """
+    _check(specs, settings, tuning)
+    workdir = workdir.resolve()  # the report's paths then hold wherever it is read from
+    workdir.mkdir(parents=True, exist_ok=True)
+    tuned = tune(specs, settings, tuning, workdir) if tuning is not None else None
+    if tuned and any(result.preempted for result in tuned):
+        logger.warning("preempted while tuning: writing the report so far; rerun to continue")
+        outcomes, copied = [_stopped_trial(tuned)], []
+    else:
+        specs = [result.tuned_spec() for result in tuned] if tuned else specs
+        outcomes = [
+            prepare(spec, settings, seed_index, workdir)
+            for spec in specs
+            for seed_index in range(settings.seeds)
+        ]
+        copied = reuse_winners(tuned, outcomes, tuning) if tuned else []
+        check_reuse(outcomes)
+        if tuned:
+            write_tuning_records(tuning, tuned, outcomes)
+        _train_and_score(outcomes, settings)
+    report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
+    return outcomes, write_report(workdir, report)
+
+
+def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) -> None:
+    """Refuses, before any training, runs that would share a folder, a scored split that
+    training or validation reads, a ``--config`` override of a tuned key, and trials in steps
+    that would end inside a warm-up."""
+    names = [spec.name for spec in specs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(
+            f"two runs would share the folder {duplicates[0]!r}; give the configs distinct names"
+        )
+    check_splits(specs, settings)
+    if tuning is not None:
+        check_overrides(tuning, settings)
+        check_trials_outlast_warmup(specs, settings, tuning)
+
+
+def _stopped_trial(tuned) -> RunOutcome:
+    """The trial SIGTERM stopped, as the report's one outcome until the sweep is rerun."""
+    stopped = [trial for result in tuned for trial in result.trials if trial.preempted]
+    trial = stopped[0]
+    return RunOutcome(
+        trial.run.path.name, tuned[0].spec, None, trial.run, "preempted", trial.reason
+    )
+
+
+def _train_and_score(outcomes: Sequence[RunOutcome], settings: Settings) -> None:
+    """Trains the runs side by side in slices, then scores each, unless SIGTERM stopped them
+    (the report then shows the runs so far; a rerun continues)."""
+    logger.info(
+        "== training %d runs%s",
+        len(outcomes),
+        f" in turns of {settings.slice_minutes:g} training minutes"
+        if settings.slice_minutes
+        else " one after another",
+    )
+    if train_in_slices(outcomes, settings.slice_minutes):
+        logger.warning("preempted: writing the report so far; rerun to continue")
+        return
+    for index, outcome in enumerate(outcomes, start=1):
+        logger.info("== scoring run %d of %d: %s", index, len(outcomes), outcome.name)
+        evaluate_outcome(outcome, settings)
