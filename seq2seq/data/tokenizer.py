@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
-from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -42,6 +41,10 @@ class MosesWords:
     """Moses tokenization and detokenization of one language (sacremoses), without escaping."""
 
     def __init__(self, language: str):
+        # Imported here: its module compiles its rules' regular expressions when loaded (0.2 s,
+        # in every process that imports this file), and only word vocabularies use it.
+        from sacremoses import MosesDetokenizer, MosesTokenizer
+
         self.language = language
         self._tokenizer = MosesTokenizer(lang=language)
         self._detokenizer = MosesDetokenizer(lang=language)
