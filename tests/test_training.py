@@ -7,11 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seq2seq.models import train_flops
+from seq2seq.models import build_model, train_flops
 from seq2seq.models.base import PAD_ID, OutputLayer
 from seq2seq.training.losses import projected_cross_entropy, smoothed_cross_entropy
-from seq2seq.training.schedules import transformer_schedule
-from seq2seq.training.step import make_train_step
+from seq2seq.training.schedules import (
+    build_optimizer,
+    build_schedule,
+    schedule_shape,
+    transformer_schedule,
+)
+from seq2seq.training.step import TrainState, make_train_step
 from seq2seq.training.trainer import create_state
 from tests.conftest import dot_operand_dtypes, tiny_config
 
@@ -88,6 +93,78 @@ def test_a_packed_step_counts_the_tokens_and_flops_of_its_rows():
     np.testing.assert_allclose(metrics["train_flops"], expected, rtol=1e-6)
     np.testing.assert_allclose(metrics["padding_share"], 1 - 15 / 36, rtol=1e-6)
     assert int(metrics["step"]) == 1  # the update this step made
+
+
+def _one_batch(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "source": rng.integers(4, 30, (8, 10)).astype(np.int32),
+        "target": rng.integers(4, 30, (8, 10)).astype(np.int32),
+    }
+
+
+def test_runs_that_differ_only_in_learning_rate_share_one_compiled_step():
+    """A learning-rate sweep compiles its step once: the rate is an input of the program."""
+    programs = []
+    for rate in (1e-3, 3e-3):
+        config = tiny_config("transformer")
+        config.train.schedule = "warmup_rsqrt"
+        config.train.learning_rate = rate
+        state, schedule = create_state(config, 30, 30)
+        step = make_train_step(label_smoothing=0.1, schedule=schedule)
+        programs.append(step.lower(state, _one_batch()).as_text())
+    assert programs[0] == programs[1]
+
+
+def test_the_learning_rate_in_the_state_updates_as_a_peak_inside_the_schedule():
+    """Three steps with the rate carried in the state equal those of an optimizer whose schedule
+    holds the rate itself (optax's own form), and the logged rates agree."""
+    config = tiny_config("transformer")
+    config.model.transformer.dropout_rate = 0.0
+    config.train.learning_rate = 2.0
+    config.train.warmup_steps = 2
+    carried, shape = create_state(config, 30, 30)
+    assert float(carried.learning_rate) == 2.0
+    full = build_schedule(config.train, config.model.transformer.d_model)
+    model = build_model(config, 30, 30, seed=config.seed)  # the same draw as create_state's
+    inside = TrainState.create(model, build_optimizer(config.train, full), config.seed)
+    results = []
+    for state, schedule in ((carried, shape), (inside, full)):
+        step = make_train_step(label_smoothing=0.1, schedule=schedule)
+        rates = []
+        for seed in range(3):
+            state, metrics = step(state, _one_batch(seed))
+            rates.append(float(metrics["learning_rate"]))
+        results.append((state, rates))
+    (carried, carried_rates), (inside, inside_rates) = results
+    np.testing.assert_allclose(carried_rates, inside_rates, rtol=1e-6)
+    assert carried_rates[0] < carried_rates[1]  # warming up: the rates are not all alike
+    for a, b in zip(jax.tree.leaves(carried.params), jax.tree.leaves(inside.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adadelta"])
+@pytest.mark.parametrize("schedule", ["transformer", "warmup_rsqrt", "warmup_cosine", "constant"])
+def test_every_optimizer_and_schedule_takes_the_learning_rate_as_a_last_factor(optimizer, schedule):
+    """What the training step relies on: each optimizer's update at ``rate * shape(t)`` is its
+    update at ``shape(t)`` times ``rate``, gradient clipping included."""
+    config = tiny_config("transformer")
+    train = config.train
+    train.optimizer, train.schedule, train.warmup_steps, train.steps = optimizer, schedule, 2, 6
+    train.learning_rate, train.clip_grad_norm = 0.7, 1.0
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)}
+    by_shape = build_optimizer(train, schedule_shape(train, 32))
+    by_rate = build_optimizer(train, build_schedule(train, 32))
+    shape_state, rate_state = by_shape.init(params), by_rate.init(params)
+    largest = 0.0
+    for _ in range(4):
+        grads = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)}
+        shaped, shape_state = by_shape.update(grads, shape_state, params)
+        rated, rate_state = by_rate.update(grads, rate_state, params)
+        np.testing.assert_allclose(0.7 * shaped["w"], rated["w"], rtol=1e-5, atol=1e-9)
+        largest = max(largest, float(np.abs(rated["w"]).max()))
+    assert largest > 1e-5  # the updates were not all zero (warmup_cosine starts at 0)
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,8 @@ class IncompatibleCheckpointError(ValueError):
 
 
 def _saveable(state: TrainState) -> dict[str, Any]:
-    """The array part of the state (graphdef and optimizer are rebuilt from the config)."""
+    """The array part of the state (graphdef, optimizer and learning rate are rebuilt from the
+    config)."""
     return {
         "step": state.step,
         "params": state.params,
@@ -188,11 +189,17 @@ class Checkpoints:
             ),
         )
         values = restored["state"]
+        # Not saved: the template's (the config's), copied, since a step donates its state.
+        learning_rate = jax.device_put(
+            np.asarray(template.learning_rate),
+            None if shardings is None else shardings.learning_rate,
+        )
         state = template.replace(
             step=values["step"],
             params=values["params"],
             opt_state=values["opt_state"],
             rng=values["rng"],
+            learning_rate=learning_rate,
         )
         return state, _progress_record(restored["data"])
 

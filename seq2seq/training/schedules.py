@@ -31,17 +31,30 @@ def warmup_rsqrt_schedule(peak: float, warmup_steps: int) -> optax.Schedule:
     return schedule
 
 
-def build_schedule(train: ml_collections.ConfigDict, d_model: int) -> optax.Schedule:
-    """The schedule named by ``train.schedule``; ``d_model`` only matters for "transformer"."""
+def schedule_shape(train: ml_collections.ConfigDict, d_model: int) -> optax.Schedule:
+    """The schedule named by ``train.schedule`` at a multiplier of 1: the learning rate of update
+    ``count`` is ``train.learning_rate * shape(count)`` under every schedule.
+
+    The multiplier is left out so that the training step can take it as an array
+    (``TrainState.learning_rate``) instead of a constant of its program: runs that differ only
+    in ``train.learning_rate``, as the trials of a learning-rate sweep do, then share one
+    compiled step. ``d_model`` only matters for "transformer".
+    """
     if train.schedule == "transformer":
-        return transformer_schedule(d_model, train.warmup_steps, train.learning_rate)
+        return transformer_schedule(d_model, train.warmup_steps)
     if train.schedule == "warmup_rsqrt":
-        return warmup_rsqrt_schedule(train.learning_rate, train.warmup_steps)
+        return warmup_rsqrt_schedule(1.0, train.warmup_steps)
     if train.schedule == "warmup_cosine":
         return optax.warmup_cosine_decay_schedule(
-            0.0, train.learning_rate, max(train.warmup_steps, 1), max(train.steps, 2)
+            0.0, 1.0, max(train.warmup_steps, 1), max(train.steps, 2)
         )
-    return optax.constant_schedule(train.learning_rate)
+    return optax.constant_schedule(1.0)
+
+
+def build_schedule(train: ml_collections.ConfigDict, d_model: int) -> optax.Schedule:
+    """The learning rate of each update: ``train.learning_rate`` times ``schedule_shape``."""
+    shape = schedule_shape(train, d_model)
+    return lambda count: train.learning_rate * shape(count)
 
 
 def build_optimizer(

@@ -36,19 +36,29 @@ class TrainState(struct.PyTreeNode):
     params: nnx.State  # the model's parameters
     opt_state: optax.OptState
     rng: jax.Array  # raw uint32 PRNG key (saved as a plain array)
+    # float32 scalar, train.learning_rate: what the optimizer's updates, made at a learning rate
+    # of ``schedule_shape``, are multiplied by. An array rather than a constant of the compiled
+    # step, so runs that differ only in it share one program; rebuilt from the config, not saved.
+    learning_rate: jax.Array
     graphdef: Any = struct.field(pytree_node=False)  # the model's structure, static
     optimizer: optax.GradientTransformation = struct.field(pytree_node=False)
 
     @classmethod
     def create(
-        cls, model: nnx.Module, optimizer: optax.GradientTransformation, seed: int
+        cls,
+        model: nnx.Module,
+        optimizer: optax.GradientTransformation,
+        seed: int,
+        learning_rate: float = 1.0,
     ) -> TrainState:
+        """``optimizer`` follows the schedule's shape; ``learning_rate`` multiplies its updates."""
         graphdef, params = nnx.split(model)
         return cls(
             step=jnp.zeros((), jnp.int32),
             params=params,
             opt_state=optimizer.init(params),
             rng=jax.random.PRNGKey(seed),
+            learning_rate=jnp.asarray(learning_rate, jnp.float32),
             graphdef=graphdef,
             optimizer=optimizer,
         )
@@ -60,7 +70,13 @@ class TrainState(struct.PyTreeNode):
     def for_evaluation(cls, graphdef, params: nnx.State) -> TrainState:
         """A state that holds only what evaluation reads: the model (no optimizer, step, RNG)."""
         return cls(
-            step=None, params=params, opt_state=None, rng=None, graphdef=graphdef, optimizer=None
+            step=None,
+            params=params,
+            opt_state=None,
+            rng=None,
+            learning_rate=None,
+            graphdef=graphdef,
+            optimizer=None,
         )
 
 
@@ -158,6 +174,11 @@ def train_step(
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer update on the per-token mean of the smoothed loss.
 
+    ``schedule`` is the learning rate's shape (``schedule_shape``), which the optimizer in
+    ``state`` follows; its updates are then multiplied by ``state.learning_rate``. Adam's and
+    AdaDelta's updates end with the learning rate as a factor, so this is the update at
+    ``state.learning_rate * schedule(step)``.
+
     With ``grad_accum_steps > 1`` the batch is processed in that many micro-batches whose
     gradients are summed before the single update: the same update as the whole batch at once,
     in a fraction of the activation memory. ``loss_chunk_tokens``: see
@@ -179,6 +200,7 @@ def train_step(
     tokens = jnp.maximum(tokens, 1.0)
     grads = jax.tree.map(lambda g: g / tokens, grad_sums)
     updates, opt_state = state.optimizer.update(grads, state.opt_state, state.params)
+    updates = jax.tree.map(lambda u: u * state.learning_rate.astype(u.dtype), updates)
     params = optax.apply_updates(state.params, updates)
     source_lengths, target_lengths = real_lengths(batch)
     real = jnp.sum(source_lengths) + jnp.sum(target_lengths)
@@ -189,7 +211,7 @@ def train_step(
         "source_tokens": jnp.sum(source_lengths),
         "padding_share": 1.0 - real / (batch["source"].size + batch["target"].size),
         "grad_norm": optax.tree.norm(grads),
-        "learning_rate": schedule(state.step),
+        "learning_rate": state.learning_rate * schedule(state.step),
         "step": state.step + 1,  # the update this step makes
     }
     if flops is not None:  # empty rows (padding up to a multiple of the devices) cost nothing

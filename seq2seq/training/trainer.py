@@ -36,7 +36,7 @@ from seq2seq.training.logs import (
     seconds_to_go,
     short_line,
 )
-from seq2seq.training.schedules import build_optimizer, build_schedule
+from seq2seq.training.schedules import build_optimizer, schedule_shape
 from seq2seq.training.step import TrainState, configured_train_step
 from seq2seq.training.stopping import CAPPED, CONVERGED, EarlyStopping
 
@@ -66,10 +66,13 @@ class RunSummary:
 
 
 def create_state(config: ml_collections.ConfigDict, source_vocab: int, target_vocab: int):
-    """A fresh train state and the schedule its optimizer follows."""
+    """A fresh train state and the schedule's shape, which its optimizer follows (the state
+    carries ``train.learning_rate``, the multiplier)."""
     model = build_model(config, source_vocab, target_vocab, seed=config.seed)
-    schedule = build_schedule(config.train, schedule_width(config))
-    return TrainState.create(model, build_optimizer(config.train, schedule), config.seed), schedule
+    shape = schedule_shape(config.train, schedule_width(config))
+    optimizer = build_optimizer(config.train, shape)
+    state = TrainState.create(model, optimizer, config.seed, config.train.learning_rate)
+    return state, shape
 
 
 class Preemption:
