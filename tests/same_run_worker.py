@@ -10,13 +10,16 @@ Each quickstart keeps its own data and token batching (bucketed, and packed for 
 with buckets 16 tokens wide instead of its 8: half the shapes to compile on each mesh, and still
 several. The models are shrunk to a few thousand parameters, so each shape compiles fast.
 It prints {setup: {"losses": [...], "tokens": [...], "flops": [...], "shapes": [...],
-"resumed": [...]}}: every logged step's loss, real (source, target) tokens, training FLOPs and
-batch shapes compiled so far, and the losses of the resumed run.
+"resumed": [...], "split": N}}: every logged step's loss, real (source, target) tokens, training
+FLOPs and batch shapes compiled so far, the losses of the resumed run, and how many of the
+state's arrays the trainer reported split over the mesh.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sys
 from pathlib import Path
 
@@ -56,15 +59,33 @@ def logged(workdir: Path, key: str) -> list:
     return [record[key] for record in map(json.loads, lines) if record["kind"] == "train"]
 
 
+class SplitArrays(logging.Handler):
+    """Keeps the last "N arrays split over the mesh" that the trainer logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count: int | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if found := re.search(r"(\d+) arrays split over the mesh", record.getMessage()):
+            self.count = int(found.group(1))
+
+
 def main() -> None:
     part, root = sys.argv[1], Path(sys.argv[2])
     mesh = MESHES[part]
     assert jax.device_count() == mesh[0] * mesh[1] * mesh[2], jax.devices()
+    split = SplitArrays()
+    trainer_log = logging.getLogger("seq2seq.training.trainer")
+    trainer_log.setLevel(logging.INFO)
+    trainer_log.addHandler(split)
     report = {}
     for name, (model, pack) in SETUPS.items():
         folder = root / name.replace(", ", "_")
         full = folder / f"{part}_full"
+        split.count = None
         train(config_for(model, pack, mesh, STEPS), full)
+        split_arrays = split.count
         resumed = folder / "resumed"
         train(config_for(model, pack, mesh, RESUME_STEP if part == "first" else STEPS), resumed)
         report[name] = {
@@ -78,6 +99,7 @@ def main() -> None:
             "flops": logged(full, "train_flops"),
             "shapes": logged(full, "compiled_shapes"),
             "resumed": logged(resumed, "loss"),
+            "split": split_arrays,
         }
     print(json.dumps(report))
 

@@ -1,7 +1,6 @@
-"""Scaling out changes nothing but speed: 8 devices equal 1, accumulation equals one big batch."""
-
-import json
-import subprocess
+"""Gradient accumulation equals one big batch. (That 8 devices equal 1 is tested by
+tests/test_mesh.py, the step on every mesh, and tests/test_same_run_on_any_mesh.py, the trainer
+on a (2, 2, 2) mesh.)"""
 
 import jax
 import numpy as np
@@ -9,43 +8,7 @@ import pytest
 
 from seq2seq.training.step import make_train_step
 from seq2seq.training.trainer import create_state
-from tests.conftest import REPO, subprocess_env, tiny_config, train_command
-
-
-def _train_losses(workdir, devices: int, *overrides: str) -> list[float]:
-    # 768 tokens: buckets of 16/32/48 tokens hold 48/24/16 sentences, all multiples of 8, so
-    # one and eight devices see the very same global batches.
-    command = train_command(
-        workdir,
-        "transformer",
-        "--config.train.steps=8",
-        "--config.train.log_every_steps=1",
-        "--config.data.tokens_per_batch=768",
-        "--config.data.bucket_width=16",
-        "--config.model.transformer.dropout_rate=0.1",
-        *overrides,
-    )
-    result = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=300,
-        env=subprocess_env(devices),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"{devices} devices" in result.stderr, "the run did not use the simulated devices"
-    if "--config.mesh.fsdp=2" in overrides:
-        assert " 0 arrays split" not in result.stderr, "fsdp split no parameter"
-    lines = (workdir / "metrics.jsonl").read_text().splitlines()
-    return [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
-
-
-@pytest.mark.slow
-def test_eight_devices_give_the_one_device_loss_curve(tmp_path):
-    """A 4 x 2 mesh: the batch split 8 ways, and parameters split 2 ways (FSDP) on top."""
-    one = _train_losses(tmp_path / "one", devices=1)
-    eight = _train_losses(
-        tmp_path / "eight", 8, "--config.mesh.fsdp=2", "--config.mesh.rules.fsdp_min_size=512"
-    )
-    assert len(one) == len(eight) == 8
-    np.testing.assert_allclose(eight, one, rtol=2e-5)
+from tests.conftest import tiny_config
 
 
 @pytest.mark.parametrize("model_name", ["transformer", "rnnsearch"])
