@@ -71,17 +71,21 @@ def test_a_second_start_compiles_nothing_new(tmp_path):
     _evaluate(tmp_path / "first", environment)
     assert _entries(cache) == evaluated, "a second eval compiled programs the first had kept"
 
-    # Turned off, the same eval with an empty cache directory (where it would keep what it
-    # compiles, as above) writes nothing there.
+    # Turned off, a one-sentence eval (one search loop to compile) with an empty cache
+    # directory, where it would keep every program it compiles, writes nothing there.
     environment["XDG_CACHE_HOME"] = str(tmp_path / "off_cache")
-    _evaluate(tmp_path / "first", environment, "--nocompilation_cache")
+    sentence = tmp_path / "sentence.txt"
+    sentence.write_text("a b c\n")
+    off = ["--input", str(sentence), "--output", str(tmp_path / "out.txt"), "--nocompilation_cache"]
+    _evaluate(tmp_path / "first", environment, *off)
+    assert (tmp_path / "out.txt").read_text().count("\n") == 1
     assert not _entries(tmp_path / "off_cache" / "seq2seq" / "jax"), "written although off"
 
 
 def _evaluate(workdir: Path, environment: dict[str, str], *flags: str) -> None:
-    command = [
-        sys.executable, "eval.py", "--workdir", str(workdir), "--split", "validation", *flags,
-    ]  # fmt: skip
+    """eval.py on ``workdir``: its validation split, unless ``flags`` name an --input file."""
+    split = [] if "--input" in flags else ["--split", "validation"]
+    command = [sys.executable, "eval.py", "--workdir", str(workdir), *split, *flags]
     result = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
     )
