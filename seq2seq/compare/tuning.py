@@ -15,13 +15,13 @@ training. With ``--tune_rungs R`` (successive halving, Jamieson & Talwalkar 2016
 for R rungs, so that what only shows late in training (overfitting, and so the regularisation
 that prevents it) can decide; every config gets the same rungs, trials and minutes. All trials
 of a rung, every config's, train side by side in slices (``runner.train_in_slices``).
-Trials that differ only in ``train.learning_rate`` share their compiled training steps (the
-rate is an input of the step, not a constant in it: ``seq2seq.training.schedules``), so a
-learning-rate grid costs one compile per batch shape and config; other keys, such as dropout or
-warm-up, compile once per value. A trial is an ordinary run in
-``WORKDIR/tuning/<config>/<key=value,...>``, so an interrupted sweep resumes where it stopped
-(the budget counts across resumes) and a finished trial is reused. Its score at a rung is its validation record at the end of that rung's budget
-in ``metrics.jsonl`` (greedy BLEU and perplexity on ``data.eval_split``, the first
+Trials that differ only in ``train.learning_rate`` share their compiled training steps (the rate is
+an input of the step, not a constant in it: ``seq2seq.training.schedules``), so a learning-rate
+grid costs one compile per batch shape and config; other keys, such as dropout or warm-up, compile
+once per value. A trial is an ordinary run in ``WORKDIR/tuning/<config>/<key=value,...>``, so an
+interrupted sweep resumes where it stopped (the budget counts across resumes) and a finished trial
+is reused. Its score at a rung is its validation record at the end of that rung's budget in
+``metrics.jsonl`` (greedy BLEU and perplexity on ``data.eval_split``, the first
 ``eval.num_examples`` sentences): nothing here decodes the test split. The point with the highest
 validation BLEU (ties: the lower validation perplexity) becomes that config's overrides for its
 final runs, applied after the config file and the suite's overrides; a ``--config`` override of a

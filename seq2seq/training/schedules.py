@@ -53,8 +53,8 @@ def schedule_shape(train: ml_collections.ConfigDict, d_model: int) -> optax.Sche
 
 def build_schedule(train: ml_collections.ConfigDict, d_model: int) -> optax.Schedule:
     """The learning rate of each update: ``train.learning_rate`` times ``schedule_shape``."""
-    shape = schedule_shape(train, d_model)
-    return lambda count: train.learning_rate * shape(count)
+    shape, rate = schedule_shape(train, d_model), train.learning_rate
+    return lambda count: rate * shape(count)
 
 
 def build_optimizer(
