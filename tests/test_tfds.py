@@ -1,6 +1,8 @@
 """The ``tfds`` source, through the real ``tfds`` builders with real Multi30k sentences mocked in
 as the prepared data: each side gets its language, in both directions."""
 
+import tempfile
+
 import ml_collections
 import pytest
 
@@ -15,6 +17,14 @@ LIMIT = 300  # sentences per mocked split
 GERMAN_WORDS = {"der", "die", "das", "und", "ein", "eine", "einem", "einer", "mit", "auf"}
 ENGLISH_WORDS = {"the", "a", "and", "is", "are", "with", "of", "on", "while", "his"}
 FRENCH_WORDS = {"le", "la", "les", "un", "une", "et", "des", "est", "avec", "sur"}
+
+
+@pytest.fixture(autouse=True)
+def _tfds_temporary_folders_in_the_tests_own(tmp_path, monkeypatch):
+    """Opening a builder whose data is not prepared makes tfds look for its metadata online, in a
+    temporary folder it never removes (``DatasetInfo.initialize_from_bucket``); those folders go
+    in the test's own, which pytest clears."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 @pytest.fixture
