@@ -53,7 +53,7 @@ def test_linear_has_nnx_linears_parameters_outputs_and_gradients():
     ours = Linear(6, 7, rngs=nnx.Rngs(3))
     stock = nnx.Linear(6, 7, rngs=nnx.Rngs(3))
     # The same parameter tree, so checkpoints written before this layer still restore.
-    assert nnx.state(ours).to_pure_dict().keys() == nnx.state(stock).to_pure_dict().keys()
+    assert nnx.to_pure_dict(nnx.state(ours)).keys() == nnx.to_pure_dict(nnx.state(stock)).keys()
     x = jax.random.normal(jax.random.key(1), (2, 5, 6))
 
     def gradients(layer):
