@@ -292,6 +292,7 @@ NOT_IDENTITY = frozenset(
         "train.time_budget_minutes",
         "train.loss_chunk_tokens",
         "model.rnnsearch.scan_unroll",
+        "model.rnnsearch.joint_encoder_loop",
         "train.log_every_steps",
         "train.early_stopping_patience",
         "train.early_stopping_min_delta",

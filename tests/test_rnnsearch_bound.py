@@ -26,7 +26,7 @@ def test_tiny_shapes_are_timed_against_their_floors(tmp_path):
     out = tmp_path / "bound.json"
     done = subprocess.run(
         [sys.executable, "-m", "seq2seq.bench.rnnsearch_bound", *TINY]
-        + ["--shapes=4x6x1,4x5x4", "--steps=2", "--warmup=1", "--matmul_sizes=64"]
+        + ["--shapes=4x6x1,4x5x4:joint", "--steps=2", "--warmup=1", "--matmul_sizes=64"]
         + [f"--out={out}", "--json"],
         cwd=REPO,
         env=subprocess_env(),
@@ -38,7 +38,10 @@ def test_tiny_shapes_are_timed_against_their_floors(tmp_path):
     printed = json.loads(done.stdout.strip().splitlines()[-1])
     assert json.loads(out.read_text()) == printed
     shapes = printed["shapes"]
-    assert [(s["batch"], s["length"], s["unroll"]) for s in shapes] == [(4, 6, 1), (4, 5, 4)]
+    assert [(s["batch"], s["length"], s["unroll"], s["encoder_loops"]) for s in shapes] == [
+        (4, 6, 1, 2),
+        (4, 5, 4, 1),
+    ]
     assert printed["skipped"] == []
     for shape in shapes:
         assert shape["target_tokens"] == shape["batch"] * shape["length"]  # every position real
@@ -48,29 +51,35 @@ def test_tiny_shapes_are_timed_against_their_floors(tmp_path):
         assert 0 < shape["floor_empty_us_per_step"] < shape["step_us_per_recurrence_step"]
         assert shape["floor_product_us_per_step"] > 0
     assert shapes[0]["recurrence_steps"] == 2 * (2 * 6 + 6)  # S = T = 6, forward and backward
+    assert shapes[1]["recurrence_steps"] == 2 * (5 + 5)  # one loop steps both directions
 
 
 def test_a_spent_budget_skips_every_shape_and_names_them():
     config = tiny_config("rnnsearch")
     result = rnnsearch_bound.bound_benchmark(
-        config, [(4, 6, 1), (2, 4, 2)], budget_s=0.0, matmul_sizes=(32,)
+        config, [(4, 6, 1, False), (2, 4, 2, True)], budget_s=0.0, matmul_sizes=(32,)
     )
     assert result["shapes"] == []
-    assert result["skipped"] == ["4x6x1", "2x4x2"]
+    assert result["skipped"] == ["4x6x1", "2x4x2:joint"]
 
 
-@pytest.mark.parametrize("text", ["80x51", "80x0x1", "ax51x1", "80x51x1x2"])
+@pytest.mark.parametrize("text", ["80x51", "80x0x1", "ax51x1", "80x51x1x2", "80x51x1:fast", "x:"])
 def test_a_malformed_shape_is_one_line(text):
-    with pytest.raises(ConfigError, match="is not BATCHxLENGTHxUNROLL"):
+    with pytest.raises(ConfigError, match=r"is not BATCHxLENGTHxUNROLL\[:joint\]"):
         rnnsearch_bound.parse_shape(text)
-    assert rnnsearch_bound.parse_shape("80X51x4") == (80, 51, 4)
+    assert rnnsearch_bound.parse_shape("80X51x4") == (80, 51, 4, False)
+    assert rnnsearch_bound.parse_shape("80x51x4:Joint") == (80, 51, 4, True)
 
 
 def test_the_default_shapes_put_the_paper_batch_first_and_sweep_every_unroll():
     shapes = [rnnsearch_bound.parse_shape(text) for text in rnnsearch_bound.DEFAULT_SHAPES]
-    assert shapes[0] == (80, 51, 1)  # Bahdanau et al.'s 80 sentences, RNNsearch-50's 51 tokens
-    assert {unroll for batch, length, unroll in shapes if (batch, length) == (80, 51)} == {
-        1, 2, 4, 8,
-    }  # fmt: skip
-    same_tokens = {batch * length for batch, length, _ in shapes if batch != 80}
-    assert 80 * 51 in same_tokens and len(shapes) <= 12  # bounded: each shape is a compile
+    # Bahdanau et al.'s 80 sentences of RNNsearch-50's 51 tokens, with two encoder loops and
+    # then one: the joint loop is measured against the plain step before the budget can end.
+    assert shapes[:2] == [(80, 51, 1, False), (80, 51, 1, True)]
+    paper = [
+        (unroll, joint) for batch, length, unroll, joint in shapes if (batch, length) == (80, 51)
+    ]
+    assert {unroll for unroll, _ in paper} == {1, 2, 4, 8}
+    assert (4, False) in paper and (4, True) in paper
+    same_tokens = {batch * length for batch, length, _, _ in shapes if batch != 80}
+    assert 80 * 51 in same_tokens and len(shapes) <= 13  # bounded: each shape is a compile

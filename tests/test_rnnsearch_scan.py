@@ -1,5 +1,6 @@
-"""RNNsearch's recurrences unrolled (``model.rnnsearch.scan_unroll``): the same equations in
-fewer loop iterations, so the same logits and gradients, whatever the unroll and the length."""
+"""RNNsearch's recurrences in fewer loop iterations: unrolled (``model.rnnsearch.scan_unroll``)
+and with both encoder directions in one loop (``model.rnnsearch.joint_encoder_loop``). The same
+equations, so the same logits and gradients, whatever the unroll and the length."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ SOURCE = jnp.array([[5, 9, 14, 21, 30, 33, EOS_ID], [6, 11, 17, EOS_ID, 0, 0, 0]
 TARGET = jnp.array([[7, 8, 11, 20, EOS_ID], [12, 13, EOS_ID, 0, 0]])
 
 
-def _model(attention: str, unroll: int) -> RNNSearch:
+def _model(attention: str, unroll: int, joint: bool = False) -> RNNSearch:
     config = RNNSearchConfig(
         VOCAB, VOCAB, embedding_size=8, encoder_hidden_size=6, decoder_hidden_size=12,
         alignment_size=8, maxout_size=8, attention=attention, init="modern", scan_unroll=unroll,
+        joint_encoder_loop=joint,
     )  # fmt: skip
-    return RNNSearch(config, rngs=nnx.Rngs(3))  # the same parameters for every unroll
+    return RNNSearch(config, rngs=nnx.Rngs(3))  # the same parameters for every loop
 
 
 def _logits_and_gradients(model: RNNSearch):
@@ -61,6 +63,37 @@ def test_unrolled_recurrences_give_the_same_logits_and_gradients(attention, unro
     assert max(float(jnp.abs(g).max()) for g in encoder) > 1e-6  # gradients reach the encoder
 
 
+@pytest.mark.parametrize("attention, unroll", [("additive", 4), ("none", 1)])
+def test_one_loop_for_both_encoder_directions_gives_the_same_logits_and_gradients(
+    attention, unroll
+):
+    logits, gradients = _logits_and_gradients(_model(attention, unroll, joint=False))
+    joint_logits, joint_gradients = _logits_and_gradients(_model(attention, unroll, joint=True))
+    np.testing.assert_allclose(joint_logits, logits, rtol=1e-5, atol=1e-6)
+    flat = jax.tree_util.tree_leaves_with_path(gradients)
+    joint = dict(jax.tree_util.tree_leaves_with_path(joint_gradients))
+    assert len(flat) == len(joint)
+    for path, gradient in flat:
+        where = jax.tree_util.keystr(path)
+        np.testing.assert_allclose(joint[path], gradient, rtol=1e-4, atol=1e-6, err_msg=where)
+        if "_encoder" in where and "kernel" in where:  # both directions' weights learn
+            assert float(jnp.abs(gradient).max()) > 1e-6, where
+
+
+def test_the_joint_loop_keeps_each_directions_state_over_padding():
+    """Row 2 ends in padding: its backward state starts at its own last word (zero before it),
+    and its forward state stays at that word's over the padding, as in two loops."""
+    model = _model("additive", 1, joint=True)
+    annotations = model.encode(SOURCE)["annotations"]  # [B, S, 2n]: [forward ; backward]
+    forward, backward = annotations[1, :, :6], annotations[1, :, 6:]
+    real = int((SOURCE[1] != 0).sum())
+    np.testing.assert_array_equal(forward[real:], jnp.broadcast_to(forward[real - 1], (3, 6)))
+    np.testing.assert_array_equal(backward[real:], 0.0)
+    assert float(jnp.abs(backward[0]).min()) > 0.0
+    separate = _model("additive", 1, joint=False).encode(SOURCE)["annotations"]
+    np.testing.assert_allclose(annotations, separate, rtol=1e-6, atol=1e-7)
+
+
 def test_an_unrolled_decoder_steps_one_token_from_a_cache_as_the_plain_one():
     """Beam search decodes one position at a time: an unroll longer than the loop."""
     outputs = []
@@ -87,19 +120,22 @@ def test_scan_unroll_below_one_is_refused_in_one_line():
         dataclasses.replace(_model("none", 1).config, scan_unroll=-2)
 
 
-def test_scan_unroll_does_not_change_a_run_identity():
-    """A run may resume with another unroll: the update is the same."""
+def test_the_loops_do_not_change_a_run_identity():
+    """A run may resume with another unroll or encoder loop: the update is the same."""
     config = default_config()
     config.model.name = "rnnsearch"
     keys = identity_keys(config)
     assert "model.rnnsearch.encoder_hidden_size" in keys
     assert "model.rnnsearch.scan_unroll" not in keys
+    assert "model.rnnsearch.joint_encoder_loop" not in keys
 
 
 @pytest.mark.parametrize("attention", ["additive", "none"])
-def test_every_recurrence_is_unrolled(attention):
-    """Both encoder directions and the decoder: three scans, each with the configured unroll."""
-    model = _model(attention, 4)
+@pytest.mark.parametrize("joint, loops", [(True, 2), (False, 3)])
+def test_every_recurrence_is_unrolled(attention, joint, loops):
+    """The encoder's directions (one loop, or one each) and the decoder: each loop with the
+    configured unroll."""
+    model = _model(attention, 4, joint)
     jaxpr = jax.make_jaxpr(lambda s, t: model(s, t)[0])(SOURCE, shift_right(TARGET))
     unrolls = [eqn.params["unroll"] for eqn in jaxpr.jaxpr.eqns if eqn.primitive.name == "scan"]
-    assert unrolls == [4, 4, 4]
+    assert unrolls == [4] * loops

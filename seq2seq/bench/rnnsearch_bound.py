@@ -1,10 +1,11 @@
 """What bounds RNNsearch's training step on an accelerator (issue 55, item 5)::
 
     python -m seq2seq.bench.rnnsearch_bound --config=configs/wmt14_enfr_rnnsearch50.py \\
-        [--shapes=80x51x1,80x51x4,...] [--budget_s=170] [--out=FILE] [--json]
+        [--shapes=80x51x1,80x51x1:joint,...] [--budget_s=170] [--out=FILE] [--json]
 
 For each shape ``BxLxU`` (B sentences, L tokens on both sides, every position real; the
-recurrences' ``scan_unroll`` U) the trainer's step (``measure.compile_train_step``) is
+recurrences' ``scan_unroll`` U), or ``BxLxU:joint`` with both encoder directions in one loop
+(``model.rnnsearch.joint_encoder_loop``), the trainer's step (``measure.compile_train_step``) is
 compiled and timed, and beside it two floors, jitted loops of the same number of iterations
 and the same unroll:
 
@@ -16,19 +17,21 @@ and the same unroll:
 
 A step's sequential iterations (``recurrence_steps``) are those of its loops, counted as
 ``2 (2 S + T)``: the encoder's two directions over S source positions and the decoder over T
-target positions, run once forward and once more in the gradient's backward pass. A step's
+target positions, run once forward and once more in the gradient's backward pass; ``2 (S + T)``
+with the joint encoder loop, whose S iterations each step both directions. A step's
 time over that count (``step_us_per_recurrence_step``) against the floors' per-iteration time
 says how much of the step the loop's own cost explains; MFU (analytic FLOPs over the step's
 time, against the matmul peak measured in the same process) says how far the products are from
 the machine. The default shapes, the paper's batch (80 x 51) first:
 
-* the unroll: 80x51 with U = 1, 2, 4, 8;
+* the encoder's loops: 80x51 with U = 1 and 4, each as two loops and as one (``:joint``);
+* the unroll: 80x51 with U = 2, 8;
 * the batch at the paper's length: 40, 160, 320 sentences of 51;
 * the same tokens per update (4,080 a side) in shorter rows: 120x34, 240x17, as token-based
   batching would give the short buckets;
 * the length at the paper's batch: 80x17, 80x34.
 
-That is 11 compiled steps; RNNsearch-50's compiled in 14.5 s on an H100, so with 10 timed
+That is 13 compiled steps; RNNsearch-50's compiled in 14.5 s on an H100, so with 10 timed
 steps each (25 ms) the whole is about 2.5-3 minutes. ``--budget_s`` skips (and names) the
 shapes that would start after it: the figures come in the order above, the most telling first.
 """
@@ -58,44 +61,63 @@ from seq2seq.config import ConfigError, validate
 from seq2seq.models import compute_dtype
 
 DEFAULT_SHAPES = (
-    "80x51x1", "80x51x2", "80x51x4", "80x51x8",
-    "40x51x1", "160x51x1", "320x51x1",
+    "80x51x1", "80x51x1:joint", "80x51x4", "80x51x4:joint",
+    "160x51x1", "80x51x2", "80x51x8",
+    "40x51x1", "320x51x1",
     "120x34x1", "240x17x1",
     "80x17x1", "80x34x1",
 )  # fmt: skip
 MATMUL_SIZES = (4096, 8192)  # the accelerator's peak; a CPU test passes smaller ones
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """``"80x51x4"`` -> (80 sentences, 51 tokens, unroll 4).
+Shape = tuple[int, int, int, bool]  # sentences, tokens, unroll, joint encoder loop
+
+
+def parse_shape(text: str) -> Shape:
+    """``"80x51x4"`` -> (80 sentences, 51 tokens, unroll 4, two encoder loops);
+    ``"80x51x4:joint"`` -> the same with both encoder directions in one loop.
 
     Raises:
       ConfigError: one line naming the shape and the form it must take.
     """
-    parts = text.lower().split("x")
-    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+    sizes, joint, suffix = text.lower().partition(":")
+    parts = sizes.split("x")
+    if (
+        len(parts) != 3
+        or not all(part.isdigit() and int(part) > 0 for part in parts)
+        or (joint and suffix != "joint")
+    ):
         raise ConfigError(
-            f"--shapes {text!r} is not BATCHxLENGTHxUNROLL with positive integers, e.g. 80x51x4"
+            f"--shapes {text!r} is not BATCHxLENGTHxUNROLL[:joint] with positive integers, "
+            "e.g. 80x51x4 or 80x51x4:joint"
         )
     batch, length, unroll = (int(part) for part in parts)
-    return batch, length, unroll
+    return batch, length, unroll, bool(joint)
 
 
-def recurrence_steps(source_length: int, target_length: int) -> int:
-    """Sequential loop iterations of one training step: both encoder directions over the
-    source and the decoder over the target, forward and again in the backward pass."""
-    return 2 * (2 * source_length + target_length)
+def shape_name(shape: Shape) -> str:
+    """The inverse of ``parse_shape``."""
+    batch, length, unroll, joint = shape
+    return f"{batch}x{length}x{unroll}" + (":joint" if joint else "")
 
 
-def shaped_config(
-    config: ml_collections.ConfigDict, batch: int, length: int, unroll: int
-) -> ml_collections.ConfigDict:
-    """``config`` with batches of exactly ``batch`` sentences of ``length`` tokens and the
-    recurrences unrolled ``unroll`` steps per loop iteration."""
+def recurrence_steps(source_length: int, target_length: int, joint: bool = False) -> int:
+    """Sequential loop iterations of one training step: the encoder's directions over the
+    source (two loops, or one for both) and the decoder over the target, forward and again in
+    the backward pass."""
+    encoder = source_length if joint else 2 * source_length
+    return 2 * (encoder + target_length)
+
+
+def shaped_config(config: ml_collections.ConfigDict, shape: Shape) -> ml_collections.ConfigDict:
+    """``config`` with batches of exactly ``batch`` sentences of ``length`` tokens, the
+    recurrences unrolled ``unroll`` steps per loop iteration, and the encoder's loops."""
+    batch, length, unroll, joint = shape
     shaped = config.copy_and_resolve_references()
     shaped.data.sentences_per_batch = batch
     shaped.data.max_length = length
     shaped.model.rnnsearch.scan_unroll = unroll
+    shaped.model.rnnsearch.joint_encoder_loop = joint
     return validate(shaped)
 
 
@@ -146,12 +168,13 @@ def shape_figures(
     """The step of ``config`` (already shaped) timed, with its two floors and MFU."""
     rows, length = measure.batch_shape(config)
     unroll = config.model.rnnsearch.scan_unroll
+    joint = config.model.rnnsearch.joint_encoder_loop
     compiled = measure.compile_train_step(config)
     seconds, _, metrics = measure.time_steps(
         compiled.step, compiled.state, compiled.batch, steps, warmup
     )
     step_s = statistics.median(seconds)
-    iterations = recurrence_steps(length, length)
+    iterations = recurrence_steps(length, length, joint)
     width = config.model.rnnsearch.decoder_hidden_size
     floors = loop_floors(rows, width, iterations, unroll, compute_dtype(config), steps)
     per_step_us = 1e6 * step_s / iterations
@@ -159,6 +182,7 @@ def shape_figures(
         "batch": rows,
         "length": length,
         "unroll": unroll,
+        "encoder_loops": 1 if joint else 2,
         "target_tokens": compiled.target_tokens,
         "compile_s": compiled.compile_seconds,
         "step_ms": 1e3 * step_s,
@@ -174,7 +198,7 @@ def shape_figures(
 
 def bound_benchmark(
     config: ml_collections.ConfigDict,
-    shapes: list[tuple[int, int, int]],
+    shapes: list[Shape],
     *,
     steps: int = 10,
     warmup: int = 2,
@@ -191,17 +215,20 @@ def bound_benchmark(
         "device_kind": jax.devices()[0].device_kind,
         "dtype": compute_dtype(config),
         "peak_gflops": peak["peak_gflops"],
-        "iterations_counted_as": "2 * (2 * source length + target length)",
+        "iterations_counted_as": (
+            "2 * (2 * source length + target length), 2 * (source length + target length) "
+            "with one encoder loop"
+        ),
         "shapes": [],
         "skipped": [],
     }
     slowest = 0.0
-    for batch, length, unroll in shapes:
+    for shape in shapes:
         if time.perf_counter() - start + slowest > budget_s:
-            result["skipped"].append(f"{batch}x{length}x{unroll}")
+            result["skipped"].append(shape_name(shape))
             continue
         begun = time.perf_counter()
-        shaped = shaped_config(config, batch, length, unroll)
+        shaped = shaped_config(config, shape)
         result["shapes"].append(shape_figures(shaped, steps, warmup, peak["peak_gflops"] * 1e9))
         slowest = max(slowest, time.perf_counter() - begun)
         result["seconds"] = time.perf_counter() - start
@@ -212,7 +239,8 @@ def bound_benchmark(
 
 
 COLUMNS = (
-    ("batch", "B", "d"), ("length", "L", "d"), ("unroll", "U", "d"), ("step_ms", "step ms", ".2f"),
+    ("batch", "B", "d"), ("length", "L", "d"), ("unroll", "U", "d"),
+    ("encoder_loops", "encoder loops", "d"), ("step_ms", "step ms", ".2f"),
     ("tokens_per_s", "tokens/s", ",.0f"), ("mfu", "MFU", ".3f"),
     ("recurrence_steps", "iterations", "d"), ("step_us_per_recurrence_step", "us/iteration", ".1f"),
     ("floor_empty_us_per_step", "empty floor us", ".1f"),
@@ -242,7 +270,7 @@ def main() -> None:
     config_flag = config_flags.DEFINE_config_file("config", None, "RNNsearch config file.")
     holders = {
         "shapes": flags.DEFINE_list(
-            "shapes", list(DEFAULT_SHAPES), "BATCHxLENGTHxUNROLL, in order."
+            "shapes", list(DEFAULT_SHAPES), "BATCHxLENGTHxUNROLL[:joint], in order."
         ),
         "steps": flags.DEFINE_integer("steps", 10, "Timed steps per shape (after the warm-up)."),
         "warmup": flags.DEFINE_integer("warmup", 2, "Untimed steps after compiling."),

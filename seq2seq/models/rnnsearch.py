@@ -76,6 +76,10 @@ class RNNSearchConfig:
     # Recurrence steps per iteration of each jax.lax.scan's loop (its ``unroll``): the same
     # equations, fewer loop iterations (an accelerator launches each iteration's kernels).
     scan_unroll: int = 1
+    # Both encoder directions in one jax.lax.scan, their recurrent products batched: S loop
+    # iterations instead of two loops of S (the same equations; see ``run_both_directions``).
+    # Off by default: no faster on a CPU (docs/benchmarks.md); the accelerator bench measures it.
+    joint_encoder_loop: bool = False
     dtype: str = "float32"  # compute dtype (train.dtype); parameters stay float32
 
     def __post_init__(self):
@@ -274,6 +278,54 @@ class GRU(nnx.Module):
         return jnp.swapaxes(states, 0, 1)
 
 
+def run_both_directions(
+    forward: GRU, backward: GRU, x: Array, valid: Array, *, unroll: int = 1
+) -> tuple[Array, Array]:
+    """Both encoder directions in one loop: ``forward.run`` and ``backward.run(reverse=True)``.
+
+    The backward direction reads the source flipped, so that both take their step ``t`` in
+    iteration ``t``. Each iteration computes the two recurrent products of both directions as
+    two batched products, their weights stacked [2, n, ...] once outside the loop. The loop
+    then runs S iterations instead of two loops of S each, and each iteration launches the
+    kernels of one direction. An accelerator pays for a recurrence by the iteration.
+
+    Args:
+      x: [B, S, m] source embeddings.
+      valid: [B, S], False at padding (each direction keeps its state there).
+
+    Returns:
+      ([B, S, n], [B, S, n]): the forward and the backward states, in source order.
+    """
+    projected = jnp.stack(
+        [forward.input_projection(x), jnp.flip(backward.input_projection(x), axis=1)]
+    )  # [2, B, S, 3n]
+    dtype = projected.dtype
+    both_valid = jnp.stack([valid, jnp.flip(valid, axis=1)])  # [2, B, S]
+    u_gates = jnp.stack([forward.u_gates.kernel[...], backward.u_gates.kernel[...]]).astype(dtype)
+    u_candidate = jnp.stack(
+        [forward.u_candidate.kernel[...], backward.u_candidate.kernel[...]]
+    ).astype(dtype)  # [2, n, 2n] and [2, n, n]
+
+    def body(state, inputs):  # state: [2, B, n]
+        step_input, is_valid = inputs  # [2, B, 3n], [2, B]
+        x_z, x_r, x_candidate = jnp.split(step_input, 3, axis=-1)
+        h_z, h_r = jnp.split(jnp.einsum("dbn,dnk->dbk", state, u_gates), 2, axis=-1)
+        update, reset = gru_gates(x_z, x_r, h_z, h_r)
+        candidate = jnp.tanh(
+            x_candidate + jnp.einsum("dbn,dnk->dbk", reset * state, u_candidate)
+        )  # s~
+        new_state = gru_new_state(state, update, candidate)
+        new_state = jnp.where(is_valid[..., None], new_state, state)
+        return new_state, new_state
+
+    hidden_size = u_candidate.shape[-1]
+    initial = jnp.zeros((2, x.shape[0], hidden_size), dtype)
+    time_major = (jnp.moveaxis(projected, 2, 0), jnp.moveaxis(both_valid, 2, 0))
+    _, states = jax.lax.scan(body, initial, time_major, unroll=unroll)  # [S, 2, B, n]
+    states = jnp.moveaxis(states, 0, 2)  # [2, B, S, n]
+    return states[0], jnp.flip(states[1], axis=1)
+
+
 class RNNSearch(EncoderDecoder):
     """RNNsearch (or, with ``attention="none"``, RNNencdec) behind the ``Seq2SeqModel`` contract."""
 
@@ -362,10 +414,19 @@ class RNNSearch(EncoderDecoder):
             dropout,
         )
         x = constrain(x, "batch", "length", "activation_embed")  # [B, S, m]
-        forward = self.forward_encoder.run(self.forward_encoder.input_projection(x), valid)
-        backward = self.backward_encoder.run(
-            self.backward_encoder.input_projection(x), valid, reverse=True
-        )  # [B, S, n] each
+        if self.config.joint_encoder_loop:
+            forward, backward = run_both_directions(
+                self.forward_encoder,
+                self.backward_encoder,
+                x,
+                valid,
+                unroll=self.config.scan_unroll,
+            )
+        else:
+            forward = self.forward_encoder.run(self.forward_encoder.input_projection(x), valid)
+            backward = self.backward_encoder.run(
+                self.backward_encoder.input_projection(x), valid, reverse=True
+            )  # [B, S, n] each
         if self.attention is None:
             # h_N: the forward state after the last real word (kept over padding) and the
             # backward state after the first.
