@@ -30,6 +30,7 @@ direction, n_dec decoder units, A alignment width, l maxout units, V target voca
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
 import jax
@@ -178,6 +179,21 @@ def gru_new_state(state: Array, update: Array, candidate: Array) -> Array:
     return (1.0 - update) * state + update * candidate
 
 
+def gru_step(
+    state: Array,
+    projected_input: Array,
+    recurrent_gates: Callable[[Array], Array],
+    recurrent_candidate: Callable[[Array], Array],
+) -> Array:
+    """Appendix A.1.1, one step from ``state`` and the input's projections ``[W_z x, W_r x, W x]``
+    (last axis), given ``[U_z U_r] s`` and ``U (r * s)`` as functions of their argument."""
+    x_z, x_r, x_candidate = jnp.split(projected_input, 3, axis=-1)
+    h_z, h_r = jnp.split(recurrent_gates(state), 2, axis=-1)
+    update, reset = gru_gates(x_z, x_r, h_z, h_r)
+    candidate = jnp.tanh(x_candidate + recurrent_candidate(reset * state))  # s~
+    return gru_new_state(state, update, candidate)
+
+
 def maxout(t_tilde: Array) -> Array:
     """Appendix A.2.2: ``t_{i,j} = max(t~_{i,2j-1}, t~_{i,2j})``. [..., 2l] -> [..., l].
 
@@ -245,11 +261,7 @@ class GRU(nnx.Module):
 
     def step(self, state: Array, projected_input: Array) -> Array:
         """[B, n] previous state, [B, 3n] projected input -> [B, n] new state."""
-        x_z, x_r, x_candidate = jnp.split(projected_input, 3, axis=-1)
-        h_z, h_r = jnp.split(self.u_gates(state), 2, axis=-1)
-        update, reset = gru_gates(x_z, x_r, h_z, h_r)
-        candidate = jnp.tanh(x_candidate + self.u_candidate(reset * state))  # s~
-        return gru_new_state(state, update, candidate)
+        return gru_step(state, projected_input, self.u_gates, self.u_candidate)
 
     def run(self, projected_inputs: Array, valid: Array, *, reverse: bool = False) -> Array:
         """Runs over [B, T, 3n] inputs from a zero state; padding steps keep the state.
@@ -307,15 +319,12 @@ def run_both_directions(
         [forward.u_candidate.kernel[...], backward.u_candidate.kernel[...]]
     ).astype(dtype)  # [2, n, 2n] and [2, n, n]
 
+    def per_direction(kernels: Array) -> Callable[[Array], Array]:
+        return lambda states: jnp.einsum("dbn,dnk->dbk", states, kernels)
+
     def body(state, inputs):  # state: [2, B, n]
         step_input, is_valid = inputs  # [2, B, 3n], [2, B]
-        x_z, x_r, x_candidate = jnp.split(step_input, 3, axis=-1)
-        h_z, h_r = jnp.split(jnp.einsum("dbn,dnk->dbk", state, u_gates), 2, axis=-1)
-        update, reset = gru_gates(x_z, x_r, h_z, h_r)
-        candidate = jnp.tanh(
-            x_candidate + jnp.einsum("dbn,dnk->dbk", reset * state, u_candidate)
-        )  # s~
-        new_state = gru_new_state(state, update, candidate)
+        new_state = gru_step(state, step_input, per_direction(u_gates), per_direction(u_candidate))
         new_state = jnp.where(is_valid[..., None], new_state, state)
         return new_state, new_state
 
