@@ -16,7 +16,7 @@ from seq2seq.training.schedules import (
     schedule_shape,
     transformer_schedule,
 )
-from seq2seq.training.step import TrainState, make_train_step
+from seq2seq.training.step import TrainState, configured_train_step, make_train_step
 from seq2seq.training.trainer import create_state
 from tests.conftest import dot_operand_dtypes, tiny_config
 
@@ -300,3 +300,78 @@ def test_a_bfloat16_output_layer_multiplies_in_bfloat16_and_accumulates_in_float
     np.testing.assert_allclose(value, full, rtol=1e-5)
     products = dot_operand_dtypes(jax.grad(loss, argnums=(0, 1)), features, weights)
     assert products == {("bfloat16", "bfloat16")}  # forward and both gradient products
+
+
+def _step_for(config):
+    from seq2seq.training import sharding
+
+    state, schedule = create_state(config, 30, 30)
+    mesh = sharding.build_mesh(1, 1, 1)
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
+    shardings = sharding.state_sharding(mesh, state, rules)
+    return configured_train_step(config, schedule, mesh, rules, shardings, 30), state
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shared"),
+    [
+        ("train.learning_rate", 3.0, True),
+        ("seed", 7, True),
+        ("train.steps", 999, True),  # the "transformer" schedule does not read it
+        ("train.time_budget_minutes", 5.0, True),
+        ("train.warmup_steps", 11, False),
+        ("train.label_smoothing", 0.2, False),
+        ("train.grad_accum_steps", 2, False),
+        ("train.clip_grad_norm", 1.0, False),
+        ("model.transformer.dropout_rate", 0.3, False),
+        ("model.transformer.d_ff", 48, False),
+    ],
+)
+def test_runs_of_one_process_share_a_step_where_their_settings_allow(key, value, shared):
+    """The trainer's step is one function for runs whose step would be the same program (JAX
+    then traces it once per batch shape), and another wherever a setting changes the program."""
+    first, _ = _step_for(tiny_config("transformer"))
+    config = tiny_config("transformer")
+    *sections, leaf = key.split(".")
+    node = config
+    for section in sections:
+        node = node[section]
+    node[leaf] = value
+    second, _ = _step_for(config)
+    assert (second is first) == shared
+
+
+def test_a_cosine_schedule_over_more_steps_is_another_step():
+    config = tiny_config("transformer")
+    config.train.schedule = "warmup_cosine"
+    first, _ = _step_for(config)
+    config.train.steps = 999
+    assert _step_for(config)[0] is not first
+
+
+def test_a_second_run_in_the_process_traces_no_step_loss_or_search_again(tmp_path, caplog):
+    """Two runs that differ in learning rate, one after the other in one process, as a sweep
+    trains them: the second compiles neither its training step, nor its validation loss, nor its
+    search, and trains as it does alone. (Another seed would draw other batches, of other
+    shapes, from the synthetic corpus.)"""
+    from seq2seq.evaluation.validation import make_validate_fn
+    from seq2seq.training.trainer import train
+
+    def run(name, rate):
+        config = tiny_config("transformer")
+        config.train.steps, config.checkpoint.every_steps = 4, 4
+        config.train.learning_rate = rate
+        return train(config, tmp_path / name, make_validate_fn)
+
+    run("first", 1.0)
+    with jax.log_compiles(), caplog.at_level("WARNING", logger="jax"):
+        shared = run("second", 2.0)
+    compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling")]
+    assert not [
+        m for m in compiled if m.split()[1] in ("jit(on_mesh)", "jit(_loss)", "jit(_search)")
+    ]
+    from seq2seq.training import step as step_module
+
+    step_module._STEPS.clear()  # the same run again, with nothing to share
+    alone = run("alone", 2.0)
+    assert shared.final_loss == alone.final_loss

@@ -8,6 +8,7 @@ shares (this one and ``seq2seq.export.engine``): lines in, translations out, bla
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -203,6 +204,36 @@ def check_decoding(
         )
 
 
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdefs", "extra", "beam_size", "alpha", "nbest", "min_rows", "sampling"),
+)
+def _search(
+    all_params, source, keys, *, graphdefs, extra, beam_size, alpha, nbest, min_rows, sampling
+):
+    """One batch's search: the beam (a beam of one is greedy), or a sample where ``sampling``
+    is (method, temperature). One function for all translators, with the models' structures and
+    the search's settings as static arguments, so translators of equal models and settings (each
+    validation of a comparison's runs) share its traces."""
+    models = [nnx.merge(g, p) for g, p in zip(graphdefs, all_params, strict=True)]
+    model = models[0] if len(models) == 1 else Ensemble(models)
+    first = source[0] if isinstance(source, tuple) else source
+    max_length = first.shape[1] + extra
+    limits = output_limits(first, extra)  # [B] input length + extra, per sentence
+    limits = jnp.where(first[:, 0] == PAD_ID, 0, limits)  # a batch's padding: no output
+    if sampling is not None:
+        method, temperature = sampling
+        tokens, scores = sample(
+            model, source, max_length, keys=keys, method=method, temperature=temperature,
+            limits=limits,
+        )  # fmt: skip
+        return tokens[:, None], scores[:, None]
+    return beam_search(
+        model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits, nbest=nbest,
+        min_rows=min_rows,
+    )  # fmt: skip
+
+
 class Translator(LineTranslator):
     """Translates sentences in batches; one compiled search per padded source length.
 
@@ -238,30 +269,16 @@ class Translator(LineTranslator):
         self._own_source = [
             not _same_source_tokenizer(tokenizer, member.tokenizer) for member in self.members
         ]
-        graphdefs = [member.graphdef for member in self.members]
-
-        def model_of(all_params):
-            models = [nnx.merge(g, p) for g, p in zip(graphdefs, all_params, strict=True)]
-            return models[0] if len(models) == 1 else Ensemble(models)
-
-        def search(all_params, source, keys):
-            model = model_of(all_params)
-            first = source[0] if isinstance(source, tuple) else source
-            max_length = first.shape[1] + extra
-            limits = output_limits(first, extra)  # [B] input length + extra, per sentence
-            limits = jnp.where(first[:, 0] == PAD_ID, 0, limits)  # a batch's padding: no output
-            if sampling is not None:
-                tokens, scores = sample(
-                    model, source, max_length, keys=keys, method=sampling.method,
-                    temperature=sampling.temperature, limits=limits,
-                )  # fmt: skip
-                return tokens[:, None], scores[:, None]
-            return beam_search(  # a beam of one is greedy search
-                model, source, max_length, beam_size=beam_size, alpha=alpha, limits=limits,
-                nbest=nbest or 1, min_rows=min_rows,
-            )  # fmt: skip
-
-        self._search = jax.jit(search)
+        self._search = functools.partial(
+            _search,
+            graphdefs=tuple(member.graphdef for member in self.members),
+            extra=extra,
+            beam_size=beam_size,
+            alpha=alpha,
+            nbest=nbest or 1,
+            min_rows=min_rows,
+            sampling=None if sampling is None else (sampling.method, sampling.temperature),
+        )
 
     @property
     def model(self) -> nnx.Module:

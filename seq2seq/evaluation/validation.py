@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -37,6 +38,13 @@ def _loss_batches(examples, config: ml_collections.ConfigDict) -> list[dict[str,
     ]
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _loss(graphdef, params, batch: dict[str, np.ndarray]) -> dict:
+    """``eval_step`` of one batch; one function for every run, so that the runs of one process
+    whose models have one structure (equal graphdefs) share its traces."""
+    return eval_step(TrainState.for_evaluation(graphdef, params), batch)
+
+
 def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, graphdef):
     """``state -> metrics`` on the first ``config.eval.num_examples`` validation pairs.
 
@@ -54,10 +62,6 @@ def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, gr
     loss_batches = _loss_batches(examples, config)
     my_loss_batches = [loss_batches[i] for i in processes.share(len(loss_batches))]
 
-    @jax.jit
-    def loss_fn(params, batch):
-        return eval_step(TrainState.for_evaluation(graphdef, params), batch)
-
     greedy = config.copy_and_resolve_references()
     greedy.decode.beam_size = 1
     translator = Translator(greedy, tokenizer, None, graphdef)
@@ -65,7 +69,7 @@ def make_validate_fn(config: ml_collections.ConfigDict, tokenizer: Tokenizer, gr
     def validate(state: TrainState) -> dict:
         """With several processes, each scores and decodes its share; all get the totals."""
         params = processes.local_copy(state.params)
-        totals = jax.device_get([loss_fn(params, batch) for batch in my_loss_batches])
+        totals = jax.device_get([_loss(graphdef, params, batch) for batch in my_loss_batches])
         nll_sum, tokens = processes.sum_over_processes(
             np.array([[float(t["nll_sum"]), float(t["target_tokens"])] for t in totals]).sum(axis=0)
             if totals

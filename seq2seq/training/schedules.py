@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import jax.numpy as jnp
 import ml_collections
 import optax
@@ -31,7 +34,33 @@ def warmup_rsqrt_schedule(peak: float, warmup_steps: int) -> optax.Schedule:
     return schedule
 
 
-def schedule_shape(train: ml_collections.ConfigDict, d_model: int) -> optax.Schedule:
+@dataclasses.dataclass(frozen=True)
+class ScheduleShape:
+    """A schedule at a multiplier of 1, as a value: shapes of equal settings compare equal.
+
+    Runs of one process whose schedules are equal then get one traced training step and one
+    optimizer (``build_optimizer``), so a comparison's later runs reuse what its first run
+    compiled. Each field a schedule does not read is 0, so that it cannot tell shapes apart.
+    """
+
+    name: str  # a ``train.schedule``
+    warmup_steps: int = 0
+    d_model: int = 0  # "transformer" only
+    steps: int = 0  # "warmup_cosine" only
+
+    def __call__(self, count):
+        if self.name == "transformer":
+            return transformer_schedule(self.d_model, self.warmup_steps)(count)
+        if self.name == "warmup_rsqrt":
+            return warmup_rsqrt_schedule(1.0, self.warmup_steps)(count)
+        if self.name == "warmup_cosine":
+            return optax.warmup_cosine_decay_schedule(
+                0.0, 1.0, max(self.warmup_steps, 1), max(self.steps, 2)
+            )(count)
+        return optax.constant_schedule(1.0)(count)
+
+
+def schedule_shape(train: ml_collections.ConfigDict, d_model: int) -> ScheduleShape:
     """The schedule named by ``train.schedule`` at a multiplier of 1: the learning rate of update
     ``count`` is ``train.learning_rate * shape(count)`` under every schedule.
 
@@ -40,15 +69,14 @@ def schedule_shape(train: ml_collections.ConfigDict, d_model: int) -> optax.Sche
     in ``train.learning_rate``, as the trials of a learning-rate sweep do, then share one
     compiled step. ``d_model`` only matters for "transformer".
     """
-    if train.schedule == "transformer":
-        return transformer_schedule(d_model, train.warmup_steps)
-    if train.schedule == "warmup_rsqrt":
-        return warmup_rsqrt_schedule(1.0, train.warmup_steps)
-    if train.schedule == "warmup_cosine":
-        return optax.warmup_cosine_decay_schedule(
-            0.0, 1.0, max(train.warmup_steps, 1), max(train.steps, 2)
-        )
-    return optax.constant_schedule(1.0)
+    shaped = ("transformer", "warmup_rsqrt", "warmup_cosine")
+    name = train.schedule if train.schedule in shaped else "constant"
+    return ScheduleShape(
+        name,
+        warmup_steps=0 if name == "constant" else train.warmup_steps,
+        d_model=d_model if name == "transformer" else 0,
+        steps=train.steps if name == "warmup_cosine" else 0,
+    )
 
 
 def build_schedule(train: ml_collections.ConfigDict, d_model: int) -> optax.Schedule:
@@ -60,11 +88,28 @@ def build_schedule(train: ml_collections.ConfigDict, d_model: int) -> optax.Sche
 def build_optimizer(
     train: ml_collections.ConfigDict, schedule: optax.Schedule
 ) -> optax.GradientTransformation:
-    """Clipping (optional), then Adam (Vaswani et al.) or AdaDelta (Bahdanau et al.)."""
+    """Clipping (optional), then Adam (Vaswani et al.) or AdaDelta (Bahdanau et al.).
+
+    Equal settings and an equal ``schedule`` (a ``ScheduleShape``) give the same object, so the
+    train states of two runs have one structure and share their traced step.
+    """
+    settings = (train.optimizer, train.clip_grad_norm)
     if train.optimizer == "adadelta":
-        optimizer = optax.adadelta(schedule, rho=train.adadelta_rho, eps=train.adadelta_eps)
+        settings += (train.adadelta_rho, train.adadelta_eps)
     else:
-        optimizer = optax.adam(schedule, b1=train.adam_b1, b2=train.adam_b2, eps=train.adam_eps)
-    if train.clip_grad_norm > 0:
-        optimizer = optax.chain(optax.clip_by_global_norm(train.clip_grad_norm), optimizer)
+        settings += (train.adam_b1, train.adam_b2, train.adam_eps)
+    return _optimizer(settings, schedule)
+
+
+@functools.lru_cache(maxsize=64)
+def _optimizer(settings: tuple, schedule: optax.Schedule) -> optax.GradientTransformation:
+    name, clip, *hyper = settings
+    if name == "adadelta":
+        rho, eps = hyper
+        optimizer = optax.adadelta(schedule, rho=rho, eps=eps)
+    else:
+        b1, b2, eps = hyper
+        optimizer = optax.adam(schedule, b1=b1, b2=b2, eps=eps)
+    if clip > 0:
+        optimizer = optax.chain(optax.clip_by_global_norm(clip), optimizer)
     return optimizer

@@ -41,6 +41,9 @@ class AxisRules:
     mesh_axes: Mapping[str, tuple[str, ...]]
     fsdp_min_size: int = 0
 
+    def __hash__(self) -> int:  # by value, as equality is: equal tables share a traced step
+        return hash((tuple(sorted(self.mesh_axes.items())), self.fsdp_min_size))
+
     @classmethod
     def from_config(cls, rules: ml_collections.ConfigDict) -> AxisRules:
         """From ``config.mesh.rules`` (comma-separated mesh axes per name)."""

@@ -9,6 +9,8 @@ when given): the trainer and the benchmarks build theirs from a config through
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -231,6 +233,13 @@ def real_lengths(batch: Batch) -> tuple[jax.Array, jax.Array]:
     return side("source"), side("target")
 
 
+# The steps already made in this process, by their settings: a comparison or a sweep trains
+# many runs in one process, and a run whose settings equal an earlier one's reuses its step,
+# which JAX has then traced and compiled for each batch shape already.
+_STEPS: collections.OrderedDict = collections.OrderedDict()
+KEPT_STEPS = 16
+
+
 def make_train_step(
     *,
     label_smoothing: float,
@@ -251,7 +260,60 @@ def make_train_step(
     ``loss_chunk_tokens``: see ``projected_cross_entropy``. A batch split
     over several devices takes the loss in one chunk: chunked, the output layer's weight
     gradient would be summed across devices once per chunk, which costs more than the chunks save.
+
+    Settings equal to those of one of the last ``KEPT_STEPS`` calls return that call's function
+    (a ``ScheduleShape`` and ``configured_flops`` compare by value, other callables by
+    identity), so JAX traces and compiles it once per batch shape for all those runs.
     """
+    settings = {
+        "label_smoothing": label_smoothing,
+        "schedule": schedule,
+        "grad_accum_steps": grad_accum_steps,
+        "state_sharding": state_sharding,
+        "batch_sharding": batch_sharding,
+        "metrics_sharding": metrics_sharding,
+        "axis_rules": axis_rules,
+        "loss_chunk_tokens": loss_chunk_tokens,
+        "flops": flops,
+    }
+    key = _settings_key(settings)
+    if key is None:  # a setting that cannot be compared: nothing to share
+        return _jitted_train_step(**settings)
+    if key in _STEPS:
+        _STEPS.move_to_end(key)
+    else:
+        _STEPS[key] = _jitted_train_step(**settings)
+        if len(_STEPS) > KEPT_STEPS:
+            _STEPS.popitem(last=False)
+    return _STEPS[key]
+
+
+def _settings_key(settings: dict[str, Any]) -> tuple | None:
+    """``settings`` as one hashable value (each pytree as its structure and leaves), or None
+    where one of them cannot be hashed."""
+    key = []
+    for name, value in settings.items():
+        leaves, structure = jax.tree.flatten(value)
+        key.append((name, structure, tuple(leaves)))
+    try:
+        hash(tuple(key))
+    except TypeError:
+        return None
+    return tuple(key)
+
+
+def _jitted_train_step(
+    *,
+    label_smoothing,
+    schedule,
+    grad_accum_steps,
+    state_sharding,
+    batch_sharding,
+    metrics_sharding,
+    axis_rules,
+    loss_chunk_tokens,
+    flops,
+):
     split = batch_sharding is not None and len(batch_sharding.device_set) > 1
     step = functools.partial(
         train_step,
@@ -292,8 +354,24 @@ def configured_train_step(
         metrics_sharding=sharding.replicated(mesh),
         axis_rules=axis_rules,
         loss_chunk_tokens=losses.chunk_tokens(config.train.loss_chunk_tokens),
-        flops=functools.partial(train_flops, config, target_vocab_size),
+        flops=configured_flops(config, target_vocab_size),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfiguredFlops:
+    """``train_flops`` of one model section and vocabulary, as a value (equal for equal models)."""
+
+    model: ml_collections.FrozenConfigDict  # {"model": config.model}
+    vocab: int
+
+    def __call__(self, source_lengths: jax.Array, target_lengths: jax.Array) -> jax.Array:
+        return train_flops(self.model, self.vocab, source_lengths, target_lengths)
+
+
+def configured_flops(config: ml_collections.ConfigDict, vocab: int) -> ConfiguredFlops:
+    """The ``RowFlops`` of ``config``'s model with a target vocabulary of ``vocab``."""
+    return ConfiguredFlops(ml_collections.FrozenConfigDict({"model": config.model}), vocab)
 
 
 def _traced_on_mesh(function: Callable, mesh, axis_rules: AxisRules) -> Callable:
