@@ -52,7 +52,7 @@ def test_a_second_start_compiles_nothing_new(tmp_path):
 
     assert "encoded before" not in _train(tmp_path / "first", environment)
     first = _entries(cache)
-    assert any(name.startswith("jit_search-") for name in first), sorted(first)  # beam search
+    assert any(name.startswith("jit__search-") for name in first), sorted(first)  # beam search
     assert len(first) >= 10, sorted(first)  # the training step, validation and initialisation
 
     _train(tmp_path / "second", environment)

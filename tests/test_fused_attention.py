@@ -424,8 +424,10 @@ def test_the_training_step_traces_without_a_cpu_backend(cuda_platform, monkeypat
     assert {call["implementation"] for call in cuda_platform} == {"cudnn"}
     with monkeypatch.context() as cpu:
         cpu.setattr(layers, "attention_platform", lambda: "cpu")
+        # Another schedule object: another step, traced anew (equal settings share one step).
+        other = optax.constant_schedule(1e-3)
         with pytest.raises(RuntimeError, match="Unknown backend cpu"):
-            make_train_step(label_smoothing=0.1, schedule=schedule).trace(state, batch)
+            make_train_step(label_smoothing=0.1, schedule=other).trace(state, batch)
 
 
 # -- cuDNN itself --------------------------------------------------------------------------
