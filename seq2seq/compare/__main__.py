@@ -81,6 +81,13 @@ def _run_flags() -> dict[str, flags.FlagHolder]:
             "in --workdir) from these record folders, one direction each, e.g. "
             "docs/records/multi30k_frontier_tuned,docs/records/multi30k_ende.",
         ),
+        "devices": flags.DEFINE_list(
+            "devices",
+            [],
+            "Train nothing: the same configs' runs from two record folders (two devices) "
+            "compared (devices.md and .json in --workdir), e.g. "
+            "docs/records/multi30k_frontier_gpu,docs/records/multi30k_frontier_tuned.",
+        ),
         "save_records": flags.DEFINE_string(
             "save_records",
             None,
@@ -224,6 +231,30 @@ def _verdict_across_directions(flag: SimpleNamespace) -> None:
     print(f"report: {report}")
 
 
+def _devices(flag: SimpleNamespace) -> None:
+    """``--devices``: the same configs' runs in two record folders compared, nothing trained."""
+    from seq2seq.compare.devices import write_devices_report
+
+    if len(flag.devices) != 2:
+        raise ValueError(
+            f"--devices takes two record folders, the same configs trained on two devices; "
+            f"got {len(flag.devices)}"
+        )
+    folders = [Path(folder) for folder in flag.devices]
+    for folder in folders:
+        if not folder.is_dir():
+            raise ValueError(f"--devices: {folder} is not a folder of run records")
+    if folders[0].name == folders[1].name:
+        raise ValueError(
+            f"--devices: both folders are named {folders[0].name}; the report names each side "
+            "by its folder, so give them different names"
+        )
+    sides = [(f.name, read_records(f, flag.split, flag.checkpoint)) for f in folders]
+    report = write_devices_report(*sides, Path(flag.workdir))
+    print(report.read_text())
+    print(f"report: {report}")
+
+
 def _settings(flag: SimpleNamespace) -> Settings:
     given = config_flags.get_override_values(flags.FLAGS["config"])
     return Settings(
@@ -293,6 +324,8 @@ def run() -> None:
             _rebuild_from_records(flag)
         elif flag.directions:
             _verdict_across_directions(flag)
+        elif flag.devices:
+            _devices(flag)
         else:
             _compare(flag, argv)
 

@@ -78,6 +78,8 @@ class RunRecord:
     config: ml_collections.ConfigDict
     tuning: dict | None = None  # how its values were chosen (``RunDirectory.read_tuning``)
     device: str = ""  # what trained it, as JAX names the device (``run_device``)
+    compute_dtype: str = ""  # what its products computed in, at its latest start ("" unrecorded)
+    jax_version: str = ""  # the JAX that trained it, at its latest start ("" unrecorded)
 
     @property
     def converged(self) -> bool:
@@ -138,6 +140,7 @@ def read_run(run: RunDirectory, split: str, rule: str) -> RunRecord:
         config=config,
         tuning=run.read_tuning(),
         device=run_device(run),
+        **latest_start(run),
     )
 
 
@@ -155,6 +158,18 @@ def run_device(run: RunDirectory) -> str:
             name = f"cpu, {counted(cores, 'core')}"
         names.append(name)
     return " + ".join(dict.fromkeys(names))
+
+
+def latest_start(run: RunDirectory) -> dict[str, str]:
+    """``compute_dtype`` and ``jax_version`` of ``run``'s latest start, from its provenance
+    ("" where it recorded none)."""
+    if not run.provenance_file.exists():
+        return {}
+    entries = json.loads(run.provenance_file.read_text()).get("entries") or [{}]
+    return {
+        "compute_dtype": entries[-1].get("compute_dtype") or "",
+        "jax_version": entries[-1].get("packages", {}).get("jax") or "",
+    }
 
 
 def save_record(run: RunDirectory, destination: Path, split: str, rule: str) -> Path:
