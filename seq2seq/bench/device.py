@@ -55,7 +55,12 @@ REPO = Path(__file__).resolve().parents[2]
 BIG = "configs/wmt14_ende_transformer_big.py"
 BASE = "configs/wmt14_ende_transformer_base.py"
 RNNSEARCH = "configs/wmt14_enfr_rnnsearch50.py"
-PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "optax")
+# Recorded with every device figure: the image's own JAX, flax, optax, orbax-checkpoint and
+# tensorstore (whatever versions it brings, not the lock's), and grain from .whl/.
+PACKAGES = (
+    "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "optax",
+    "orbax-checkpoint", "tensorstore", "grain",
+)  # fmt: skip
 MIN_PART_SECONDS = 45  # a part is not started with less than this left
 BOUND_BUDGET_S = 90  # seconds in which rnnsearch_bound starts shapes (about 6 of its 13 on an H100)
 REAL_LOOP_MINUTES = 2.0  # training minutes of real_loop_base (issue 55: two minutes)
