@@ -301,3 +301,55 @@ def test_the_loop_shares_its_clock_only_as_often_as_its_schedule_needs(
     fields = {field: None for field in trainer._Loop.__dataclass_fields__ if field != "config"}
     loop = trainer._Loop(config=config, **fields)
     assert (loop.clock.shared, loop.clock.every_step) == (shared, every_step)
+
+
+@pytest.mark.slow
+def test_each_log_line_says_where_the_hosts_time_went_a_step(tmp_path, monkeypatch):
+    # Each part of the host's work made slow by a known amount: the line must put each delay
+    # in its own part, and leave the compiling step's dispatch out of the dispatch figure.
+    import dataclasses
+
+    from seq2seq.training import trainer
+
+    config = tiny_config("transformer")
+    config.train.steps = 12
+    config.train.log_every_steps = 4
+    config.checkpoint.every_steps = 1_000
+    config.data.pack = True  # one batch shape: only the first step compiles
+    build, place, make_step = (
+        trainer.build_training_data,
+        trainer.sharding.global_batch,
+        trainer.configured_train_step,
+    )
+    # Far enough apart that a delay counted in the wrong part would break the bounds below.
+    delays = {"input": 0.06, "placing": 0.03, "dispatch": 0.09}
+
+    def slow(seconds, function):
+        def wrapped(*args, **kwargs):
+            time.sleep(seconds)
+            return function(*args, **kwargs)
+
+        return wrapped
+
+    def slow_input(*args, **kwargs):
+        data = build(*args, **kwargs)
+        return dataclasses.replace(
+            data, batches=data.batches.map(slow(delays["input"], lambda b: b))
+        )
+
+    monkeypatch.setattr(trainer, "build_training_data", slow_input)
+    monkeypatch.setattr(trainer.sharding, "global_batch", slow(delays["placing"], place))
+    monkeypatch.setattr(
+        trainer,
+        "configured_train_step",
+        lambda *args: slow(delays["dispatch"], make_step(*args)),
+    )
+    train(config, tmp_path)
+    trained = [r for r in RunDirectory(tmp_path).read_metrics() if r["kind"] == "train"]
+    assert [r["step"] for r in trained] == [4, 8, 12]
+    for record in trained:
+        for part, seconds in delays.items():
+            # At least its own delay and less than another's more: nothing leaked in. The first
+            # line holds the step that compiled for seconds: its dispatch is not in the mean.
+            assert 1e3 * seconds <= record[f"host_{part}_ms"] < 1e3 * seconds + 25, (part, record)
+        assert record["host_waiting_ms"] >= 0

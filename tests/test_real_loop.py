@@ -34,6 +34,11 @@ def test_loop_figures_leave_the_first_interval_out_of_the_steady_rate(tmp_path):
     ]
     for line in lines[:3]:
         line |= {"padding_share": 0.25, "compiled_shapes": 2}
+    # The host's milliseconds a step: the first (compiling) interval is left out, the others
+    # weighted by their steps (10 and 20); a part a line lacks is left out.
+    lines[0] |= {"host_input_ms": 90.0, "host_dispatch_ms": 90.0}
+    lines[1] |= {"host_input_ms": 2.0, "host_dispatch_ms": 7.0}
+    lines[2] |= {"host_input_ms": 5.0, "host_dispatch_ms": 4.0, "host_waiting_ms": 30.0}
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))
     figures = real_loop.loop_figures(metrics)
@@ -42,6 +47,10 @@ def test_loop_figures_leave_the_first_interval_out_of_the_steady_rate(tmp_path):
     assert figures["loop_tokens_per_s"] == pytest.approx(3000 / (10 + 1 + 2))
     assert figures["loop_steady_tokens_per_s"] == pytest.approx(2000 / 3)
     assert figures["validation_seconds"] == 2.5
+    assert figures["loop_host_input_ms"] == pytest.approx((10 * 2.0 + 20 * 5.0) / 30)
+    assert figures["loop_host_dispatch_ms"] == pytest.approx((10 * 7.0 + 20 * 4.0) / 30)
+    assert figures["loop_host_waiting_ms"] == pytest.approx(30.0)
+    assert "loop_host_placing_ms" not in figures
 
 
 def test_a_data_folder_without_multi30k_is_one_line(tmp_path):

@@ -51,7 +51,7 @@ from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.step import configured_train_step
-from seq2seq.training.trainer import create_state, train
+from seq2seq.training.trainer import HOST_PARTS, create_state, train
 from seq2seq.vocabulary import PAD_ID
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,19 +121,31 @@ def loop_config(
 
 def loop_figures(metrics_file: Path) -> dict:
     """Target tokens per second of the run's log intervals (training clock), all of them and
-    those after the first (``steady``), and what was kept off the clock."""
+    those after the first (``steady``), the host's milliseconds a step in the steady intervals
+    (``HOST_PARTS``, weighted by their steps), and what was kept off the clock."""
     records = [json.loads(line) for line in metrics_file.read_text().splitlines() if line]
     train = [r for r in records if r["kind"] == "train"]
     if not train:
         raise ValueError(f"{metrics_file} has no training log line; train longer")
-    tokens, seconds, previous = [], [], 0
+    tokens, seconds, counts, previous = [], [], [], 0
     for record in train:
         steps = record["step"] - previous
         previous = record["step"]
+        counts.append(steps)
         tokens.append(record["target_tokens"] * steps)
         seconds.append(record["step_seconds"] * steps)
     steady = slice(1, None) if len(train) > 1 else slice(None)
     last = records[-1]
+    host = {}  # the steady intervals' host milliseconds a step, weighted by their steps
+    for part in HOST_PARTS:
+        key = f"host_{part}_ms"
+        weighted = [
+            (record[key], steps)
+            for record, steps in zip(train[steady], counts[steady], strict=True)
+            if key in record
+        ]
+        if weighted:
+            host[f"loop_{key}"] = sum(v * n for v, n in weighted) / sum(n for _, n in weighted)
     return {
         "loop_steps": train[-1]["step"],
         "loop_log_lines": len(train),
@@ -142,6 +154,7 @@ def loop_figures(metrics_file: Path) -> dict:
         "loop_steady_tokens_per_s": sum(tokens[steady]) / sum(seconds[steady]),
         "loop_padding_share": statistics.mean(r["padding_share"] for r in train),
         "compiled_shapes": train[-1]["compiled_shapes"],
+        **host,
         **{key: last[key] for key in last if key.endswith("_seconds")},
     }
 
@@ -173,11 +186,13 @@ def replay_figures(config: ml_collections.ConfigDict, run: RunDirectory, batches
         state, metrics = step(state, batch)
     jax.block_until_ready(metrics)
     warm_seconds = time.perf_counter() - start
-    passes = []
+    passes, calls = [], []
     for _ in range(3):
         start = time.perf_counter()
         for batch in placed:
+            called = time.perf_counter()
             state, metrics = step(state, batch)
+            calls.append(time.perf_counter() - called)
         jax.block_until_ready(metrics)
         passes.append(time.perf_counter() - start)
     tokens = sum(_real_target_tokens(batch) for batch in host)
@@ -188,6 +203,8 @@ def replay_figures(config: ml_collections.ConfigDict, run: RunDirectory, batches
         "replay_shapes": [list(shape) for shape in shapes],
         "replay_first_pass_s": warm_seconds,
         "replay_tokens_per_s": tokens / statistics.median(passes),
+        "replay_step_ms": 1e3 * statistics.median(passes) / batches,
+        "replay_dispatch_ms": 1e3 * statistics.median(calls),
     }
 
 
@@ -267,6 +284,19 @@ def markdown(result: dict) -> str:
             if key.endswith("_seconds") and key != "elapsed_seconds"
         ),
     ]
+    if any(f"loop_host_{part}_ms" in result for part in HOST_PARTS):
+        lines += [
+            "",
+            "The host's milliseconds a step in the loop (steady intervals): "
+            + ", ".join(
+                f"{part} {result[f'loop_host_{part}_ms']:.2f}"
+                for part in HOST_PARTS
+                if f"loop_host_{part}_ms" in result
+            )
+            + f"; the step alone takes {result['replay_step_ms']:.2f} ms and its dispatch "
+            f"{result['replay_dispatch_ms']:.2f} ms. The host keeps up while input, placing "
+            "and dispatch add up to less than a step; waiting is the device's time.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -45,6 +45,13 @@ logger = logging.getLogger(__name__)
 ValidateFn = Callable[[TrainState], dict]
 IN_FLIGHT = 2  # steps dispatched and not yet waited for
 PACE_TICKS = 8  # clock readings the loop's step time is taken over, to foresee a budget's end
+# Where the host's time goes in each step, logged per step as ``host_<part>_ms`` (means over a
+# log interval): the next batch from the input pipeline, waiting for the step ``IN_FLIGHT``
+# before (the device's time, not the host's), placing the batch on the devices, and the step's
+# dispatch (steps that compile a new shape left out). With steps in flight the host keeps the
+# device busy while input + placing + dispatch stay under a step's time; waiting near zero
+# with those adding up to ``step_seconds`` means the host, not the device, sets the pace.
+HOST_PARTS = ("input", "waiting", "placing", "dispatch")
 # Builds a ValidateFn once the tokenizer and model structure exist: (config, tokenizer, graphdef).
 MakeValidateFn = Callable[..., ValidateFn]
 
@@ -310,6 +317,8 @@ class _Loop:
         self._pending: list[dict] = []  # metrics of the steps in flight, still on the devices
         self._pace = collections.deque(maxlen=PACE_TICKS)  # (steps finished, clock) at ticks
         self._fetched: list[dict] = []  # metrics of the steps since the last log line, fetched
+        self._host = dict.fromkeys(HOST_PARTS, 0.0)  # seconds since the last log line
+        self._host_steps = dict.fromkeys(HOST_PARTS, 0)  # the steps those seconds cover
 
     def progress(self) -> dict:
         """What the run has spent so far: saved with each checkpoint and in every record
@@ -430,7 +439,9 @@ class _Loop:
         return False
 
     def _one_step(self, state: TrainState) -> TrainState:
+        times = [time.monotonic()]
         batch = next(self.batches)  # already this host's rows (the batch planner splits)
+        times.append(time.monotonic())
         # JAX dispatches steps asynchronously; unchecked, the host runs many steps ahead of the
         # device, so the clock lags the training it measures and a time budget is only seen at
         # the next log line. Waiting for the step before the previous one keeps IN_FLIGHT steps
@@ -438,17 +449,37 @@ class _Loop:
         # IN_FLIGHT steps of the training it counts (``_finish_time`` foresees those).
         if len(self._pending) >= IN_FLIGHT:
             jax.block_until_ready(self._pending[-IN_FLIGHT])
+        times.append(time.monotonic())
+        shape = tuple(sorted((key, value.shape) for key, value in batch.items()))
+        placed = sharding.global_batch(batch, self.batch_sharding)
+        times.append(time.monotonic())
+        state, metrics = self.step_fn(state, placed)
+        times.append(time.monotonic())
         # A batch shape not yet seen in this session is traced and compiled inside the call
         # (the step itself then runs asynchronously): that time is not training time.
-        shape = tuple(sorted((key, value.shape) for key, value in batch.items()))
-        start = time.monotonic()
-        state, metrics = self.step_fn(state, sharding.global_batch(batch, self.batch_sharding))
-        if shape not in self._seen_shapes:
+        compiled = shape not in self._seen_shapes
+        if compiled:
             self._seen_shapes.add(shape)
-            self.clock.exclude("compile", time.monotonic() - start)
+            self.clock.exclude("compile", times[-1] - times[-2])
+        for part, begin, end in zip(HOST_PARTS, times[:-1], times[1:], strict=True):
+            if not (compiled and part == "dispatch"):
+                self._host[part] += end - begin
+                self._host_steps[part] += 1
         self._pending.append(metrics)
         self.steps_run += 1
         return state
+
+    def _host_record(self) -> dict:
+        """``host_<part>_ms``: the host's milliseconds a step in each of ``HOST_PARTS`` since
+        the last log line (a part with no step to count is left out); then starts anew."""
+        record = {
+            f"host_{part}_ms": 1e3 * self._host[part] / self._host_steps[part]
+            for part in HOST_PARTS
+            if self._host_steps[part]
+        }
+        self._host = dict.fromkeys(HOST_PARTS, 0.0)
+        self._host_steps = dict.fromkeys(HOST_PARTS, 0)
+        return record
 
     def _fetch(self) -> None:
         """Brings the metrics of the steps in flight to the host (waiting for them), adds their
@@ -468,7 +499,8 @@ class _Loop:
         self._fetched = []
         self.loss = record["loss"]
         shapes = {"compiled_shapes": len(self._seen_shapes)}  # this session's, bounded by buckets
-        self.writer.write(step, {"kind": "train", **record, **shapes, **self.progress()})
+        host = self._host_record()
+        self.writer.write(step, {"kind": "train", **record, **shapes, **host, **self.progress()})
         progress.set_postfix(loss=f"{record['loss_mean']:.3f}")
         if progress.disable:
             steps = self.config.train.steps
