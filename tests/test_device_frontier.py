@@ -108,6 +108,10 @@ def test_the_command_trains_scores_and_packs_records_that_compare_reads(tmp_path
     names |= {"rnnsearch-medium-seed0", "rnnsearch-medium-seed1"}
     assert {run["name"] for run in summary["runs"]} == names
     assert all(run["outcome"] == "ok" and run["stop_reason"] == "cap" for run in summary["runs"])
+    for run in summary["runs"]:  # a step's time, and the host's share of it, from the logs
+        assert run["step_ms"] > 0 and 0 < run["host_dispatch_ms"] < run["step_ms"], run
+    table = (out / "device_frontier.md").read_text()
+    assert "| step ms | host ms: input, placing, dispatch |" in table
     assert summary["concurrent"] == 2
 
     records = tmp_path / "records"

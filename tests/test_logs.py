@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from seq2seq.training.logs import duration, sample_line, seconds_to_go, short_line
+from seq2seq.training.logs import (
+    duration,
+    sample_line,
+    seconds_to_go,
+    short_line,
+    steady_means,
+)
 
 
 def test_what_is_left_is_the_steps_at_the_intervals_pace_or_the_budget_whichever_ends_first():
@@ -82,3 +88,10 @@ def test_a_comparison_has_its_budgets_less_what_its_runs_trained_left(tmp_path):
     assert training_minutes_left([new, halfway, past]) == pytest.approx(10.0 + 6.0 + 0.0)
     # A run bounded by steps alone (no time budget): how long it takes is not known.
     assert training_minutes_left([new, _job(tmp_path, "steps", 0.0, 240.0)]) is None
+
+
+def test_steady_means_leave_the_compiling_line_out_and_weight_the_others_by_their_steps():
+    lines = [{"step": 10, "a": 100.0}, {"step": 20, "a": 2.0, "b": 1.0}, {"step": 40, "a": 5.0}]
+    means = steady_means(lines, ("a", "b", "c"))
+    assert means == {"a": pytest.approx((10 * 2.0 + 20 * 5.0) / 30), "b": 1.0}
+    assert steady_means(lines[:1], ("a",)) == {"a": 100.0}  # one line: it is all there is

@@ -66,6 +66,9 @@ DATA_FILES = tuple(
 MEMORY_SHARED = 0.9  # of the accelerator's memory, split between the runs at once
 STOP_GRACE_S = 10.0  # between SIGTERM and SIGKILL for a worker still running at the end
 POLL_S = 1.0
+# The host's work a step, from each run's log lines (``seq2seq.training.trainer.HOST_PARTS`` less
+# waiting, which is the device's time): a run whose parts add up to its step time was host-bound.
+HOST_WORK = ("input", "placing", "dispatch")
 
 
 @dataclasses.dataclass
@@ -230,12 +233,15 @@ def markdown(summary: dict) -> str:
         f"packages {', '.join(f'{k} {v}' for k, v in environment_['packages'].items())}",
         "",
         "| run | outcome | ended | steps | train s | validation s | compile s | wall s | "
-        "score s | test BLEU | reason |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "score s | test BLEU | step ms | host ms: input, placing, dispatch | reason |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
 
     def number(value, form: str) -> str:
         return format(value, form) if isinstance(value, (int, float)) else "-"
+
+    def host(run: dict) -> str:  # the host's work a step; waiting (the device's time) aside
+        return ", ".join(number(run.get(f"host_{p}_ms"), ".2f") for p in HOST_WORK)
 
     for run in summary["runs"]:
         ended = "deadline" if run.get("deadline_stopped") else run.get("stop_reason", "-")
@@ -245,7 +251,7 @@ def markdown(summary: dict) -> str:
             f"{number(run.get('validation_seconds'), '.1f')} | "
             f"{number(run.get('compile_seconds'), '.1f')} | {number(run.get('wall_s'), '.1f')} | "
             f"{number(run.get('score_s'), '.1f')} | {number(run.get('test_bleu'), '.2f')} | "
-            f"{run.get('reason', '')} |"
+            f"{number(run.get('step_ms'), '.2f')} | {host(run)} | {run.get('reason', '')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -50,6 +50,7 @@ from seq2seq.data.pipeline import build_training_data
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training import sharding
+from seq2seq.training.logs import steady_means
 from seq2seq.training.step import configured_train_step
 from seq2seq.training.trainer import HOST_PARTS, create_state, train
 from seq2seq.vocabulary import PAD_ID
@@ -127,25 +128,16 @@ def loop_figures(metrics_file: Path) -> dict:
     train = [r for r in records if r["kind"] == "train"]
     if not train:
         raise ValueError(f"{metrics_file} has no training log line; train longer")
-    tokens, seconds, counts, previous = [], [], [], 0
+    tokens, seconds, previous = [], [], 0
     for record in train:
         steps = record["step"] - previous
         previous = record["step"]
-        counts.append(steps)
         tokens.append(record["target_tokens"] * steps)
         seconds.append(record["step_seconds"] * steps)
     steady = slice(1, None) if len(train) > 1 else slice(None)
     last = records[-1]
-    host = {}  # the steady intervals' host milliseconds a step, weighted by their steps
-    for part in HOST_PARTS:
-        key = f"host_{part}_ms"
-        weighted = [
-            (record[key], steps)
-            for record, steps in zip(train[steady], counts[steady], strict=True)
-            if key in record
-        ]
-        if weighted:
-            host[f"loop_{key}"] = sum(v * n for v, n in weighted) / sum(n for _, n in weighted)
+    host_keys = tuple(f"host_{part}_ms" for part in HOST_PARTS)
+    host = {f"loop_{key}": value for key, value in steady_means(train, host_keys).items()}
     return {
         "loop_steps": train[-1]["step"],
         "loop_log_lines": len(train),

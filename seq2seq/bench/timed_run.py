@@ -84,10 +84,20 @@ def _spec_and_settings(job: Job):
 
 def _spent(records: list[dict]) -> dict:
     """What the run's clock says it spent: training, and apart from it validation, compiling
-    and checkpoints (seconds), from its last record."""
+    and checkpoints (seconds), from its last record; and a step's milliseconds, with the
+    host's share of them (``HOST_PARTS``), over its log lines after the first."""
+    from seq2seq.training.logs import steady_means
+    from seq2seq.training.trainer import HOST_PARTS
+
     last = next((r for r in reversed(records) if "elapsed_seconds" in r), {})
     keys = ("elapsed_seconds", "validation_seconds", "compile_seconds", "checkpoint_seconds")
-    return {key: last.get(key, 0.0) for key in keys}
+    spent = {key: last.get(key, 0.0) for key in keys}
+    train = [r for r in records if r.get("kind") == "train"]
+    if train:
+        means = steady_means(train, ("step_seconds", *(f"host_{p}_ms" for p in HOST_PARTS)))
+        spent["step_ms"] = 1e3 * means.pop("step_seconds")
+        spent |= means
+    return spent
 
 
 def scoring_rule(run, config, rule: str) -> str:

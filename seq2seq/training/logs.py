@@ -45,6 +45,22 @@ def interval_record(step_metrics: list[dict], seconds: float, devices: int) -> d
     }
 
 
+def steady_means(train_records: list[dict], keys: tuple[str, ...]) -> dict[str, float]:
+    """The mean of each of ``keys`` over a run's log lines after the first (whose interval holds
+    the first compile), each line weighted by the steps it covers; a key no line has is left
+    out. With one line, that line's values."""
+    steps = [record["step"] for record in train_records]
+    counts = [step - previous for step, previous in zip(steps, [0, *steps], strict=False)]
+    lines = list(zip(train_records, counts, strict=True))
+    steady = lines[1:] or lines
+    means = {}
+    for key in keys:
+        weighted = [(record[key], steps) for record, steps in steady if key in record]
+        if weighted:
+            means[key] = sum(v * n for v, n in weighted) / sum(n for _, n in weighted)
+    return means
+
+
 class MetricsWriter:
     """Appends JSON lines to metrics.jsonl (full-precision floats) and mirrors to TensorBoard.
 
