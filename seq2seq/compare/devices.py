@@ -29,7 +29,7 @@ from seq2seq import config as config_lib
 from seq2seq.compare import frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.evaluation import significance
-from seq2seq.report.tables import counted, markdown_table
+from seq2seq.report.tables import counted, difference_cell, markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -168,19 +168,8 @@ def devices_data(
                 "differs": what_differs(runs_a, runs_b),
             }
         )
-    adjusted = iter(
-        significance.adjust_for_family([result for row in tested for result in row.values()])
-    )
-    for row, results in zip(rows, tested, strict=True):
-        for metric in results:
-            result = next(adjusted)
-            row[metric] = {
-                "difference": result.difference,
-                "ci95": list(result.ci95) if result.ci95 else None,
-                "p_value": result.p_value,
-                "p_value_holm": result.p_adjusted,
-                "significant": result.significant,
-            }
+    for row, entries in zip(rows, significance.adjusted_entries(tested), strict=True):
+        row |= entries
         row["reading"] = reading(row)
     sides = [
         {
@@ -208,12 +197,6 @@ def reading(row: dict) -> dict:
         if row[metric]["significant"]
     }
     return {"alike": not higher, "higher": higher}
-
-
-def _difference(entry: dict) -> str:
-    interval = "[{:+.2f}, {:+.2f}]".format(*entry["ci95"]) if entry["ci95"] else "—"
-    mark = " **significant**" if entry["significant"] else ""
-    return f"{entry['difference']:+.2f} {interval}, Holm p {entry['p_value_holm']:.3g}{mark}"
 
 
 def _scores(side: dict) -> str:
@@ -249,8 +232,8 @@ def render(data: dict) -> str:
             "config": row["config"],
             "a": _scores(row["a"]),
             "b": _scores(row["b"]),
-            "bleu": _difference(row["BLEU"]),
-            "chrf": _difference(row["chrF"]),
+            "bleu": difference_cell(row["BLEU"]),
+            "chrf": difference_cell(row["chrF"]),
             "a_training": _training(row["a"]),
             "b_training": _training(row["b"]),
             "reading": _reading(row),

@@ -28,7 +28,7 @@ from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.compare.published import published_section
 from seq2seq.evaluation import significance
-from seq2seq.report.tables import counted, markdown_table
+from seq2seq.report.tables import counted, difference_cell, markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -94,29 +94,10 @@ def directions_data(folders: Sequence[tuple[str, Sequence[RunRecord]]]) -> dict:
                 "cost": levels[0] if levels else None,
             }
         )
-    adjusted = iter(
-        significance.adjust_for_family(
-            [result for results in tested for result in results.values()]
-        )
-    )
-    for row, results in zip(rows, tested, strict=True):
-        for metric in results:
-            result = next(adjusted)
-            row[metric] = {
-                "difference": result.difference,
-                "ci95": list(result.ci95) if result.ci95 else None,
-                "p_value": result.p_value,
-                "p_value_holm": result.p_adjusted,
-                "significant": result.significant,
-            }
+    for row, entries in zip(rows, significance.adjusted_entries(tested), strict=True):
+        row |= entries
         row["reading"] = reading(row)
     return {"rows": rows, "tests": 2 * len(rows)}
-
-
-def _difference(entry: dict) -> str:
-    interval = "[{:+.2f}, {:+.2f}]".format(*entry["ci95"]) if entry["ci95"] else "—"
-    mark = " **significant**" if entry["significant"] else ""
-    return f"{entry['difference']:+.2f} {interval}, Holm p {entry['p_value_holm']:.3g}{mark}"
 
 
 def _cost(row: dict) -> str:
@@ -182,8 +163,8 @@ def render(data: dict) -> str:
             "direction": row["direction"],
             "a": _scores(row["a"]),
             "b": _scores(row["b"]),
-            "bleu": _difference(row["BLEU"]),
-            "chrf": _difference(row["chrF"]),
+            "bleu": difference_cell(row["BLEU"]),
+            "chrf": difference_cell(row["chrF"]),
             "cost": _cost(row),
             "reading": _reading(row["reading"]),
         }

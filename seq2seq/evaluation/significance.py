@@ -32,7 +32,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from sacrebleu.metrics import CHRF
@@ -387,6 +387,26 @@ def compare_seeds(
             welch_p_value=welch_p_value,
         )
     return results
+
+
+def adjusted_entries(rows: Sequence[Mapping[str, SeedComparison]]) -> list[dict[str, dict]]:
+    """Each row's comparisons (metric -> ``SeedComparison``) as plain entries for a report,
+    Holm-adjusted over every comparison of every row: ``difference``, ``ci95``, ``p_value``,
+    ``p_value_holm`` and ``significant``, by metric, one dict per row."""
+    adjusted = iter(adjust_for_family([result for row in rows for result in row.values()]))
+    entries = []
+    for row in rows:
+        entries.append({})
+        for metric in row:
+            result = next(adjusted)
+            entries[-1][metric] = {
+                "difference": result.difference,
+                "ci95": list(result.ci95) if result.ci95 else None,
+                "p_value": result.p_value,
+                "p_value_holm": result.p_adjusted,
+                "significant": result.significant,
+            }
+    return entries
 
 
 def adjust_for_family(results: Sequence[SeedComparison]) -> list[SeedComparison]:

@@ -41,6 +41,14 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def difference_cell(entry: Mapping[str, object]) -> str:
+    """``+0.62 [-0.55, +1.84], Holm p 0.977``, marked **significant** where it is: one tested
+    difference (``significance.adjusted_entries``) in a table cell."""
+    interval = "[{:+.2f}, {:+.2f}]".format(*entry["ci95"]) if entry["ci95"] else "—"
+    mark = " **significant**" if entry["significant"] else ""
+    return f"{entry['difference']:+.2f} {interval}, Holm p {entry['p_value_holm']:.3g}{mark}"
+
+
 def _escape(text: str) -> str:
     """Text safe inside one markdown table cell: no column breaks, no line breaks."""
     return " ".join(text.splitlines()).replace("|", "\\|")
