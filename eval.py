@@ -137,6 +137,24 @@ def _check_options() -> None:
     for flag in (_INPUT, _REFERENCE):  # before any model is loaded
         if flag.value and not Path(flag.value).is_file():
             raise FileNotFoundError(f"no {flag.name} file at {flag.value}")
+    if _OUTPUT.value not in (None, "-"):
+        _check_output(Path(_OUTPUT.value))
+
+
+def _check_output(output: Path) -> None:
+    """Refuses an --output that would overwrite the input or the references, or that cannot
+    be a file (a folder, or under a file), before any model is loaded."""
+    for flag in (_INPUT, _REFERENCE):
+        if flag.value not in (None, "-") and output.resolve() == Path(flag.value).resolve():
+            raise ValueError(
+                f"--output {output} is the --{flag.name} file; name another file for the "
+                "translations"
+            )
+    if output.is_dir():
+        raise ValueError(f"--output {output} is a folder; name a file in it")
+    for parent in output.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--output {output}: {parent} is a file, not a folder")
 
 
 def _exported_translator(run: RunDirectory | None) -> LineTranslator:

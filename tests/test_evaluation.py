@@ -635,6 +635,34 @@ def test_missing_paths_end_eval_with_one_line(args, message, tmp_path):
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("in.txt", "--output {tmp}/in.txt is the --input file; name another file"),
+        ("./sub/../in.txt", "is the --input file"),  # the same file by another path
+        ("ref.txt", "is the --reference file; name another file"),
+        ("sub", "--output {tmp}/sub is a folder; name a file in it"),
+        ("in.txt/out.txt", "--output {tmp}/in.txt/out.txt: {tmp}/in.txt is a file, not a folder"),
+    ],
+)
+def test_an_output_that_would_overwrite_an_input_or_cannot_be_a_file_is_refused(
+    output, message, tmp_path
+):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "in.txt").write_text("ein Hund\n")
+    (tmp_path / "ref.txt").write_text("a dog\n")
+    output = str(tmp_path / output) if not output.startswith(".") else f"{tmp_path}/{output[2:]}"
+    result = _run(
+        "eval.py", "--workdir", str(tmp_path), "--input", str(tmp_path / "in.txt"),
+        "--reference", str(tmp_path / "ref.txt"), "--output", output, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"]
+    assert message.format(tmp=tmp_path) in result.stderr
+    assert (tmp_path / "in.txt").read_text() == "ein Hund\n"
+    assert (tmp_path / "ref.txt").read_text() == "a dog\n"
+
+
 @pytest.mark.slow
 def test_an_ensemble_s_scores_are_filed_beside_the_run_s_own(workdir):
     """Scoring a split with an ensemble writes its own files (the run's own scores untouched);
