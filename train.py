@@ -3,8 +3,9 @@
     python train.py --config configs/quickstart_transformer.py --workdir runs/qs_transformer \\
         [--config.train.steps=2000 ...]
 
-Restarting with the same --workdir resumes from its latest checkpoint. SIGTERM saves a checkpoint
-and exits with status 143; rerun the same command to continue.
+Restarting with the same --workdir resumes from its latest checkpoint. SIGTERM or Ctrl-C saves a
+checkpoint of the last step and exits with status 143 (a second Ctrl-C stops at once); rerun the
+same command to continue.
 """
 
 if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)

@@ -161,7 +161,8 @@ def check_work_directory(path: Path) -> Path:
 
 
 def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
-    """Turns expected failures (bad config, missing files, NaN loss) into one line and exit 1."""
+    """Turns expected failures (bad config, missing files, NaN loss) into one line and exit 1,
+    and Ctrl-C outside training into one line and exit 130."""
 
     def wrapped(argv: list[str]) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
@@ -175,6 +176,12 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
         except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
+        except KeyboardInterrupt:  # training saves on the first Ctrl-C; this is anywhere else
+            print(
+                "interrupted: what had finished is kept; rerun the same command to continue",
+                file=sys.stderr,
+            )
+            sys.exit(130)
 
     return wrapped
 

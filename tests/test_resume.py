@@ -95,11 +95,20 @@ def test_rnnsearch_resume_after_sigkill_is_bit_exact(tmp_path):
     assert _losses(tmp_path / "killed") == _losses(uninterrupted)
 
 
-def test_sigterm_saves_a_checkpoint_before_exiting(uninterrupted, tmp_path):
+@pytest.mark.parametrize(
+    ("sent", "said"),
+    [
+        (signal.SIGTERM, "SIGTERM: saved step"),
+        (signal.SIGINT, "interrupted (Ctrl-C): saved step"),  # no traceback, nothing lost
+    ],
+)
+def test_sigterm_or_ctrl_c_saves_a_checkpoint_before_exiting(uninterrupted, tmp_path, sent, said):
     process = _start(tmp_path)
     _wait_for_step(process, tmp_path, 7)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(sent)
     assert process.wait(timeout=120) == 143
+    stderr = process.stderr.read()
+    assert said in stderr and "Traceback" not in stderr, stderr[-3000:]
     saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
     assert saved and saved[-1] >= 7, saved
     assert saved[-1] >= max(_losses(tmp_path)), "the save must hold the last step taken"

@@ -112,11 +112,19 @@ class Preemption:
         self._shared = jax.process_count() > 1
         if not self._shared:  # a Python handler would replace the preemption service's
             self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._previous_interrupt = signal.signal(signal.SIGINT, self._interrupt)
         return self
 
     def _handle(self, signum, frame) -> None:
         del signum, frame
         self.requested = True
+
+    def _interrupt(self, signum, frame) -> None:
+        """Ctrl-C stops the run as SIGTERM does, with a checkpoint of the last step; a second
+        Ctrl-C interrupts at once (Python's own handler is back)."""
+        self._handle(signum, frame)
+        self.message = "interrupted (Ctrl-C): saved step %d; rerun to resume"
+        signal.signal(signal.SIGINT, self._previous_interrupt)
 
     def reached(self, step: int, elapsed_seconds: float = 0.0) -> bool:
         """Whether to save and stop after ``step``, at ``elapsed_seconds`` of training; every
@@ -128,6 +136,7 @@ class Preemption:
     def __exit__(self, *exc) -> None:
         if not self._shared:
             signal.signal(signal.SIGTERM, self._previous)
+            signal.signal(signal.SIGINT, self._previous_interrupt)
 
 
 class Deadline(Preemption):
