@@ -5,6 +5,8 @@ import dataclasses
 import importlib.metadata
 import json
 import statistics
+import subprocess
+import sys
 
 import pytest
 
@@ -19,7 +21,7 @@ from seq2seq.compare.suites import RunSpec, expand_suite, select_runs, table3_ru
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.schedules import build_schedule
-from tests.conftest import REPO, assert_compare_refuses
+from tests.conftest import REPO, assert_compare_refuses, subprocess_env
 
 TINY_CONFIG = """
 from tests.conftest import tiny_config
@@ -221,10 +223,80 @@ def test_named_suites_expand_to_existing_configs():
         (["--suite", "table3"], "--suite table3 needs --base"),
         (["--configs", "configs/quickstart_transformer.py", "--rows", "base"], "--rows picks"),
         (["--configs", "configs/quickstart_transformer.py", "--config.train.stepz=3"], "stepz"),
+        # found before any run trains, not after each one has:
+        (["--configs", "configs/nope.py"], "--configs: no config file at configs/nope.py"),
+        (
+            ["--configs", "configs/quickstart_transformer.py", "--split", "nosuch"],
+            "quickstart_transformer: --split: unknown split 'nosuch'; use a role",
+        ),
+        (
+            [
+                "--configs",
+                "configs/quickstart_transformer.py",
+                "--checkpoint",
+                "average:9",
+                "--config.checkpoint.keep=2",
+            ],
+            "averages the last 9 checkpoints but its runs keep 2 (checkpoint.keep); lower K",
+        ),  # fmt: skip
+        # records: the rule they were scored under, one mode at a time, each folder once
+        (
+            ["--records", "docs/records/multi30k_ende"],
+            "no run is scored under --checkpoint latest; these records hold scores under "
+            "average:5: pass --checkpoint average:5",
+        ),
+        (["--records", "docs/records/multi30k_ende", "--checkpoint", "1000"], "use one of"),
+        (
+            ["--records", "docs/records/multi30k_ende", "--devices", "a,b"],
+            "--records and --devices are different modes; pass one of",
+        ),
+        (
+            [
+                "--directions",
+                "docs/records/multi30k_ende,docs/records/multi30k_ende",
+                "--checkpoint",
+                "average:5",
+            ],
+            "--directions: two folders hold en->de; give each direction once",
+        ),  # fmt: skip
+        (
+            ["--devices", "docs/records/multi30k_ende,docs/records/../records/multi30k_ende"],
+            "are one folder; give the records of each device",
+        ),
+        (["--directions", "tests"], "--directions tests holds no run folders"),
     ],
 )
 def test_bad_invocations_end_with_one_line(tmp_path, arguments, message):
     assert_compare_refuses(tmp_path, arguments, message)
+
+
+def test_a_comparison_whose_every_run_failed_says_so_and_exits_non_zero(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def get_config():\n    raise ValueError('no such model')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.compare", "--configs", str(broken),
+         "--workdir", str(tmp_path / "work"), "--budget_steps", "4"],
+        cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: every run failed;") and "report.md" in last, result.stderr
+    assert "no such model" in (tmp_path / "work" / "report.md").read_text()
+
+
+def test_a_workdir_that_is_a_file_is_refused_in_one_line(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    for arguments in (["--records", "docs/records/multi30k_ende"], ["--suite", "quickstart"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "seq2seq.compare", *arguments, "--workdir", str(notes / "x")],
+            cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [
+            f"error: --workdir {notes / 'x'}: {notes} is a file; pass a folder"
+        ]
+        assert notes.read_text() == "mine\n"
 
 
 def test_runs_made_under_different_versions_or_changed_midway_are_flagged():

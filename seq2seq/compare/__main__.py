@@ -20,7 +20,7 @@ from seq2seq.compare.comparison import compare
 from seq2seq.compare.frontier import read_records, read_run, save_record
 from seq2seq.compare.frontier_report import write_frontier_report
 from seq2seq.compare.grid import make_tuning, scaled_tuned_values
-from seq2seq.compare.runner import RunOutcome, Settings
+from seq2seq.compare.runner import RunOutcome, Settings, describe_checkpoint_rule
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
 from seq2seq.config import default_config
 
@@ -37,6 +37,9 @@ def _specs(
             expand_suite(suite, Path(base) if base else None), rows, suite == "table3"
         )
         return specs, f"Comparison: the {suite} suite"
+    for path in configs:
+        if not Path(path).is_file():
+            raise ValueError(f"--configs: no config file at {path}; check the path")
     specs = [RunSpec(Path(path).stem, Path(path)) for path in configs]
     return specs, "Comparison: " + ", ".join(spec.name for spec in specs)
 
@@ -224,8 +227,13 @@ def _verdict_across_directions(flag: SimpleNamespace) -> None:
     for folder in flag.directions:
         if not Path(folder).is_dir():
             raise ValueError(f"--directions: {folder} is not a folder of run records")
-        runs = read_records(Path(folder), flag.split, flag.checkpoint)
-        folders.append((direction_of(runs), runs))
+        runs = read_records(Path(folder), flag.split, flag.checkpoint, "--directions")
+        direction = direction_of(runs)
+        if direction in [seen for seen, _ in folders]:
+            raise ValueError(
+                f"--directions: two folders hold {direction}; give each direction once"
+            )
+        folders.append((direction, runs))
     report = write_directions_report(folders, Path(flag.workdir))
     print(report.read_text())
     print(f"report: {report}")
@@ -244,12 +252,17 @@ def _devices(flag: SimpleNamespace) -> None:
     for folder in folders:
         if not folder.is_dir():
             raise ValueError(f"--devices: {folder} is not a folder of run records")
+    if folders[0].resolve() == folders[1].resolve():
+        raise ValueError(
+            f"--devices: {folders[0]} and {folders[1]} are one folder; give the records of "
+            "each device"
+        )
     if folders[0].name == folders[1].name:
         raise ValueError(
             f"--devices: both folders are named {folders[0].name}; the report names each side "
             "by its folder, so give them different names"
         )
-    sides = [(f.name, read_records(f, flag.split, flag.checkpoint)) for f in folders]
+    sides = [(f.name, read_records(f, flag.split, flag.checkpoint, "--devices")) for f in folders]
     report = write_devices_report(*sides, Path(flag.workdir))
     print(report.read_text())
     print(f"report: {report}")
@@ -313,6 +326,31 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
     print(f"\nreport: {report}")
     if any(o.status == "preempted" for o in outcomes):
         sys.exit(143)
+    if outcomes and all(o.status == "failed" for o in outcomes):
+        raise RuntimeError(f"every run failed; {report} gives each one's reason")
+
+
+def _one_mode(flag: SimpleNamespace) -> None:
+    """Refuses flags of two modes at once (the others would be ignored), and, where records are
+    read, a checkpoint rule no comparison applies.
+
+    Raises:
+      ValueError: one line naming the flags and the fix.
+    """
+    modes = {
+        "--records": bool(flag.records),
+        "--directions": bool(flag.directions),
+        "--devices": bool(flag.devices),
+        "--configs or --suite": bool(flag.configs or flag.suite),
+    }
+    given = [name for name, on in modes.items() if on]
+    if len(given) > 1:
+        raise ValueError(
+            f"{' and '.join(given)} are different modes; pass one of --records, --directions, "
+            "--devices, or --configs/--suite to train"
+        )
+    if given and given[0] != "--configs or --suite":
+        describe_checkpoint_rule(flag.checkpoint)
 
 
 def run() -> None:
@@ -320,6 +358,10 @@ def run() -> None:
 
     def main(argv: list[str]) -> None:
         flag = _values(holders)
+        _one_mode(flag)
+        for folder in (Path(flag.workdir), *Path(flag.workdir).parents):
+            if folder.exists() and not folder.is_dir():
+                raise ValueError(f"--workdir {flag.workdir}: {folder} is a file; pass a folder")
         if flag.records:
             _rebuild_from_records(flag)
         elif flag.directions:

@@ -196,23 +196,45 @@ def save_record(run: RunDirectory, destination: Path, split: str, rule: str) -> 
     return target.path
 
 
-def read_records(directory: Path, split: str | None, rule: str) -> list[RunRecord]:
+def read_records(
+    directory: Path, split: str | None, rule: str, flag: str = "--records"
+) -> list[RunRecord]:
     """Every run record in ``directory``'s subfolders (sorted by name), scored on ``split`` (a
     role such as ``test`` is resolved per config; None: each config's test split).
 
     Raises:
-      ValueError: ``directory`` holds no run records.
+      ValueError: ``directory`` (given by ``flag``) holds no run records, or none of them is
+        scored under ``rule`` while some are under another (one line naming it).
     """
     from seq2seq.compare.runner import scored_split
 
     folders = sorted(p for p in Path(directory).iterdir() if (p / "config.json").exists())
     if not folders:
-        raise ValueError(f"--records {directory} holds no run folders (each with a config.json)")
+        raise ValueError(f"{flag} {directory} holds no run folders (each with a config.json)")
     runs = []
     for folder in folders:
         run = RunDirectory(folder)
         runs.append(read_run(run, scored_split(run.load_config(), split), rule))
+    if all(run.result is None for run in runs) and (held := scored_rules(folders)):
+        raise ValueError(
+            f"{flag} {directory}: no run is scored under --checkpoint {rule}; these records "
+            f"hold scores under {', '.join(held)}: pass --checkpoint {held[0]}"
+        )
     return runs
+
+
+def scored_rules(folders: Iterable[Path]) -> list[str]:
+    """The checkpoint rules (``average:5``, ``best``, ``latest``, a step) that the runs in
+    ``folders`` were scored under, from their eval files' names; most used first."""
+    counts: dict[str, int] = {}
+    for folder in folders:
+        for path in (Path(folder) / "eval").glob("*.json"):
+            stem = path.name.removesuffix(".json")
+            suffix = stem.partition("@")[2].partition("-")[0]
+            rule = re.sub(r"^average(\d+)$", r"average:\1", re.sub(r"^step", "", suffix))
+            rule = rule or "latest"
+            counts[rule] = counts.get(rule, 0) + 1
+    return sorted(counts, key=lambda rule: -counts[rule])
 
 
 def upper_envelope(points: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

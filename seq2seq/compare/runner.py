@@ -21,7 +21,7 @@ from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import average_count
 from seq2seq.compare.suites import RunSpec
-from seq2seq.data.sources import resolve_split
+from seq2seq.data.sources import DataError, available_splits, resolve_split
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.restore import checkpoint_choice
 from seq2seq.evaluation.translator import Translator, with_decoding
@@ -137,23 +137,37 @@ def scored_split(config: ml_collections.ConfigDict, split: str | None) -> str:
 
 
 def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
-    """Refuses, before any training, a comparison that would score a split its runs read.
+    """Refuses, before any training, a comparison that could not score its runs, or would
+    score a split they read.
 
     Training reads ``data.train_split``, and validation (the curves, ``--checkpoint best`` and
     every tuning trial) reads ``data.eval_split``: scores on either would not be test scores.
-    A config that cannot be built is passed over here; its runs fail with the reason.
+    A ``--split`` the data lacks, and ``--checkpoint average:K`` beyond the checkpoints a run
+    keeps, would fail each run only once it had trained. A config that cannot be built, or
+    whose data is missing, is passed over here; its runs fail with the reason.
 
     Raises:
-      ConfigError: one line naming the config, the resolved split and the fix.
+      ConfigError: one line naming the config, the problem and the fix.
     """
+    count = average_count(settings.checkpoint)
     for spec in specs:
         try:
             config = run_config(spec, settings, 0)
         except Exception:  # reported by its runs
             continue
+        if count is not None and count > config.checkpoint.keep:
+            raise config_lib.ConfigError(
+                f"{spec.name}: --checkpoint {settings.checkpoint} averages the last {count} "
+                f"checkpoints but its runs keep {config.checkpoint.keep} (checkpoint.keep); "
+                f"lower K or pass --config.checkpoint.keep={count}"
+            )
         try:
             scored = scored_split(config, settings.split)
-        except Exception:  # a split the data lacks: reported by its runs
+        except DataError as error:  # a split that data on this machine lacks
+            if available_splits(config.data):
+                raise config_lib.ConfigError(f"{spec.name}: --split: {error}") from error
+            continue  # no data here at all: reported by its runs
+        except Exception:  # reported by its runs
             continue
         for key, use in (("eval_split", "validates (and tunes) on"), ("train_split", "trains on")):
             if config.data[key] == scored:
