@@ -57,9 +57,16 @@ def test_identity_covers_every_data_key_and_only_the_chosen_model():
     assert "train.steps" in config_lib.identity_keys(config)
 
 
+def _started(run: RunDirectory) -> RunDirectory:
+    """The run has made something: a log line of its first steps."""
+    run.metrics_file.write_text('{"step": 2, "kind": "train", "loss": 3.0}\n')
+    return run
+
+
 def test_a_changed_learning_rate_is_refused_naming_every_changed_key(tmp_path):
     run = RunDirectory(tmp_path).create()
     run.save_config(tiny_config("transformer"))
+    _started(run)
     saved = run.config_file.read_text()
     other = tiny_config("transformer")
     other.train.learning_rate = 0.5
@@ -77,6 +84,7 @@ def test_a_run_of_another_shape_is_refused_and_nothing_is_overwritten(tmp_path):
     run = RunDirectory(tmp_path).create()
     config = tiny_config("transformer")
     run.save_config(config)
+    _started(run)
     saved = run.config_file.read_text()
     other = tiny_config("transformer")
     other.data.bucket_width = 8  # changes the stream of batches a resume continues
@@ -88,6 +96,30 @@ def test_a_run_of_another_shape_is_refused_and_nothing_is_overwritten(tmp_path):
     longer.model.rnnsearch.maxout_size = 7  # the other model's fields do not count
     run.save_config(longer)
     assert run.load_config().train.steps == 999
+
+
+@pytest.mark.parametrize(
+    "made",
+    ["metrics.jsonl", "tokenizer/spm.model", "checkpoints/5/state/data", "encoded/train.npz"],
+)
+def test_a_start_that_failed_before_making_anything_does_not_hold_the_folder(tmp_path, made):
+    # A first start with a bad value (here the wrong source language) stopped on its data: its
+    # config and provenance are all it left, so a corrected start may take the folder.
+    run = RunDirectory(tmp_path).create()
+    wrong = tiny_config("transformer")
+    wrong.data.src_lang = "xx"
+    run.save_config(wrong)
+    run.provenance_file.write_text('{"entries": []}\n')
+    right = tiny_config("transformer")
+    run.save_config(right)
+    assert run.load_config().data.src_lang == right.data.src_lang
+    # Once the run has made anything (a log line, its tokenizer, a checkpoint, its encoded
+    # data), its config is its identity again.
+    (tmp_path / made).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / made).write_text("x")
+    with pytest.raises(RunDirectoryError, match="config.data.src_lang"):
+        run.save_config(wrong)
+    assert run.load_config().data.src_lang == right.data.src_lang
 
 
 def test_reading_a_run_for_evaluation_never_imports_the_trainer():

@@ -201,7 +201,7 @@ def check_reuse(jobs: Sequence) -> None:
       ConfigError: one line naming the run, the changed keys and how to start afresh.
     """
     for job in jobs:
-        if job.config is None or not job.run.config_file.exists():
+        if job.config is None or not job.run.config_file.exists() or job.run.never_started():
             continue
         saved = job.run.load_config()
         differences = config_lib.identity_differences(saved, job.config)

@@ -128,10 +128,10 @@ class RunDirectory:
         process 0 writes.
 
         Raises:
-          RunDirectoryError: a key of the run's identity (``config.identity_keys``) differs;
-            nothing is written.
+          RunDirectoryError: a key of the run's identity (``config.identity_keys``) differs
+            from a run that made anything (``never_started``); nothing is written.
         """
-        if self.config_file.exists():
+        if self.config_file.exists() and not self.never_started():
             saved = config_lib.load_saved(self.config_file)
             differences = config_lib.identity_differences(saved, config)
             if differences:
@@ -143,6 +143,13 @@ class RunDirectory:
                 )
         if write:
             config_lib.save(config, self.config_file)
+
+    def never_started(self) -> bool:
+        """Whether the run here stopped before it made anything: its folder holds its config
+        and provenance alone (a start that failed on its data or a bad value). Its config is
+        then no run's identity, and a corrected start may replace it."""
+        made = [p for p in self.path.rglob("*") if p.is_file()]
+        return all(p in (self.config_file, self.provenance_file) for p in made)
 
     def read_metrics(self) -> list[dict]:
         """Every record of metrics.jsonl, oldest first (empty if none was written yet)."""
