@@ -415,6 +415,8 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
             _require(value >= 0, f"config.{key}={value} must be >= 0 (0: off)")
         if key == "train.label_smoothing":
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
+        if key == "seed":  # it seeds numpy's and JAX's generators, which take no sign
+            _require(value >= 0, f"config.seed={value} must be >= 0")
 
 
 def _check_decode(decode: ml_collections.ConfigDict) -> None:
