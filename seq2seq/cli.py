@@ -123,7 +123,13 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except Exception as error:  # noqa: BLE001 (an error inside a config file: name file and line)
-        message = config_file_error_message(error, list(_config_file_arguments(argv).values()))
+        files = list(_config_file_arguments(argv).values())
+        message = config_file_error_message(error, files)
+        if message is None and isinstance(error, AttributeError) and "get_config" in str(error):
+            message = (
+                f"{', '.join(files)} defines no get_config(); a config file returns its "
+                "ConfigDict from get_config() (see configs/quickstart_transformer.py)"
+            )
         if message is None:
             message = flag_error_message(argv, error)
     print(f"error: {message}", file=sys.stderr)

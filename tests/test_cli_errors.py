@@ -108,3 +108,30 @@ def test_eval_split_roles_are_resolved_before_the_model_is_loaded(text_run):
     # model, which this work directory lacks (an unknown split would have stopped earlier).
     result = _run([sys.executable, "eval.py", "--workdir", str(text_run), "--split", "validation"])
     assert "no tokenizer in" in _one_error_line(result)
+
+
+def test_a_config_file_without_get_config_is_named_with_the_fix(tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text("steps = 10\n")
+    workdir = tmp_path / "run"
+    line = _one_error_line(_run(_with_config(train_command(workdir), str(plain))))
+    assert line == (
+        f"error: {plain} defines no get_config(); a config file returns its ConfigDict from "
+        "get_config() (see configs/quickstart_transformer.py)"
+    )
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["-m", "seq2seq.serve", "--workdir", "runs/x", "--port", "99999"], "--port=99999: 99999"),
+        (["-m", "seq2seq.serve", "--workdir", "runs/x", "--port", "-5"], "in the range [0, 65535]"),
+        (["-m", "seq2seq.bench", "train", "--steps", "-1"], "--steps=-1: -1 is not a positive"),
+    ],
+)
+def test_out_of_range_numbers_are_refused_before_any_work(command, message):
+    # The server announced port 99999 and listened on 99999 mod 65536; the bench ran for 12 s
+    # before failing on an empty median.
+    line = _one_error_line(_run([sys.executable, *command]))
+    assert message in line

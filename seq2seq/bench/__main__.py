@@ -247,8 +247,12 @@ def _measure_flags() -> dict[str, flags.FlagHolder]:
     """What is measured and how long: the training step, the matmul sizes, the data draw."""
     return {
         "json": flags.DEFINE_bool("json", False, "Print one JSON line instead of the table."),
-        "steps": flags.DEFINE_integer("steps", 20, "train: timed steps (after the warm-up)."),
-        "warmup": flags.DEFINE_integer("warmup", 3, "train: untimed steps after compiling."),
+        "steps": flags.DEFINE_integer(
+            "steps", 20, "train: timed steps (after the warm-up).", lower_bound=1
+        ),
+        "warmup": flags.DEFINE_integer(
+            "warmup", 3, "train: untimed steps after compiling.", lower_bound=0
+        ),
         "yardstick": flags.DEFINE_bool(
             "yardstick",
             True,
@@ -260,7 +264,7 @@ def _measure_flags() -> dict[str, flags.FlagHolder]:
             "train: mesh shapes DATAxFSDPxTENSOR, e.g. 8x1x1,2x2x2 (each product the device "
             "count): the step time on each, instead of the full benchmark.",
         ),
-        "batches": flags.DEFINE_integer("batches", 300, "data: batches drawn."),
+        "batches": flags.DEFINE_integer("batches", 300, "data: batches drawn.", lower_bound=1),
         "matmul_sizes": flags.DEFINE_list(
             "matmul_sizes",
             [str(n) for n in measure.MATMUL_SIZES],

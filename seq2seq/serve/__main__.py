@@ -36,7 +36,9 @@ def _define_flags() -> SimpleNamespace:
         beam_size=flags.DEFINE_integer("beam_size", None, "Beam width (default: each run's)."),
         alpha=flags.DEFINE_float("alpha", None, "Length-penalty exponent (default: each run's)."),
         host=flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: all)."),
-        port=flags.DEFINE_integer("port", 8000, "Port to listen on."),
+        port=flags.DEFINE_integer(
+            "port", 8000, "Port to listen on (0: any free one).", lower_bound=0, upper_bound=65535
+        ),
         max_batch=flags.DEFINE_integer("max_batch", 64, "Sentences searched together, at most."),
         wait_ms=flags.DEFINE_float(
             "wait_ms", 5.0, "How long a batch waits for more requests after its first (ms)."
