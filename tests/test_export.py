@@ -130,6 +130,19 @@ def test_what_cannot_be_exported_is_one_line(model_name, args, message, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_an_output_under_a_file_is_one_line_and_the_file_is_left_alone(tmp_path):
+    run = _run_directory(tmp_path / "run", "transformer")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    for output in (notes, notes / "out"):
+        result = _export_cli("--workdir", run, "--output", output)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [
+            f"error: --output {output}: {notes} is a file; name a new directory"
+        ]
+        assert notes.read_text() == "mine\n"
+
+
 def test_an_exported_directory_records_the_decoding_settings(tokenizer, tmp_path):
     directory, tok = tokenizer
     config = default_config()

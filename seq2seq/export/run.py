@@ -32,6 +32,9 @@ def export_run(
         raise ValueError(
             f"unknown --quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
         )
+    for folder in (output, *output.parents):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"--output {output}: {folder} is a file; name a new directory")
     if output.exists() and any(output.iterdir()):
         raise ValueError(f"--output {output} already holds files; name a new directory")
     tokenizer, graphdef, params, choice = restore_model(run, config, checkpoint)
