@@ -196,6 +196,13 @@ def test_a_folder_that_mixes_directions_is_refused_in_one_line(tmp_path):
     one_family = [_scored_run(tmp_path, "de", "en", "rnnsearch", 0, ["x"])]
     with pytest.raises(ValueError, match="needs converged, scored runs of two families"):
         directions.directions_data([("de->en", one_family)])
+    unscored = [dataclasses.replace(run, result=None) for run in runs]
+    with pytest.raises(
+        ValueError,
+        match="has runs of rnnsearch, transformer; converged and "
+        "scored: none\\); train them to convergence and score them first",
+    ):
+        directions.directions_data([("de->en", unscored)])
 
 
 # Each shipped Multi30k config and the committed records it reproduces (their seeds). Only the

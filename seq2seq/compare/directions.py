@@ -70,9 +70,11 @@ def directions_data(folders: Sequence[tuple[str, Sequence[RunRecord]]]) -> dict:
         families = sorted({r.family for r in runs})
         choices = [frontier.choose([r for r in runs if r.converged], f) for f in families]
         if len(families) != 2 or None in choices:
+            ready = sorted({r.family for r in runs if r.converged and r.test_bleu is not None})
             raise ValueError(
-                f"{direction}: needs converged, scored runs of two families (has "
-                f"{', '.join(families) or 'none'}); train them first"
+                f"{direction}: needs converged, scored runs of two families (has runs of "
+                f"{', '.join(families) or 'none'}; converged and scored: "
+                f"{', '.join(ready) or 'none'}); train them to convergence and score them first"
             )
         a, b = choices
         logger.info("== %s: %s against %s", direction, a.config_name, b.config_name)
