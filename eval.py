@@ -74,7 +74,9 @@ _SAMPLING = flags.DEFINE_string(
     "sampling", None, "Sample instead of searching: topk:K or topp:P (back-translation)."
 )
 _TEMPERATURE = flags.DEFINE_float("temperature", None, "Sampling temperature T > 0 (default 1).")
-_SEED = flags.DEFINE_integer("seed", None, "Sampling seed (default 0); same seed, same samples.")
+_SEED = flags.DEFINE_integer(
+    "seed", None, "Sampling seed (default 0); same seed, same samples.", lower_bound=0
+)
 _ENGINE = flags.DEFINE_string(
     "engine", "jax", f"Decoding engine: {', '.join(ENGINES)} (a Transformer exported on the fly)."
 )

@@ -128,6 +128,7 @@ def test_a_config_file_without_get_config_is_named_with_the_fix(tmp_path):
         (["-m", "seq2seq.serve", "--workdir", "runs/x", "--port", "99999"], "--port=99999: 99999"),
         (["-m", "seq2seq.serve", "--workdir", "runs/x", "--port", "-5"], "in the range [0, 65535]"),
         (["-m", "seq2seq.bench", "train", "--steps", "-1"], "--steps=-1: -1 is not a positive"),
+        (["eval.py", "--workdir", "runs/x", "--sampling", "topk:5", "--seed", "-1"], "--seed=-1"),
     ],
 )
 def test_out_of_range_numbers_are_refused_before_any_work(command, message):
