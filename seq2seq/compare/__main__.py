@@ -10,19 +10,21 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.checkpoints.rule import rules_help
-from seq2seq.compare.comparison import compare
-from seq2seq.compare.frontier import read_records, read_run, save_record
-from seq2seq.compare.frontier_report import write_frontier_report
-from seq2seq.compare.grid import make_tuning, scaled_tuned_values
-from seq2seq.compare.runner import RunOutcome, Settings, describe_checkpoint_rule
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
 from seq2seq.config import default_config
+
+if TYPE_CHECKING:
+    from seq2seq.compare.runner import RunOutcome, Settings
+
+# The comparison itself (JAX, scipy, grain, matplotlib: 2.5 s of imports) is imported by the
+# functions that use it, so that a refused invocation answers in about a second.
 
 
 def _specs(
@@ -212,6 +214,9 @@ def _values(holders: SimpleNamespace) -> SimpleNamespace:
 
 def _rebuild_from_records(flag: SimpleNamespace) -> None:
     """``--records``: the frontier report from committed run records, nothing trained."""
+    from seq2seq.compare.frontier import read_records
+    from seq2seq.compare.frontier_report import write_frontier_report
+
     runs = read_records(Path(flag.records), flag.split, flag.checkpoint)
     title = f"Compute frontier: {Path(flag.records).name}"
     report = write_frontier_report(runs, Path(flag.workdir), title, flag.checkpoint)
@@ -222,6 +227,7 @@ def _rebuild_from_records(flag: SimpleNamespace) -> None:
 def _verdict_across_directions(flag: SimpleNamespace) -> None:
     """``--directions``: one table over the directions' record folders, nothing trained."""
     from seq2seq.compare.directions import direction_of, write_directions_report
+    from seq2seq.compare.frontier import read_records
 
     folders = []
     for folder in flag.directions:
@@ -242,6 +248,7 @@ def _verdict_across_directions(flag: SimpleNamespace) -> None:
 def _devices(flag: SimpleNamespace) -> None:
     """``--devices``: the same configs' runs in two record folders compared, nothing trained."""
     from seq2seq.compare.devices import write_devices_report
+    from seq2seq.compare.frontier import read_records
 
     if len(flag.devices) != 2:
         raise ValueError(
@@ -269,6 +276,8 @@ def _devices(flag: SimpleNamespace) -> None:
 
 
 def _settings(flag: SimpleNamespace) -> Settings:
+    from seq2seq.compare.runner import Settings
+
     given = config_flags.get_override_values(flags.FLAGS["config"])
     return Settings(
         overrides=tuple(sorted(given.items())),
@@ -286,6 +295,9 @@ def _settings(flag: SimpleNamespace) -> Settings:
 
 def _keep_records(flag: SimpleNamespace, finished: list[RunOutcome], title: str) -> None:
     """``--save_records`` copies, and a frontier suite's report from the finished runs."""
+    from seq2seq.compare.frontier import read_run, save_record
+    from seq2seq.compare.frontier_report import write_frontier_report
+
     if flag.save_records:
         for outcome in finished:
             kept = save_record(
@@ -302,6 +314,9 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
     """Trains and scores the runs (tuned first where asked), then prints the verdict."""
     extra = [arg for arg in argv[1:] if not arg.startswith("-")]
     specs, title = _specs([*flag.configs, *extra], flag.suite, flag.base, flag.rows)
+    from seq2seq.compare.comparison import compare  # once the invocation is known to be sound
+    from seq2seq.compare.grid import make_tuning, scaled_tuned_values
+
     settings = _settings(flag)
     tuning = make_tuning(
         flag.tune,
@@ -350,6 +365,8 @@ def _one_mode(flag: SimpleNamespace) -> None:
             "--devices, or --configs/--suite to train"
         )
     if given and given[0] != "--configs or --suite":
+        from seq2seq.compare.runner import describe_checkpoint_rule
+
         describe_checkpoint_rule(flag.checkpoint)
 
 
