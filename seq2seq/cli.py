@@ -146,10 +146,16 @@ def flag_error_message(argv: list[str], error: Exception) -> str:
     raise error
 
 
-def check_work_directory(path: Path) -> Path:
-    """Refuses a ``--workdir`` that is, or lies under, an existing file; returns ``path``.
+def check_work_directory(
+    path: Path,
+    flag: str = "--workdir",
+    fix: str = "pass a new folder or an existing run's folder",
+) -> Path:
+    """Refuses a folder (``--workdir``, or ``flag``) that is, or lies under, an existing file;
+    returns ``path``.
 
-    Called by ``train.py`` before any work, so nothing is created or overwritten.
+    Called by ``train.py``, ``compare`` and ``export`` before any work, so nothing is created
+    or overwritten.
 
     Raises:
       ValueError: one line naming the file and the fix.
@@ -160,10 +166,7 @@ def check_work_directory(path: Path) -> Path:
     if existing.is_dir():
         return path
     where = "is a file" if existing == path else f"lies under {existing}, which is a file"
-    raise ValueError(
-        f"--workdir {path} {where}, not a directory; pass a new folder or an existing run's "
-        "folder (the file was left as it is)"
-    )
+    raise ValueError(f"{flag} {path} {where}, not a directory; {fix} (the file was left as it is)")
 
 
 def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:

@@ -294,7 +294,8 @@ def test_a_workdir_that_is_a_file_is_refused_in_one_line(tmp_path):
         )  # fmt: skip
         assert result.returncode == 1
         assert result.stderr.strip().splitlines() == [
-            f"error: --workdir {notes / 'x'}: {notes} is a file; pass a folder"
+            f"error: --workdir {notes / 'x'} lies under {notes}, which is a file, not a "
+            "directory; pass a new folder or a comparison's (the file was left as it is)"
         ]
         assert notes.read_text() == "mine\n"
 

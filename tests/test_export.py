@@ -134,11 +134,15 @@ def test_an_output_under_a_file_is_one_line_and_the_file_is_left_alone(tmp_path)
     run = _run_directory(tmp_path / "run", "transformer")
     notes = tmp_path / "notes.txt"
     notes.write_text("mine\n")
-    for output in (notes, notes / "out"):
+    for output, where in (
+        (notes, "is a file"),
+        (notes / "out", f"lies under {notes}, which is a file"),
+    ):
         result = _export_cli("--workdir", run, "--output", output)
         assert result.returncode == 1
         assert result.stderr.strip().splitlines() == [
-            f"error: --output {output}: {notes} is a file; name a new directory"
+            f"error: --output {output} {where}, not a directory; name a new directory (the file "
+            "was left as it is)"
         ]
         assert notes.read_text() == "mine\n"
 

@@ -376,9 +376,7 @@ def run() -> None:
     def main(argv: list[str]) -> None:
         flag = _values(holders)
         _one_mode(flag)
-        for folder in (Path(flag.workdir), *Path(flag.workdir).parents):
-            if folder.exists() and not folder.is_dir():
-                raise ValueError(f"--workdir {flag.workdir}: {folder} is a file; pass a folder")
+        cli.check_work_directory(Path(flag.workdir), fix="pass a new folder or a comparison's")
         if flag.records:
             _rebuild_from_records(flag)
         elif flag.directions:

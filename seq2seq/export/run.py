@@ -7,6 +7,7 @@ from pathlib import Path
 
 from flax import nnx
 
+from seq2seq import cli
 from seq2seq.export.converter import QUANTIZATIONS, check_exportable, export
 from seq2seq.models import model_section
 from seq2seq.records.run_directory import RunDirectory
@@ -32,9 +33,7 @@ def export_run(
         raise ValueError(
             f"unknown --quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
         )
-    for folder in (output, *output.parents):
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"--output {output}: {folder} is a file; name a new directory")
+    cli.check_work_directory(output, "--output", "name a new directory")
     if output.exists() and any(output.iterdir()):
         raise ValueError(f"--output {output} already holds files; name a new directory")
     tokenizer, graphdef, params, choice = restore_model(run, config, checkpoint)

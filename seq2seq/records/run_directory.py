@@ -148,8 +148,8 @@ class RunDirectory:
         """Whether the run here stopped before it made anything: its folder holds its config
         and provenance alone (a start that failed on its data or a bad value). Its config is
         then no run's identity, and a corrected start may replace it."""
-        made = [p for p in self.path.rglob("*") if p.is_file()]
-        return all(p in (self.config_file, self.provenance_file) for p in made)
+        kept = (self.config_file, self.provenance_file)
+        return all(p in kept for p in self.path.rglob("*") if p.is_file())  # stops at another
 
     def read_metrics(self) -> list[dict]:
         """Every record of metrics.jsonl, oldest first (empty if none was written yet)."""
