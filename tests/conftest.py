@@ -12,14 +12,17 @@ def with_xla_flag(environ, flag: str) -> str:
     return " ".join(filter(None, [environ.get("XLA_FLAGS"), flag]))
 
 
-# The suite compiles hundreds of small programs and runs each for a few steps, so XLA's CPU
-# backend builds them at its lowest optimisation level: a cold tiny RNNsearch train.py run took
-# 27-28 s against 38-45 s, and each step about 10% longer (docs/testing.md). It is set before
-# JAX loads, for the test processes and everything they start; commands run outside the tests
-# keep XLA's default.
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
-if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = with_xla_flag(os.environ, TEST_XLA_FLAGS)
+# The suite compiles thousands of small programs and runs each for a few steps, so XLA's CPU
+# backend builds them cheaply (docs/testing.md): at its lowest optimisation level (a cold tiny
+# RNNsearch train.py run took 27-28 s against 38-45 s, each step about 10% longer), and with its
+# older loop emitters instead of the MLIR fusion emitters, whose fixed cost per fusion dominates
+# a tiny program (six compile-bound files took 380 s against 265 s). They are set before JAX
+# loads, for the test processes and everything they start; commands run outside the tests keep
+# XLA's defaults.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+for _flag in TEST_XLA_FLAGS:
+    if _flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = with_xla_flag(os.environ, _flag)
 
 import jax  # noqa: E402
 import jax.extend.core  # noqa: E402
