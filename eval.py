@@ -58,6 +58,12 @@ _SPLIT = flags.DEFINE_string(
     "Split to translate: train, validation or test (the config's), or a split name or file "
     "stem such as test_2016_flickr (default: test).",
 )
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir",
+    None,
+    "The folder that holds the run's corpus now, if it moved since training (default: the "
+    "config's data.dir). The run's config is left as it is.",
+)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", "latest", rules_help())
 _BEAM_SIZE = flags.DEFINE_integer(
     "beam_size", None, "Beam width (default: the config's); 1: greedy."
@@ -122,6 +128,14 @@ def _check_options() -> None:
             raise ValueError("--exported DIR was quantized when exported; drop --quantization")
     elif _QUANTIZATION.value:
         raise ValueError("--quantization applies to --engine ctranslate2")
+    if _DATA_DIR.value is not None:
+        if _INPUT.value:
+            raise ValueError("--data_dir is where a split is read from; --input reads no split")
+        if not Path(_DATA_DIR.value).is_dir():
+            raise ValueError(
+                f"--data_dir {_DATA_DIR.value} is not a folder; name the folder that holds the "
+                "corpus's files"
+            )
     if _BATCH_SIZE.value is not None and _BATCH_SIZE.value < 1:
         raise ValueError(f"--batch_size {_BATCH_SIZE.value} must be at least 1 (sentences a batch)")
     if _NBEST.value is not None and _NBEST.value < 1:
@@ -186,6 +200,8 @@ def _translator(
         )  # fmt: skip
     if _BATCH_SIZE.value is not None:
         translator.config.eval.batch_size = _BATCH_SIZE.value
+    if _DATA_DIR.value is not None:  # a CTranslate2 translator read the run's config itself
+        translator.config.data.dir = _DATA_DIR.value
     return translator
 
 
@@ -207,6 +223,8 @@ def main(argv: list[str]) -> None:
     sampling = _sampling()  # options, the run and the split are checked before any model loads
     run = RunDirectory(_WORKDIR.value[0]) if _WORKDIR.value else None  # the one opening
     config = run.load_config() if run else None
+    if _DATA_DIR.value is not None:  # read from there; the run's config.json is not touched
+        config.data.dir = _DATA_DIR.value
     split = None if _INPUT.value else resolve_split(config.data, _SPLIT.value or "test")
     translator = _translator(run, config, sampling)
     if _INPUT.value == "-":

@@ -22,6 +22,7 @@ from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import CheckpointError
 from seq2seq.checkpoints.store import Checkpoints, IncompatibleCheckpointError
 from seq2seq.data import synthetic
+from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding.sampling import SamplingMethod
 from seq2seq.evaluation import restore
@@ -619,11 +620,45 @@ def test_a_checkpoint_that_does_not_fit_the_config_is_one_clear_line(workdir, tm
     assert "the config builds" in result.stderr
 
 
+def test_a_run_whose_corpus_moved_is_scored_from_its_new_folder(workdir, evaluated, tmp_path):
+    """A run trained on a text corpus that has since moved: its config names a folder that is
+    gone. eval.py says so in one line naming --data_dir, and with --data_dir scores the same
+    sentences as before the move, leaving the run's config as it was."""
+    moved = tmp_path / "run"
+    shutil.copytree(workdir, moved, ignore=shutil.ignore_patterns("eval"))
+    config = RunDirectory(workdir).load_config()
+    corpus = tmp_path / "corpus"  # the run's own test split, written out as a text corpus
+    corpus.mkdir()
+    pairs = load_pairs(config, config.data.test_split)
+    for side, language in enumerate((config.data.src_lang, config.data.tgt_lang)):
+        lines = "".join(pair[side] + "\n" for pair in pairs)
+        (corpus / f"{config.data.test_split}.{language}").write_text(lines, "utf-8")
+    saved = json.loads((moved / "config.json").read_text())
+    saved["data"]["source"], saved["data"]["dir"] = "text", str(tmp_path / "gone")
+    (moved / "config.json").write_text(json.dumps(saved))
+    written = (moved / "config.json").read_text()
+
+    refused = _run("eval.py", "--workdir", str(moved), "--checkpoint", "average:2", check=False)
+    assert refused.returncode == 1
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert f"data folder {tmp_path / 'gone'} does not exist" in refused.stderr
+    assert "--data_dir" in refused.stderr
+
+    flags = ["--checkpoint", "average:2", "--data_dir", str(corpus)]
+    result = json.loads(_run("eval.py", "--workdir", str(moved), *flags).stdout.splitlines()[-1])
+    before = json.loads(evaluated[-1])
+    assert result["n"] == before["n"] == len(pairs)
+    assert result["bleu"] == before["bleu"] and result["chrf"] == before["chrf"]
+    assert (moved / "config.json").read_text() == written
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--workdir", "/nonexistent/run"], "no work directory at /nonexistent/run"),
         (["--input", "/nonexistent/in.txt", "--output", "out.txt"], "no input file at"),
+        (["--data_dir", "/nonexistent/corpus"], "--data_dir /nonexistent/corpus is not a folder"),
+        (["--data_dir", "/tmp", "--input", "-"], "--input reads no split"),
     ],
 )
 def test_missing_paths_end_eval_with_one_line(args, message, tmp_path):

@@ -107,8 +107,9 @@ class TextCorpus(ParallelCorpus):
         folder = Path(folder)
         if not folder.is_dir():
             raise DataError(
-                f"data folder {folder} does not exist; set config.data.dir to the folder holding "
-                f"{stem}.{source_lang} and {stem}.{target_lang}"
+                f"data folder {folder} does not exist; point config.data.dir (eval.py: "
+                f"--data_dir) to the folder holding {stem}.{source_lang} and "
+                f"{stem}.{target_lang}"
             )
         self.source_path = _find_file(folder, stem, source_lang)
         self.target_path = _find_file(folder, stem, target_lang)
