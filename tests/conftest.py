@@ -18,10 +18,10 @@ def with_xla_flag(environ, flag: str) -> str:
 # older loop emitters instead of the MLIR fusion emitters, whose fixed cost per fusion dominates
 # a tiny program (six compile-bound files took 380 s against 265 s). They are set before JAX
 # loads, for the test processes and everything they start; commands run outside the tests keep
-# XLA's defaults.
+# XLA's defaults. A flag already in XLA_FLAGS, with any value, is left as it is.
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 for _flag in TEST_XLA_FLAGS:
-    if _flag not in os.environ.get("XLA_FLAGS", ""):
+    if _flag.split("=")[0] + "=" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = with_xla_flag(os.environ, _flag)
 
 import jax  # noqa: E402
