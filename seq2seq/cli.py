@@ -146,6 +146,26 @@ def flag_error_message(argv: list[str], error: Exception) -> str:
     raise error
 
 
+def define_config_overrides() -> None:
+    """``--config.KEY=VALUE``: overrides of the default config for every run a command starts.
+
+    Its help names where the keys are instead of listing the whole default config (about 120
+    lines of ``--help`` otherwise). Defined here, it is a key flag of the caller only once the
+    caller declares it (``flags.declare_key_flag("config")``), as ``--help`` lists those.
+    """
+    from ml_collections import config_flags
+
+    from seq2seq.config import default_config
+
+    config_flags.DEFINE_config_dict(
+        "config",
+        default_config(),
+        "--config.KEY=VALUE overrides applied to every run (the keys and their defaults: "
+        "seq2seq/config.py, default_config; e.g. --config.train.steps=2000).",
+    )
+    flags.FLAGS["config"].default_as_str = None
+
+
 def check_work_directory(
     path: Path,
     flag: str = "--workdir",

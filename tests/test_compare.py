@@ -284,6 +284,19 @@ def test_a_comparison_whose_every_run_failed_says_so_and_exits_non_zero(tmp_path
     assert "no such model" in (tmp_path / "work" / "report.md").read_text()
 
 
+def test_help_says_where_the_config_keys_are_instead_of_listing_the_default_config():
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.compare", "--help"],
+        cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120,
+    )  # fmt: skip
+    shown = result.stdout + result.stderr
+    assert "--config: --config.KEY=VALUE overrides applied to every run" in shown
+    assert "seq2seq/config.py" in " ".join(shown.split())
+    # A key deep in the default config: listed, it would be one of about 120 lines of it.
+    assert "tokenizer_sample_size" not in shown
+    assert "--budget_minutes" in shown and "--tune" in shown  # the command's own flags stay
+
+
 def test_a_workdir_that_is_a_file_is_refused_in_one_line(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("mine\n")

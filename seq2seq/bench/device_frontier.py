@@ -344,11 +344,8 @@ def main() -> None:
             "records_name", "multi30k_frontier_gpu", "The records' folder inside the archive."
         ),
     }
-    from seq2seq.config import default_config
-
-    config_flags.DEFINE_config_dict(
-        "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
-    )
+    cli.define_config_overrides()
+    flags.declare_key_flag("config")  # listed by --help, with this module's flags
     flags.mark_flags_as_required(["out"])
     flags.register_validator("seeds", lambda n: n >= 1, "--seeds must be at least 1")
     flags.register_validator("minutes", lambda m: m > 0, "--minutes must be > 0")

@@ -18,7 +18,6 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.checkpoints.rule import rules_help
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
-from seq2seq.config import default_config
 
 if TYPE_CHECKING:
     from seq2seq.compare.runner import RunOutcome, Settings
@@ -192,9 +191,8 @@ def _define_flags() -> SimpleNamespace:
     """Every flag of the command, and ``--config.KEY=VALUE`` overrides; values read as ``.x``."""
     holders = {**_run_flags(), **_training_flags(), **_scoring_flags(), **_tuning_flags()}
     try:  # a config-dict flag reads its --config.KEY=VALUE overrides as it is defined
-        config_flags.DEFINE_config_dict(
-            "config", default_config(), "--config.KEY=VALUE overrides applied to every run."
-        )
+        cli.define_config_overrides()
+        flags.declare_key_flag("config")  # listed by --help, with this module's flags
     except Exception as error:  # noqa: BLE001 (one line for an unknown key or a bad value)
         print(f"error: {cli.flag_error_message(sys.argv, error)}", file=sys.stderr)
         sys.exit(2)
