@@ -122,6 +122,10 @@ def parse_flags(argv: list[str]) -> list[str]:
         sys.exit(2)
     try:
         return flags.FLAGS(argv)
+    except SystemExit as stop:  # absl ends every help it prints with exit 1
+        if stop.code == 1 and _asks_for_help(argv):
+            sys.exit(0)
+        raise
     except Exception as error:  # noqa: BLE001 (an error inside a config file: name file and line)
         files = list(_config_file_arguments(argv).values())
         message = config_file_error_message(error, files)
@@ -134,6 +138,15 @@ def parse_flags(argv: list[str]) -> list[str]:
             message = flag_error_message(argv, error)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+HELP_FLAGS = ("-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+
+def _asks_for_help(argv: list[str]) -> bool:
+    """Whether the command line holds one of absl's help flags (before any ``--``)."""
+    arguments = argv[1 : argv.index("--")] if "--" in argv[1:] else argv[1:]
+    return any(argument.split("=")[0] in HELP_FLAGS for argument in arguments)
 
 
 def flag_error_message(argv: list[str], error: Exception) -> str:

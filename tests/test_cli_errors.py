@@ -136,3 +136,14 @@ def test_out_of_range_numbers_are_refused_before_any_work(command, message):
     # before failing on an empty median.
     line = _one_error_line(_run([sys.executable, *command]))
     assert message in line
+
+
+def test_help_is_printed_with_exit_status_0_and_a_bad_flag_still_fails(tmp_path):
+    # absl ends --help with exit 1, which a script or `make` reads as a failure.
+    helped = _run([sys.executable, "train.py", "--help"])
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    assert "--workdir" in helped.stdout and "--config" in helped.stdout
+    # Past "--" the word is an argument, not a request for help: a flag error as before.
+    assert _run([sys.executable, "train.py", "--", "--help"]).returncode != 0
+    unknown = _run([sys.executable, "train.py", "--helpme", "--workdir", str(tmp_path / "run")])
+    assert unknown.returncode != 0 and not (tmp_path / "run").exists()
