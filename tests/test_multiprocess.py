@@ -236,17 +236,24 @@ def _signal_one_of_two(tmp_path, signal_number: int) -> tuple[list, list[str], f
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_process_stops_both_at_one_step_with_a_checkpoint(tmp_path):
-    """Process 1 gets SIGTERM mid-training: both save one checkpoint at an agreed step and exit
-    (status 143), within a minute; the checkpoint restores."""
-    workers, logs, seconds = _signal_one_of_two(tmp_path, signal.SIGTERM)
+@pytest.mark.parametrize(
+    ("signal_number", "said"),
+    [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "interrupted (Ctrl-C)")],
+    ids=["SIGTERM", "Ctrl-C"],
+)
+def test_sigterm_or_ctrl_c_to_one_process_stops_both_at_one_step_with_a_checkpoint(
+    tmp_path, signal_number, said
+):
+    """Process 1 gets SIGTERM, or Ctrl-C's SIGINT, mid-training: both save one checkpoint at an
+    agreed step and exit (status 143), within a minute; the checkpoint restores."""
+    workers, logs, seconds = _signal_one_of_two(tmp_path, signal_number)
     assert seconds < 60, logs[0][-3000:]
-    assert [worker.returncode for worker in workers] == [143, 143], logs[0][-3000:]
+    assert [worker.returncode for worker in workers] == [143, 143], logs[1][-3000:]
     workdir = tmp_path / "run"
     saved = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     assert len(saved) == 1 and saved[0] > 3, saved
-    for log in logs:
-        assert f"SIGTERM: saved step {saved[0]}" in log, log[-3000:]
+    assert f"{said}: saved step {saved[0]}" in logs[1], logs[1][-3000:]
+    assert f"SIGTERM: saved step {saved[0]}" in logs[0], logs[0][-3000:]  # told by the service
     config = RunDirectory(workdir).load_config()
     _, _, params, choice = restore_model(workdir, config)
     assert choice.steps == (saved[0],) and params is not None

@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -112,7 +113,7 @@ class Preemption:
         self._shared = jax.process_count() > 1
         if not self._shared:  # a Python handler would replace the preemption service's
             self._previous = signal.signal(signal.SIGTERM, self._handle)
-            self._previous_interrupt = signal.signal(signal.SIGINT, self._interrupt)
+        self._previous_interrupt = signal.signal(signal.SIGINT, self._interrupt)
         return self
 
     def _handle(self, signum, frame) -> None:
@@ -121,8 +122,16 @@ class Preemption:
 
     def _interrupt(self, signum, frame) -> None:
         """Ctrl-C stops the run as SIGTERM does, with a checkpoint of the last step; a second
-        Ctrl-C interrupts at once (Python's own handler is back)."""
-        self._handle(signum, frame)
+        Ctrl-C interrupts at once (Python's own handler is back).
+
+        With several processes the process sends itself SIGTERM, which the preemption service
+        catches and tells the others: every process then saves at one agreed step, whether the
+        terminal's Ctrl-C reached them all (processes started together) or this one alone.
+        """
+        if self._shared:
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            self._handle(signum, frame)
         self.message = "interrupted (Ctrl-C): saved step %d; rerun to resume"
         signal.signal(signal.SIGINT, self._previous_interrupt)
 
@@ -136,7 +145,7 @@ class Preemption:
     def __exit__(self, *exc) -> None:
         if not self._shared:
             signal.signal(signal.SIGTERM, self._previous)
-            signal.signal(signal.SIGINT, self._previous_interrupt)
+        signal.signal(signal.SIGINT, self._previous_interrupt)
 
 
 class Deadline(Preemption):
