@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from seq2seq.bench.device_frontier import ROWS
+from seq2seq.bench.device_frontier import ROWS, runs_at_once
 from seq2seq.bench.timed_run import scoring_rule
 from seq2seq.compare.runner import Settings, run_config
 from seq2seq.compare.suites import expand_suite, select_runs
@@ -23,6 +23,17 @@ from tests.conftest import (
     subprocess_env,
     tiny_config,
 )
+
+
+def test_runs_at_once_is_the_mean_number_alive_over_each_runs_life():
+    runs = [
+        {"started_s": 0.0, "ended_s": 100.0},  # with the second for 50 s, the third for 20 s
+        {"started_s": 50.0, "ended_s": 150.0},  # with the first for 50 s, the third for 20 s
+        {"started_s": 80.0, "ended_s": 100.0},  # alongside both, all its life
+        {"started_s": 160.0, "ended_s": 200.0},  # alone
+        {"started_s": 210.0, "ended_s": None},  # still running: no figure yet
+    ]
+    assert runs_at_once(runs) == [1.7, 1.7, 3.0, 1.0, None]
 
 
 def test_a_passed_deadline_ends_the_run_with_a_final_validation_and_a_cap(tmp_path):
@@ -111,8 +122,10 @@ def test_the_command_trains_scores_and_packs_records_that_compare_reads(tmp_path
     for run in summary["runs"]:  # a step's time, and the host's share of it, from the logs
         assert run["step_ms"] > 0 and 0 < run["host_dispatch_ms"] < run["step_ms"], run
     table = (out / "device_frontier.md").read_text()
-    assert "| step ms | host ms: input, placing, dispatch |" in table
+    assert "| step ms | host ms: input, placing, dispatch | runs at once |" in table
     assert summary["concurrent"] == 2
+    # Two at a time: each run shared the machine with one other for much of its life.
+    assert all(1.0 < run["runs_at_once"] <= 2.0 + 1e-9 for run in summary["runs"]), summary
 
     records = tmp_path / "records"
     with tarfile.open(out / "records.tar.gz") as archive:

@@ -224,6 +224,25 @@ def run_workers(workers: list[Worker], concurrent: int, end: float, on_change) -
         time.sleep(POLL_S if running else 0)
 
 
+def runs_at_once(runs: list[dict]) -> list[float | None]:
+    """For each run, how many runs' processes were alive on average over its own lifetime,
+    itself included (None before it has ended): 1.0 had the accelerator alone. The runs share
+    it by time-slicing, so a run's seconds are longer the higher this is."""
+    spans = [(run.get("started_s"), run.get("ended_s")) for run in runs]
+    shares = []
+    for start, end in spans:
+        if start is None or end is None or end <= start:
+            shares.append(None)
+            continue
+        overlap = sum(
+            max(0.0, min(end, other_end) - max(start, other_start))
+            for other_start, other_end in spans
+            if other_start is not None and other_end is not None
+        )
+        shares.append(overlap / (end - start))
+    return shares
+
+
 def markdown(summary: dict) -> str:
     """The runs' outcomes and seconds as a table, with the device."""
     environment_ = summary["environment"]
@@ -233,8 +252,9 @@ def markdown(summary: dict) -> str:
         f"packages {', '.join(f'{k} {v}' for k, v in environment_['packages'].items())}",
         "",
         "| run | outcome | ended | steps | train s | validation s | compile s | wall s | "
-        "score s | test BLEU | step ms | host ms: input, placing, dispatch | reason |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "score s | test BLEU | step ms | host ms: input, placing, dispatch | runs at once | "
+        "reason |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
     ]
 
     def number(value, form: str) -> str:
@@ -251,7 +271,8 @@ def markdown(summary: dict) -> str:
             f"{number(run.get('validation_seconds'), '.1f')} | "
             f"{number(run.get('compile_seconds'), '.1f')} | {number(run.get('wall_s'), '.1f')} | "
             f"{number(run.get('score_s'), '.1f')} | {number(run.get('test_bleu'), '.2f')} | "
-            f"{number(run.get('step_ms'), '.2f')} | {host(run)} | {run.get('reason', '')} |"
+            f"{number(run.get('step_ms'), '.2f')} | {host(run)} | "
+            f"{number(run.get('runs_at_once'), '.2f')} | {run.get('reason', '')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -299,6 +320,8 @@ def device_frontier(
 
     def write() -> None:
         summary["runs"] = [worker.summary() for worker in workers]
+        for run, share in zip(summary["runs"], runs_at_once(summary["runs"]), strict=True):
+            run["runs_at_once"] = share
         summary["wall_s"] = time.time() - origin
         pack(workdir, out, records_name)
         (out / "device_frontier.json").write_text(json.dumps(summary, indent=1) + "\n")
