@@ -31,6 +31,7 @@ from seq2seq.runtime.host_memory import keep_host_memory
 from seq2seq.runtime.xla_flags import use_library_gemms
 
 CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
+HELP_FLAGS = ("-?", "--help", "--helpshort", "--helpfull", "--helpxml")  # absl's
 
 flags.DEFINE_bool(
     "compilation_cache",
@@ -138,9 +139,6 @@ def parse_flags(argv: list[str]) -> list[str]:
             message = flag_error_message(argv, error)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-HELP_FLAGS = ("-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 
 def _asks_for_help(argv: list[str]) -> bool:
