@@ -32,6 +32,7 @@ from seq2seq.runtime.xla_flags import use_library_gemms
 
 CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
 HELP_FLAGS = ("-?", "--help", "--helpshort", "--helpfull", "--helpxml")  # absl's
+SHORT_HELP = "-h"  # not absl's, but what every other command-line tool answers: read as --help
 
 flags.DEFINE_bool(
     "compilation_cache",
@@ -121,6 +122,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     if message is not None:
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+    argv = _with_long_help(argv)
     try:
         return flags.FLAGS(argv)
     except SystemExit as stop:  # absl ends every help it prints with exit 1
@@ -139,6 +141,15 @@ def parse_flags(argv: list[str]) -> list[str]:
             message = flag_error_message(argv, error)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def _with_long_help(argv: list[str]) -> list[str]:
+    """``argv`` with each ``-h`` before any ``--`` read as ``--help`` (absl knows only ``-?``)."""
+    end = argv.index("--", 1) if "--" in argv[1:] else len(argv)
+    return [
+        "--help" if 0 < i < end and argument == SHORT_HELP else argument
+        for i, argument in enumerate(argv)
+    ]
 
 
 def _asks_for_help(argv: list[str]) -> bool:

@@ -143,7 +143,25 @@ def test_help_is_printed_with_exit_status_0_and_a_bad_flag_still_fails(tmp_path)
     helped = _run([sys.executable, "train.py", "--help"])
     assert helped.returncode == 0, helped.stderr[-2000:]
     assert "--workdir" in helped.stdout and "--config" in helped.stdout
+    # -h, which absl does not know, is read as --help: the same page, exit 0.
+    short = _run([sys.executable, "train.py", "-h"])
+    assert short.returncode == 0 and short.stdout == helped.stdout, short.stderr[-2000:]
     # Past "--" the word is an argument, not a request for help: a flag error as before.
     assert _run([sys.executable, "train.py", "--", "--help"]).returncode != 0
+    assert _run([sys.executable, "train.py", "--", "-h"]).returncode != 0
     unknown = _run([sys.executable, "train.py", "--helpme", "--workdir", str(tmp_path / "run")])
     assert unknown.returncode != 0 and not (tmp_path / "run").exists()
+
+
+def test_every_entry_point_reads_its_flags_through_cli_run():
+    # cli.run is what turns --help and -h into exit 0 and a bad flag into one line; a command
+    # that calls absl's app.run itself answers --help with exit 1 and -h with a flag error.
+    package = REPO / "seq2seq"
+    bypassing = [
+        str(path.relative_to(REPO))
+        for path in [REPO / "train.py", REPO / "eval.py", *package.rglob("*.py")]
+        if path.name != "cli.py" and "app.run(" in path.read_text()
+    ]
+    assert not bypassing, f"entry points that call app.run instead of cli.run: {bypassing}"
+    device = _run([sys.executable, "-m", "seq2seq.bench.device", "-h"])
+    assert device.returncode == 0 and "--parts" in device.stdout, device.stderr[-2000:]

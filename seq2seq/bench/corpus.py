@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = 60_000  # made-up words per language
@@ -172,7 +172,7 @@ def main() -> None:
             sys.exit(1)
         print(json.dumps(result))
 
-    app.run(entry)
+    cli.run(entry)
 
 
 if __name__ == "__main__":

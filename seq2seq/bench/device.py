@@ -49,7 +49,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 
 REPO = Path(__file__).resolve().parents[2]
 BIG = "configs/wmt14_ende_transformer_big.py"
@@ -345,7 +345,7 @@ def main() -> None:
         results = bench(Path(out.value), minutes.value, only.value or None)
         print(markdown(results))
 
-    app.run(run)
+    cli.run(run)
 
 
 if __name__ == "__main__":

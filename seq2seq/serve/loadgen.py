@@ -27,7 +27,7 @@ from types import SimpleNamespace
 
 import httpx
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -108,4 +108,4 @@ def run(f: SimpleNamespace) -> None:
 
 if __name__ == "__main__":
     holders = _define_flags()
-    app.run(lambda argv: run(holders))
+    cli.run(lambda argv: run(holders))
