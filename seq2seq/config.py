@@ -15,7 +15,7 @@ import difflib
 import importlib.util
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 import ml_collections
@@ -315,14 +315,22 @@ def identity_keys(config: ml_collections.ConfigDict) -> list[str]:
 
 
 def identity_differences(
-    saved: ml_collections.ConfigDict, requested: ml_collections.ConfigDict
+    saved: ml_collections.ConfigDict,
+    requested: ml_collections.ConfigDict,
+    *,
+    same: Collection[str] = (),
+    notes: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """``config.key: saved -> requested`` for each identity key whose values differ."""
+    """``config.key: saved -> requested`` for each identity key whose values differ, but the
+    keys in ``same`` (known by other means to name the same thing); each followed by
+    ``(note)`` where ``notes`` has one for its key."""
+    notes = notes or {}
     keys = dict.fromkeys([*identity_keys(saved), *identity_keys(requested)])
     return [
         f"config.{key}: {lookup(saved, key)!r} -> {lookup(requested, key)!r}"
+        + (f" ({notes[key]})" if key in notes else "")
         for key in keys
-        if lookup(saved, key) != lookup(requested, key)
+        if key not in same and lookup(saved, key) != lookup(requested, key)
     ]
 
 

@@ -142,6 +142,11 @@ def test_the_command_trains_scores_and_packs_records_that_compare_reads(tmp_path
         assert metrics[-1]["kind"] == "stop" and metrics[-1]["step"] == 10
         provenance = json.loads(run.provenance_file.read_text())["entries"][-1]
         assert provenance["device_kind"] == "cpu"
+        # The training files by size and SHA-256: GPU and CPU records can show one corpus.
+        corpus = json.loads(run.corpus_file.read_text())
+        assert {n: f["bytes"] for n, f in corpus.items()} == {
+            n: (data / n).stat().st_size for n in ("train.de", "train.en")
+        }
         result = run.read_eval_result("test_2016_flickr", "average:5")
         # saved every 2 steps and at each validation (5, 10): the newest 5 of 2, 4, 5, 6, 8, 10
         assert result["checkpoint"].endswith("steps 4, 5, 6, 8, 10") and result["beam_size"] == 2

@@ -1,7 +1,10 @@
 """The work directory: one owner of its layout, a run's identity from the schema, light reads."""
 
+import json
+import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -133,3 +136,95 @@ def test_reading_a_run_for_evaluation_never_imports_the_trainer():
     loaded = eval(result.stdout)  # a printed list of module names
     assert "seq2seq.training.trainer" not in loaded
     assert "seq2seq.training.schedules" not in loaded
+
+
+def _text_corpus(folder, pairs) -> str:
+    """``pairs`` written as Multi30k-style files train.en / train.de in ``folder``."""
+    folder.mkdir()
+    (folder / "train.en").write_text("".join(f"{en}\n" for en, _ in pairs), "utf-8")
+    (folder / "train.de").write_text("".join(f"{de}\n" for _, de in pairs), "utf-8")
+    return str(folder)
+
+
+def _text_config(folder: str):
+    config = tiny_config("transformer")
+    config.data.source, config.data.dir = "text", folder
+    return config
+
+
+PAIRS = [("a dog runs", "ein Hund rennt"), ("two men sit", "zwei Männer sitzen")]
+
+
+def test_a_text_corpus_moved_to_another_folder_is_the_same_run_and_a_changed_one_is_not(tmp_path):
+    first = _text_corpus(tmp_path / "first", PAIRS)
+    run = RunDirectory(tmp_path / "run").create()
+    run.save_config(_text_config(first))
+    run.record_corpus(_text_config(first))
+    _started(run)
+    recorded = run.corpus_file.read_text()
+    assert json.loads(recorded)["train.de"]["bytes"] == len(
+        "ein Hund rennt\nzwei Männer sitzen\n".encode()
+    )
+
+    moved = shutil.copytree(first, tmp_path / "moved")
+    shutil.rmtree(first)
+    run.save_config(_text_config(str(moved)))  # the same bytes elsewhere: the run continues
+    assert run.load_config().data.dir == str(moved)
+    run.record_corpus(_text_config(str(moved)))
+    assert run.corpus_file.read_text() == recorded  # the first start's record is kept
+
+    edited = _text_corpus(tmp_path / "edited", [PAIRS[0], ("two men sit", "zwei Männer stehen")])
+    with pytest.raises(RunDirectoryError) as error:
+        run.save_config(_text_config(edited))
+    message = str(error.value)
+    assert f"config.data.dir: {str(moved)!r} -> {edited!r}" in message
+    assert "its train.de are not the files this run trained on" in message
+    with pytest.raises(RunDirectoryError, match=f"data folder {tmp_path / 'gone'} does not exist"):
+        run.save_config(_text_config(str(tmp_path / "gone")))
+    assert run.load_config().data.dir == str(moved)
+
+    # A run that started before runs recorded their corpus cannot tell: refused, as before.
+    run.corpus_file.unlink()
+    with pytest.raises(RunDirectoryError, match="started before runs recorded one"):
+        run.save_config(_text_config(first))
+
+
+def test_the_comparison_reuses_a_run_whose_corpus_moved_and_refuses_one_whose_corpus_changed(
+    tmp_path,
+):
+    from seq2seq.compare import runner
+
+    first = _text_corpus(tmp_path / "first", PAIRS)
+    run = RunDirectory(tmp_path / "run").create()
+    run.save_config(_text_config(first))
+    run.record_corpus(_text_config(first))
+    _started(run)
+    moved = shutil.copytree(first, tmp_path / "moved")
+    runner.check_reuse([SimpleNamespace(config=_text_config(str(moved)), run=run)])
+    (moved / "train.en").write_text("a cat runs\ntwo men sit\n", "utf-8")
+    with pytest.raises(config_lib.ConfigError, match="train.en are not the files"):
+        runner.check_reuse([SimpleNamespace(config=_text_config(str(moved)), run=run)])
+
+
+@pytest.mark.slow
+def test_training_continues_from_its_corpus_in_another_folder(tmp_path):
+    from seq2seq.data.sources import load_pairs
+    from seq2seq.training.trainer import train
+
+    synthetic = tiny_config("transformer")
+    first = _text_corpus(tmp_path / "first", load_pairs(synthetic.data, "train", seed=0))
+    config = _text_config(first)
+    config.train.steps = 10
+    workdir = tmp_path / "run"
+    assert train(config, workdir).step == 10
+    tokenizer = {p.name: p.read_bytes() for p in RunDirectory(workdir).tokenizer_dir.iterdir()}
+
+    moved = shutil.move(first, tmp_path / "moved")
+    config = _text_config(str(moved))
+    config.train.steps = 20
+    assert train(config, workdir).step == 20
+    run = RunDirectory(workdir)
+    steps = [r["step"] for r in run.read_metrics() if r["kind"] == "train"]
+    assert steps == [5, 10, 15, 20]  # continued from step 10, not trained afresh
+    assert {p.name: p.read_bytes() for p in run.tokenizer_dir.iterdir()} == tokenizer
+    assert run.load_config().data.dir == str(moved)

@@ -195,7 +195,8 @@ def check_reuse(jobs: Sequence) -> None:
 
     A job whose folder already holds a run continues it, or reuses it when finished; that is
     right only when every key of the run's identity (``config.identity_keys``: the model, the
-    data and the optimisation) is unchanged. Extending the budget or the steps is a continuation.
+    data and the optimisation) is unchanged. Extending the budget or the steps is a continuation,
+    and so is a text corpus moved to another folder (``RunDirectory.identity_differences``).
 
     Raises:
       ConfigError: one line naming the run, the changed keys and how to start afresh.
@@ -203,8 +204,7 @@ def check_reuse(jobs: Sequence) -> None:
     for job in jobs:
         if job.config is None or not job.run.config_file.exists() or job.run.never_started():
             continue
-        saved = job.run.load_config()
-        differences = config_lib.identity_differences(saved, job.config)
+        differences = job.run.identity_differences(job.config)
         if differences:
             raise config_lib.ConfigError(
                 f"{job.run.path} was trained with other values ({'; '.join(differences)}); "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import gzip
+import hashlib
 import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -96,6 +97,36 @@ def _find_file(folder: Path, stem: str, language: str) -> Path:
     )
 
 
+def _split_files(folder: Path, stem: str, source_lang: str, target_lang: str) -> tuple[Path, Path]:
+    """The source and target files of split ``stem`` in ``folder``; a one-line error if missing."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(
+            f"data folder {folder} does not exist; point config.data.dir (eval.py: "
+            f"--data_dir) to the folder holding {stem}.{source_lang} and {stem}.{target_lang}"
+        )
+    return _find_file(folder, stem, source_lang), _find_file(folder, stem, target_lang)
+
+
+def corpus_fingerprint(data: ml_collections.ConfigDict) -> dict[str, dict] | None:
+    """The training split's files as bytes, apart from where they lie: for ``text`` data, each
+    file's name, size and SHA-256 (about a second a gigabyte); None for the other sources,
+    whose config alone names their pairs (a TFDS dataset by ``data.name``).
+
+    A run records it when it starts (``RunDirectory.record_corpus``), so a run whose corpus
+    moved to another folder can be known as the same run and continued from there.
+    """
+    if data.source != "text":
+        return None
+    files = _split_files(Path(data.dir), data.train_split, data.src_lang, data.tgt_lang)
+    fingerprint = {}
+    for path in files:
+        with path.open("rb") as file:
+            digest = hashlib.file_digest(file, "sha256").hexdigest()
+        fingerprint[path.name] = {"bytes": path.stat().st_size, "sha256": digest}
+    return fingerprint
+
+
 class TextCorpus(ParallelCorpus):
     """Line-aligned UTF-8 files ``FOLDER/STEM.SRC`` and ``FOLDER/STEM.TGT`` (optionally ``.gz``).
 
@@ -104,15 +135,7 @@ class TextCorpus(ParallelCorpus):
     """
 
     def __init__(self, folder: Path, stem: str, source_lang: str, target_lang: str, limit: int = 0):
-        folder = Path(folder)
-        if not folder.is_dir():
-            raise DataError(
-                f"data folder {folder} does not exist; point config.data.dir (eval.py: "
-                f"--data_dir) to the folder holding {stem}.{source_lang} and "
-                f"{stem}.{target_lang}"
-            )
-        self.source_path = _find_file(folder, stem, source_lang)
-        self.target_path = _find_file(folder, stem, target_lang)
+        self.source_path, self.target_path = _split_files(folder, stem, source_lang, target_lang)
         source_lines = _count_lines(self.source_path)
         target_lines = _count_lines(self.target_path)
         if source_lines != target_lines:

@@ -3,6 +3,8 @@
     WORKDIR/
       config.json        the config the run trained with (``save_config`` / ``load_config``)
       provenance.json    code, packages and devices behind every start and resume
+      corpus.json        the training files' names, sizes and SHA-256 (text data), so that a
+                         corpus moved to another folder is known as the one the run trained on
       tokenizer/         SentencePiece model(s), trained once and reused by resumes and eval
       encoded/           the training split tokenized once, memory-mapped by later starts
       checkpoints/       orbax checkpoints (state, data position, elapsed training time)
@@ -25,6 +27,7 @@ import ml_collections
 
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import CheckpointRule
+from seq2seq.data import sources
 
 
 class RunDirectoryError(ValueError):
@@ -52,6 +55,11 @@ class RunDirectory:
     @property
     def provenance_file(self) -> Path:
         return self.path / "provenance.json"
+
+    @property
+    def corpus_file(self) -> Path:
+        """The training split's files as the run's first start read them (``record_corpus``)."""
+        return self.path / "corpus.json"
 
     @property
     def tokenizer_dir(self) -> Path:
@@ -132,8 +140,7 @@ class RunDirectory:
             from a run that made anything (``never_started``); nothing is written.
         """
         if self.config_file.exists() and not self.never_started():
-            saved = config_lib.load_saved(self.config_file)
-            differences = config_lib.identity_differences(saved, config)
+            differences = self.identity_differences(config)
             if differences:
                 changed = "; ".join(differences)
                 raise RunDirectoryError(
@@ -144,11 +151,56 @@ class RunDirectory:
         if write:
             config_lib.save(config, self.config_file)
 
+    def identity_differences(self, config: ml_collections.ConfigDict) -> list[str]:
+        """``config.key: saved -> requested`` for each key of the saved run's identity that
+        ``config`` changes (``config.identity_differences``).
+
+        A corpus that moved is no change: ``data.dir`` may name another folder when the
+        training files there are the bytes this run recorded in ``corpus.json``. Otherwise the
+        difference says why the folder is not the same corpus.
+        """
+        saved = config_lib.load_saved(self.config_file)
+        if saved.data.dir == config.data.dir:
+            return config_lib.identity_differences(saved, config)
+        reason = self._corpus_change(saved, config)
+        if reason is None:
+            return config_lib.identity_differences(saved, config, same={"data.dir"})
+        return config_lib.identity_differences(saved, config, notes={"data.dir": reason})
+
+    def _corpus_change(
+        self, saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict
+    ) -> str | None:
+        """Why ``config``'s training files are not those this run recorded; None if they are."""
+        if saved.data.source == config.data.source == "synthetic":
+            return None  # the folder is not read
+        if saved.data.source != "text" or config.data.source != "text":
+            return "only a text corpus is compared file by file when its folder changes"
+        if not self.corpus_file.exists():
+            return f"the run has no {self.corpus_file.name}: it started before runs recorded one"
+        recorded = json.loads(self.corpus_file.read_text())
+        try:
+            found = sources.corpus_fingerprint(config.data)
+        except sources.DataError as error:
+            return str(error).split(";")[0]
+        changed = [name for name in {**recorded, **found} if recorded.get(name) != found.get(name)]
+        if changed:
+            return f"its {' and '.join(changed)} are not the files this run trained on"
+        return None
+
+    def record_corpus(self, config: ml_collections.ConfigDict) -> None:
+        """Writes ``corpus.json`` (``seq2seq.data.sources.corpus_fingerprint``) at a run's first
+        start, or over one a start that made nothing left; a resume keeps the first."""
+        if self.corpus_file.exists() and not self.never_started():
+            return
+        fingerprint = sources.corpus_fingerprint(config.data)
+        if fingerprint is not None:
+            self.corpus_file.write_text(json.dumps(fingerprint, indent=1) + "\n")
+
     def never_started(self) -> bool:
-        """Whether the run here stopped before it made anything: its folder holds its config
-        and provenance alone (a start that failed on its data or a bad value). Its config is
-        then no run's identity, and a corrected start may replace it."""
-        kept = (self.config_file, self.provenance_file)
+        """Whether the run here stopped before it made anything: its folder holds its config,
+        provenance and corpus record alone (a start that failed on its data or a bad value).
+        Its config is then no run's identity, and a corrected start may replace it."""
+        kept = (self.config_file, self.provenance_file, self.corpus_file)
         return all(p in kept for p in self.path.rglob("*") if p.is_file())  # stops at another
 
     def read_metrics(self) -> list[dict]:

@@ -217,6 +217,7 @@ def _train(
     primary = jax.process_index() == 0  # the one process that writes the run's files
     run.create().save_config(config, write=primary)
     if primary:
+        run.record_corpus(config)  # at the first start: a later one may find the corpus moved
         # versions, devices, commit and compute dtype of this (re)start
         provenance.record_start(run.path, compute_dtype=compute_dtype(config))
     loop, state, params = _build_loop(config, run, make_validate, primary)
