@@ -32,6 +32,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ml_collections
 from absl import flags
@@ -39,10 +40,12 @@ from absl import flags
 from seq2seq import cli
 from seq2seq.checkpoints.rule import rules_help
 from seq2seq.data.sources import resolve_split
-from seq2seq.decoding.sampling import SamplingMethod
-from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
-from seq2seq.evaluation.translator import LineTranslator, Sampling, Translator, with_decoding
 from seq2seq.records.run_directory import RunDirectory
+
+if TYPE_CHECKING:  # decoding and scoring (JAX, flax, sacreBLEU) are imported where they are
+    # used, once the flags, files and run are checked: a refused command ends in a fraction of
+    # a second
+    from seq2seq.evaluation.translator import LineTranslator, Sampling
 
 ENGINES = ("jax", "ctranslate2")
 
@@ -98,7 +101,7 @@ _BATCH_SIZE = flags.DEFINE_integer(
 )
 
 
-def _sampling() -> Sampling | None:
+def _sampling() -> "Sampling | None":
     """The --sampling settings, or None; every inconsistency is one line."""
     if _SAMPLING.value is None:
         for flag in (_TEMPERATURE, _SEED):
@@ -108,6 +111,9 @@ def _sampling() -> Sampling | None:
     temperature = 1.0 if _TEMPERATURE.value is None else _TEMPERATURE.value
     if not temperature > 0:
         raise ValueError(f"--temperature {temperature} must be > 0")
+    from seq2seq.decoding.sampling import SamplingMethod
+    from seq2seq.evaluation.translator import Sampling
+
     return Sampling(SamplingMethod.parse(_SAMPLING.value), temperature, _SEED.value or 0)
 
 
@@ -173,7 +179,7 @@ def _check_output(output: Path) -> None:
             raise ValueError(f"--output {output}: {parent} is a file, not a folder")
 
 
-def _exported_translator(run: RunDirectory | None) -> LineTranslator:
+def _exported_translator(run: RunDirectory | None) -> "LineTranslator":
     """The CTranslate2 translator: --exported DIR, or the run exported to a temporary one."""
     from seq2seq.export.engine import ExportedTranslator
     from seq2seq.export.run import exported_translator
@@ -186,10 +192,14 @@ def _exported_translator(run: RunDirectory | None) -> LineTranslator:
 
 
 def _translator(
-    run: RunDirectory | None, config: ml_collections.ConfigDict | None, sampling: Sampling | None
-) -> LineTranslator:
+    run: RunDirectory | None,
+    config: ml_collections.ConfigDict | None,
+    sampling: "Sampling | None",
+) -> "LineTranslator":
     """The one translator of this command (a model, an ensemble or a CTranslate2 model), from
     ``run`` and its ``config`` as loaded."""
+    from seq2seq.evaluation.translator import Translator, with_decoding
+
     if _ENGINE.value == "ctranslate2":
         translator = _exported_translator(run)
     else:
@@ -220,12 +230,15 @@ def _translate_stream(translator) -> None:
 def main(argv: list[str]) -> None:
     del argv
     _check_options()
+
     sampling = _sampling()  # options, the run and the split are checked before any model loads
     run = RunDirectory(_WORKDIR.value[0]) if _WORKDIR.value else None  # the one opening
     config = run.load_config() if run else None
     if _DATA_DIR.value is not None:  # read from there; the run's config.json is not touched
         config.data.dir = _DATA_DIR.value
     split = None if _INPUT.value else resolve_split(config.data, _SPLIT.value or "test")
+    from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
+
     translator = _translator(run, config, sampling)
     if _INPUT.value == "-":
         _translate_stream(translator)

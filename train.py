@@ -21,8 +21,6 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.config import validate
-from seq2seq.evaluation.validation import make_validate_fn
-from seq2seq.training.trainer import train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).")
 _WORKDIR = flags.DEFINE_string(
@@ -33,6 +31,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv: list[str]) -> None:
     del argv
+    # Imported once the flags are read: a refused command line never waits for JAX and flax.
+    from seq2seq.evaluation.validation import make_validate_fn
+    from seq2seq.training.trainer import train
+
     workdir = cli.check_work_directory(Path(_WORKDIR.value))
     summary = train(validate(_CONFIG.value), workdir, make_validate_fn)
     if summary.preempted:

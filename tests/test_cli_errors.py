@@ -165,3 +165,41 @@ def test_every_entry_point_reads_its_flags_through_cli_run():
     assert not bypassing, f"entry points that call app.run instead of cli.run: {bypassing}"
     device = _run([sys.executable, "-m", "seq2seq.bench.device", "-h"])
     assert device.returncode == 0 and "--parts" in device.stdout, device.stderr[-2000:]
+
+
+def _without_jax(tmp_path) -> dict[str, str]:
+    """An environment where importing jax fails: a "jax" that raises stands before the real one.
+
+    JAX and flax take about 2 s to import, and a command refused on its flags or files needs
+    neither: run under this environment, any import of them ends the command in a traceback.
+    """
+    blocker = tmp_path / "blocker" / "jax"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('jax was imported')\n")
+    env = subprocess_env()
+    env["PYTHONPATH"] = f"{blocker.parent}:{env.get('PYTHONPATH', '')}"
+    return env
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["train.py", "--config", "configs/missing.py", "--workdir", "{tmp}/run"],
+            "no config file",
+        ),
+        (["eval.py", "--workdir", "{tmp}/no_run"], "no work directory at {tmp}/no_run"),
+        (["eval.py", "--workdir", "{tmp}", "--engine", "nope"], "unknown --engine 'nope'"),
+        (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
+        (["train.py", "-h"], None),  # the help page, exit 0
+    ],
+)
+def test_a_refused_command_line_ends_before_jax_is_imported(tmp_path, arguments, message):
+    command = [sys.executable, *(a.format(tmp=tmp_path) for a in arguments)]
+    result = subprocess.run(
+        command, cwd=REPO, env=_without_jax(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    if message is None:
+        assert result.returncode == 0 and "--workdir" in result.stdout, result.stderr[-2000:]
+    else:
+        assert message.format(tmp=tmp_path) in _one_error_line(result)

@@ -20,7 +20,6 @@ from pathlib import Path
 from absl import flags
 
 from seq2seq import cli
-from seq2seq.evaluation.averaging import write_averaged_run
 
 
 def run() -> None:
@@ -32,6 +31,8 @@ def run() -> None:
 
     def main(argv: list[str]) -> None:
         del argv
+        from seq2seq.evaluation.averaging import write_averaged_run  # JAX: after the flags
+
         result = write_averaged_run(Path(workdir.value), last.value, Path(output.value))
         print(json.dumps(result))
 

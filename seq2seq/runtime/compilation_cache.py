@@ -45,9 +45,9 @@ def cache_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def compile_afresh() -> None:
     """Turns the cache off in this process and in the processes it starts
     (``--nocompilation_cache``: every program compiled anew, nothing written)."""
-    import jax  # loaded by now: the flag is read after the command's imports
-
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    import jax  # loaded by the command's imports, or now (and then it reads the variable)
+
     jax.config.update("jax_enable_compilation_cache", False)
 
 
