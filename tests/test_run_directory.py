@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from seq2seq import config as config_lib
+from seq2seq.data.sources import corpus_fingerprint
 from seq2seq.records.run_directory import RunDirectory, RunDirectoryError
 from tests.conftest import REPO, tiny_config
 
@@ -159,7 +160,7 @@ def test_a_text_corpus_moved_to_another_folder_is_the_same_run_and_a_changed_one
     first = _text_corpus(tmp_path / "first", PAIRS)
     run = RunDirectory(tmp_path / "run").create()
     run.save_config(_text_config(first))
-    run.record_corpus(_text_config(first))
+    run.record_corpus(_text_config(first), corpus_fingerprint)
     _started(run)
     recorded = run.corpus_file.read_text()
     assert json.loads(recorded)["train.de"]["bytes"] == len(
@@ -168,25 +169,27 @@ def test_a_text_corpus_moved_to_another_folder_is_the_same_run_and_a_changed_one
 
     moved = shutil.copytree(first, tmp_path / "moved")
     shutil.rmtree(first)
-    run.save_config(_text_config(str(moved)))  # the same bytes elsewhere: the run continues
+    run.save_config(_text_config(str(moved)), fingerprint=corpus_fingerprint)  # same bytes
     assert run.load_config().data.dir == str(moved)
-    run.record_corpus(_text_config(str(moved)))
+    run.record_corpus(_text_config(str(moved)), corpus_fingerprint)
     assert run.corpus_file.read_text() == recorded  # the first start's record is kept
 
     edited = _text_corpus(tmp_path / "edited", [PAIRS[0], ("two men sit", "zwei Männer stehen")])
     with pytest.raises(RunDirectoryError) as error:
-        run.save_config(_text_config(edited))
+        run.save_config(_text_config(edited), fingerprint=corpus_fingerprint)
     message = str(error.value)
     assert f"config.data.dir: {str(moved)!r} -> {edited!r}" in message
     assert "its train.de are not the files this run trained on" in message
     with pytest.raises(RunDirectoryError, match=f"data folder {tmp_path / 'gone'} does not exist"):
-        run.save_config(_text_config(str(tmp_path / "gone")))
+        run.save_config(_text_config(str(tmp_path / "gone")), fingerprint=corpus_fingerprint)
     assert run.load_config().data.dir == str(moved)
 
-    # A run that started before runs recorded their corpus cannot tell: refused, as before.
+    # Without a way to read the files (or a record of them) a new folder is refused, as before.
+    with pytest.raises(RunDirectoryError, match="config.data.dir"):
+        run.save_config(_text_config(first))
     run.corpus_file.unlink()
     with pytest.raises(RunDirectoryError, match="started before runs recorded one"):
-        run.save_config(_text_config(first))
+        run.save_config(_text_config(first), fingerprint=corpus_fingerprint)
 
 
 def test_the_comparison_reuses_a_run_whose_corpus_moved_and_refuses_one_whose_corpus_changed(
@@ -197,7 +200,7 @@ def test_the_comparison_reuses_a_run_whose_corpus_moved_and_refuses_one_whose_co
     first = _text_corpus(tmp_path / "first", PAIRS)
     run = RunDirectory(tmp_path / "run").create()
     run.save_config(_text_config(first))
-    run.record_corpus(_text_config(first))
+    run.record_corpus(_text_config(first), corpus_fingerprint)
     _started(run)
     moved = shutil.copytree(first, tmp_path / "moved")
     runner.check_reuse([SimpleNamespace(config=_text_config(str(moved)), run=run)])

@@ -21,6 +21,7 @@ from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import average_count
 from seq2seq.compare.suites import RunSpec
+from seq2seq.data import sources
 from seq2seq.data.sources import DataError, available_splits, resolve_split
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.restore import checkpoint_choice
@@ -204,7 +205,7 @@ def check_reuse(jobs: Sequence) -> None:
     for job in jobs:
         if job.config is None or not job.run.config_file.exists() or job.run.never_started():
             continue
-        differences = job.run.identity_differences(job.config)
+        differences = job.run.identity_differences(job.config, sources.corpus_fingerprint)
         if differences:
             raise config_lib.ConfigError(
                 f"{job.run.path} was trained with other values ({'; '.join(differences)}); "

@@ -108,7 +108,7 @@ def _split_files(folder: Path, stem: str, source_lang: str, target_lang: str) ->
     return _find_file(folder, stem, source_lang), _find_file(folder, stem, target_lang)
 
 
-def corpus_fingerprint(data: ml_collections.ConfigDict) -> dict[str, dict] | None:
+def corpus_fingerprint(config: ml_collections.ConfigDict) -> dict[str, dict] | None:
     """The training split's files as bytes, apart from where they lie: for ``text`` data, each
     file's name, size and SHA-256 (about a second a gigabyte); None for the other sources,
     whose config alone names their pairs (a TFDS dataset by ``data.name``).
@@ -116,6 +116,7 @@ def corpus_fingerprint(data: ml_collections.ConfigDict) -> dict[str, dict] | Non
     A run records it when it starts (``RunDirectory.record_corpus``), so a run whose corpus
     moved to another folder can be known as the same run and continued from there.
     """
+    data = config.data
     if data.source != "text":
         return None
     files = _split_files(Path(data.dir), data.train_split, data.src_lang, data.tgt_lang)

@@ -21,13 +21,17 @@ the layout means changing this file only.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import ml_collections
 
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import CheckpointRule
-from seq2seq.data import sources
+
+# ``config -> {file name: {"bytes", "sha256"}}`` of its training files, or None where the config
+# names its pairs itself (``seq2seq.data.sources.corpus_fingerprint``; data sits above records).
+Fingerprint = Callable[[ml_collections.ConfigDict], "dict[str, dict] | None"]
 
 
 class RunDirectoryError(ValueError):
@@ -129,18 +133,24 @@ class RunDirectory:
         """The config the run saved, read into the current schema."""
         return config_lib.load_saved(self.require().config_file)
 
-    def save_config(self, config: ml_collections.ConfigDict, write: bool = True) -> None:
+    def save_config(
+        self,
+        config: ml_collections.ConfigDict,
+        write: bool = True,
+        fingerprint: Fingerprint | None = None,
+    ) -> None:
         """Records ``config``; refuses one that changes the identity of the run already here.
 
         ``write=False`` checks only: the other processes of a multi-process run, whose
-        process 0 writes.
+        process 0 writes. ``fingerprint`` lets a moved corpus continue the run
+        (``identity_differences``).
 
         Raises:
           RunDirectoryError: a key of the run's identity (``config.identity_keys``) differs
             from a run that made anything (``never_started``); nothing is written.
         """
         if self.config_file.exists() and not self.never_started():
-            differences = self.identity_differences(config)
+            differences = self.identity_differences(config, fingerprint)
             if differences:
                 changed = "; ".join(differences)
                 raise RunDirectoryError(
@@ -151,24 +161,29 @@ class RunDirectory:
         if write:
             config_lib.save(config, self.config_file)
 
-    def identity_differences(self, config: ml_collections.ConfigDict) -> list[str]:
+    def identity_differences(
+        self, config: ml_collections.ConfigDict, fingerprint: Fingerprint | None = None
+    ) -> list[str]:
         """``config.key: saved -> requested`` for each key of the saved run's identity that
         ``config`` changes (``config.identity_differences``).
 
-        A corpus that moved is no change: ``data.dir`` may name another folder when the
-        training files there are the bytes this run recorded in ``corpus.json``. Otherwise the
-        difference says why the folder is not the same corpus.
+        Given ``fingerprint``, a corpus that moved is no change: ``data.dir`` may name another
+        folder when the training files there are the bytes this run recorded in
+        ``corpus.json``. Otherwise the difference says why the folder is not the same corpus.
         """
         saved = config_lib.load_saved(self.config_file)
-        if saved.data.dir == config.data.dir:
+        if saved.data.dir == config.data.dir or fingerprint is None:
             return config_lib.identity_differences(saved, config)
-        reason = self._corpus_change(saved, config)
+        reason = self._corpus_change(saved, config, fingerprint)
         if reason is None:
             return config_lib.identity_differences(saved, config, same={"data.dir"})
         return config_lib.identity_differences(saved, config, notes={"data.dir": reason})
 
     def _corpus_change(
-        self, saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict
+        self,
+        saved: ml_collections.ConfigDict,
+        config: ml_collections.ConfigDict,
+        fingerprint: Fingerprint,
     ) -> str | None:
         """Why ``config``'s training files are not those this run recorded; None if they are."""
         if saved.data.source == config.data.source == "synthetic":
@@ -179,20 +194,20 @@ class RunDirectory:
             return f"the run has no {self.corpus_file.name}: it started before runs recorded one"
         recorded = json.loads(self.corpus_file.read_text())
         try:
-            found = sources.corpus_fingerprint(config.data)
-        except sources.DataError as error:
+            found = fingerprint(config)
+        except ValueError as error:  # the folder or a file is missing: the data's one line
             return str(error).split(";")[0]
         changed = [name for name in {**recorded, **found} if recorded.get(name) != found.get(name)]
         if changed:
             return f"its {' and '.join(changed)} are not the files this run trained on"
         return None
 
-    def record_corpus(self, config: ml_collections.ConfigDict) -> None:
-        """Writes ``corpus.json`` (``seq2seq.data.sources.corpus_fingerprint``) at a run's first
-        start, or over one a start that made nothing left; a resume keeps the first."""
+    def record_corpus(self, config: ml_collections.ConfigDict, fingerprint: Fingerprint) -> None:
+        """Writes ``corpus.json``, ``fingerprint(config)``, at a run's first start, or over one
+        that a start which made nothing left; a resume keeps the first."""
         if self.corpus_file.exists() and not self.never_started():
             return
-        fingerprint = sources.corpus_fingerprint(config.data)
+        fingerprint = fingerprint(config)
         if fingerprint is not None:
             self.corpus_file.write_text(json.dumps(fingerprint, indent=1) + "\n")
 

@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from seq2seq.checkpoints.store import Checkpoints
+from seq2seq.data import sources
 from seq2seq.data.pipeline import build_training_data
 from seq2seq.models import build_model, compute_dtype, count_params, schedule_width
 from seq2seq.records import provenance
@@ -215,9 +216,10 @@ def _train(
     preemption: Preemption,
 ) -> RunSummary:
     primary = jax.process_index() == 0  # the one process that writes the run's files
-    run.create().save_config(config, write=primary)
+    # A corpus moved to another folder continues the run when its training files are the same.
+    run.create().save_config(config, write=primary, fingerprint=sources.corpus_fingerprint)
     if primary:
-        run.record_corpus(config)  # at the first start: a later one may find the corpus moved
+        run.record_corpus(config, sources.corpus_fingerprint)  # at the first start only
         # versions, devices, commit and compute dtype of this (re)start
         provenance.record_start(run.path, compute_dtype=compute_dtype(config))
     loop, state, params = _build_loop(config, run, make_validate, primary)
