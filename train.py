@@ -31,12 +31,14 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv: list[str]) -> None:
     del argv
-    # Imported once the flags are read: a refused command line never waits for JAX and flax.
+    workdir = cli.check_work_directory(Path(_WORKDIR.value))
+    config = validate(_CONFIG.value)
+    # Imported once the flags, the config and the work directory are checked: a refused
+    # command line never waits for JAX and flax.
     from seq2seq.evaluation.validation import make_validate_fn
     from seq2seq.training.trainer import train
 
-    workdir = cli.check_work_directory(Path(_WORKDIR.value))
-    summary = train(validate(_CONFIG.value), workdir, make_validate_fn)
+    summary = train(config, workdir, make_validate_fn)
     if summary.preempted:
         print(f"preempted at step {summary.step}; checkpoint saved, rerun to resume")
         sys.exit(143)

@@ -20,6 +20,11 @@ from pathlib import Path
 
 import ml_collections
 
+# The registry and the families' dataclasses are plain Python: every command imports this module
+# before JAX loads (``cli.start``), and a config is made and checked without it.
+from seq2seq.models import MODELS
+from seq2seq.models.schema import section_defaults
+
 DATA_SOURCES = ("synthetic", "text", "tfds")
 SYNTHETIC_LENGTHS = ("grammar", "uniform")
 TOKENIZERS = ("unigram", "bpe", "word")
@@ -33,30 +38,17 @@ class ConfigError(ValueError):
     """A configuration that cannot run; its message is one line naming the key and the fix."""
 
 
-def _families() -> dict:
-    """The model families' registry (``seq2seq.models.registry``), name -> entry.
-
-    Imported when a config is first made or checked, not with this module: every command imports
-    this module before JAX loads (``cli.start``), and the models bring JAX with them.
-    """
-    from seq2seq.models import MODELS
-
-    return MODELS
-
-
 def __getattr__(name: str) -> object:
-    """``MODEL_NAMES``: the registered model families' names, read from the registry when
-    asked (so that this module imports no JAX, and a family registered later is named)."""
+    """``MODEL_NAMES``: the registered model families' names, read from the registry when asked
+    (a family registered later is named too)."""
     if name == "MODEL_NAMES":
-        return tuple(_families())
+        return tuple(MODELS)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _model_sections() -> dict[str, dict[str, object]]:
     """Each model family's section defaults, from its dataclass (``seq2seq.models.schema``)."""
-    from seq2seq.models.schema import section_defaults
-
-    return {name: section_defaults(family.config_class) for name, family in _families().items()}
+    return {name: section_defaults(family.config_class) for name, family in MODELS.items()}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -82,8 +74,9 @@ def _model_defaults() -> ml_collections.ConfigDict:
     model.name = "transformer"
 
     # One section per registered family, generated from its dataclass, which holds each field's
-    # meaning, default and allowed values: models/transformer.py (TransformerConfig, defaults:
-    # the base model of Table 3) and models/rnnsearch.py (RNNSearchConfig, Appendix A/B).
+    # meaning, default and allowed values: models/transformer_config.py (TransformerConfig,
+    # defaults: the base model of Table 3) and models/rnnsearch_config.py (RNNSearchConfig,
+    # Appendix A/B).
     for name, defaults in _model_sections().items():
         model[name] = ml_collections.ConfigDict(defaults)
     return model
@@ -398,7 +391,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def _check_choices(config: ml_collections.ConfigDict) -> None:
-    _choice(config, "model.name", tuple(_families()))
+    _choice(config, "model.name", tuple(MODELS))
     _choice(config, "data.source", DATA_SOURCES)
     _choice(config, "data.tokenizer", TOKENIZERS)
     _choice(config, "data.synthetic_lengths", SYNTHETIC_LENGTHS)
@@ -483,7 +476,7 @@ def _check_source(data: ml_collections.ConfigDict) -> None:
 
 def _check_families(config: ml_collections.ConfigDict) -> None:
     """Each registered family checks its section, its rules, packing and shared embeddings."""
-    for family in _families().values():
+    for family in MODELS.values():
         try:
             family.check(config)
         except ValueError as error:  # one line, naming the key inside the config

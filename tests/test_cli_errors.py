@@ -192,6 +192,18 @@ def _without_jax(tmp_path) -> dict[str, str]:
         (["eval.py", "--workdir", "{tmp}", "--engine", "nope"], "unknown --engine 'nope'"),
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
         (["train.py", "-h"], None),  # the help page, exit 0
+        (
+            [
+                "train.py",
+                "--config",
+                "configs/quickstart_transformer.py",
+                "--workdir",
+                "{tmp}/run",
+                "--config.model.transformer.norm=mid",
+            ],
+            "config.model.transformer.norm='mid' is not one of post, pre",
+        ),
+        (["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "nope"], "--suite=nope"),
     ],
 )
 def test_a_refused_command_line_ends_before_jax_is_imported(tmp_path, arguments, message):

@@ -1,14 +1,19 @@
 """Models: the Transformer and RNNsearch, interchangeable behind ``Seq2SeqModel``; each family's
-entry in ``seq2seq.models.registry`` holds what differs between them."""
+entry in ``seq2seq.models.registry`` holds what differs between them.
+
+Importing this package loads no JAX: the registry, the families' config dataclasses and the FLOP
+formulas are plain Python, so a config is made and checked (every command's flags) in a fraction
+of a second. The models themselves (``Seq2SeqModel``, ``Transformer``, ``RNNSearch``,
+``Dropout``) load with JAX when first named.
+"""
 
 from __future__ import annotations
 
-import jax
-import ml_collections
-import numpy as np
-from flax import nnx
+import importlib
+from typing import TYPE_CHECKING
 
-from seq2seq.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Dropout, Seq2SeqModel
+import ml_collections
+
 from seq2seq.models.flops import TRAIN_FORWARD_MULTIPLE
 from seq2seq.models.registry import (
     FAMILIES,
@@ -18,8 +23,29 @@ from seq2seq.models.registry import (
     register,
     unregister,
 )
-from seq2seq.models.rnnsearch import RNNSearch, RNNSearchConfig
-from seq2seq.models.transformer import Transformer, TransformerConfig
+from seq2seq.models.rnnsearch_config import RNNSearchConfig
+from seq2seq.models.transformer_config import TransformerConfig
+from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+if TYPE_CHECKING:
+    from seq2seq.models.base import Dropout, Seq2SeqModel
+    from seq2seq.models.rnnsearch import RNNSearch
+    from seq2seq.models.transformer import Transformer
+
+# The names that bring JAX, and the module each is imported from when first asked for.
+_WITH_JAX = {
+    "Dropout": "seq2seq.models.base",
+    "Seq2SeqModel": "seq2seq.models.base",
+    "RNNSearch": "seq2seq.models.rnnsearch",
+    "Transformer": "seq2seq.models.transformer",
+}
+
+
+def __getattr__(name: str) -> object:
+    """``from seq2seq.models import Transformer`` (and the other names in ``_WITH_JAX``)."""
+    if name in _WITH_JAX:
+        return getattr(importlib.import_module(_WITH_JAX[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def model_family(config: ml_collections.ConfigDict) -> ModelFamily:
@@ -59,6 +85,8 @@ def compute_dtype(config: ml_collections.ConfigDict) -> str:
     """
     if config.train.dtype != "auto":
         return config.train.dtype
+    import jax
+
     return "bfloat16" if jax.default_backend() in BFLOAT16_BACKENDS else "float32"
 
 
@@ -111,11 +139,16 @@ def build_model(
     config: ml_collections.ConfigDict, source_vocab_size: int, target_vocab_size: int, seed: int
 ) -> Seq2SeqModel:
     """Builds the model named by ``config.model.name`` with freshly initialised parameters."""
-    return model_family(config).model_class(
+    from flax import nnx
+
+    return model_family(config).load_model_class()(
         model_config(config, source_vocab_size, target_vocab_size), rngs=nnx.Rngs(params=seed)
     )
 
 
 def count_params(params) -> int:
     """How many numbers ``params`` holds: any tree of arrays or of their shapes (abstract)."""
+    import jax
+    import numpy as np
+
     return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))

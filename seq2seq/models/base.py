@@ -174,15 +174,6 @@ class Dropout:
         return dropout(x, rate, self.next_key())
 
 
-def check_shared_vocabulary(config) -> None:
-    """One embedding table for both languages needs one vocabulary; raises ValueError if not."""
-    if config.share_embeddings and config.source_vocab_size != config.target_vocab_size:
-        raise ValueError(
-            "share_embeddings needs one shared vocabulary, got source "
-            f"{config.source_vocab_size} and target {config.target_vocab_size} tokens"
-        )
-
-
 def apply_dropout(x: Array, rate: float, dropout: Dropout | None) -> Array:
     """``dropout(x, rate)`` in training, the identity in evaluation (``dropout is None``)."""
     return x if dropout is None else dropout(x, rate)

@@ -16,14 +16,15 @@ field, and the check that it then needs one vocabulary (``data.shared_vocab``) r
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 
 import ml_collections
 
 from seq2seq.models import schema
 from seq2seq.models.flops import rnnsearch_forward_flops, transformer_forward_flops
-from seq2seq.models.rnnsearch import RNNSearch, RNNSearchConfig
-from seq2seq.models.transformer import Transformer, TransformerConfig
+from seq2seq.models.rnnsearch_config import RNNSearchConfig
+from seq2seq.models.transformer_config import TransformerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,10 @@ class ModelFamily:
 
     name: str  # config.model.name, and its section config.model.<name>
     title: str  # the family as tables and reports write it
-    model_class: type  # model_class(config_class(...), rngs=nnx.Rngs(params=seed))
+    # model_class(config_class(...), rngs=nnx.Rngs(params=seed)); or "module:Class", imported on
+    # first use (``load_model_class``): the package's families, whose modules bring JAX, which
+    # making and checking a config does not need
+    model_class: type | str
     # A frozen dataclass: the section's fields (all but ``schema.RUN_FIELDS``) with their
     # defaults, ``Literal`` choices and, in ``__post_init__``, the rules between fields.
     config_class: type
@@ -61,6 +65,13 @@ class ModelFamily:
     packing: bool = False  # reads packed rows (several pairs per row, segment ids): data.pack
     ctranslate2_export: bool = False  # CTranslate2 can express it (seq2seq.export)
     bench: BenchTargets | None = None  # None: the bench leaves the family out
+
+    def load_model_class(self) -> type:
+        """The model class, imported now if ``model_class`` names it as ``"module:Class"``."""
+        if not isinstance(self.model_class, str):
+            return self.model_class
+        module, name = self.model_class.split(":")
+        return getattr(importlib.import_module(module), name)
 
     def check(self, config: ml_collections.ConfigDict) -> None:
         """This family's options in ``config``: each field of its section alone, and, when it
@@ -123,7 +134,7 @@ FAMILIES = (
     ModelFamily(
         name="transformer",
         title="Transformer",
-        model_class=Transformer,
+        model_class="seq2seq.models.transformer:Transformer",
         config_class=TransformerConfig,
         forward_flops=transformer_forward_flops,
         schedule_width=lambda t: t.d_model,
@@ -141,7 +152,7 @@ FAMILIES = (
     ModelFamily(
         name="rnnsearch",
         title="RNNsearch",
-        model_class=RNNSearch,
+        model_class="seq2seq.models.rnnsearch:RNNSearch",
         config_class=RNNSearchConfig,
         forward_flops=rnnsearch_forward_flops,
         schedule_width=lambda r: r.decoder_hidden_size,

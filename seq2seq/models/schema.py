@@ -73,3 +73,12 @@ def check(config: object) -> None:
     before the family's own rules)."""
     values = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
     check_fields(type(config), values)
+
+
+def check_shared_vocabulary(config) -> None:
+    """One embedding table for both languages needs one vocabulary; raises ValueError if not."""
+    if config.share_embeddings and config.source_vocab_size != config.target_vocab_size:
+        raise ValueError(
+            "share_embeddings needs one shared vocabulary, got source "
+            f"{config.source_vocab_size} and target {config.target_vocab_size} tokens"
+        )

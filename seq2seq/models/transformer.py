@@ -8,9 +8,7 @@ self-attention, cross-attention to the encoder, feed-forward), each sub-layer wr
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -28,9 +26,8 @@ from seq2seq.models.base import (
     EncoderDecoder,
     OutputLayer,
     apply_dropout,
-    check_shared_vocabulary,
 )
-from seq2seq.models.schema import check
+from seq2seq.models.transformer_config import TransformerConfig
 
 
 def positions_from_segments(segments: Array) -> Array:
@@ -68,40 +65,6 @@ def embedding_init(width: int) -> nnx.Initializer:
 # Cache positions per block: the cache's length is a whole number of them, and a beam search
 # step moves only the blocks written so far (``Transformer.reorder_cache``).
 CACHE_BLOCK = 8
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-    """The Transformer's schema: every size and switch; the defaults are the base model of Table 3.
-
-    ``config.model.transformer`` is generated from these fields (``seq2seq.models.schema``).
-    """
-
-    source_vocab_size: int  # from the run's tokenizer
-    target_vocab_size: int
-    d_model: int = 512  # width of embeddings and residual stream
-    d_ff: int = 2048  # inner width of the feed-forward blocks
-    num_heads: int = 8  # attention heads h
-    d_k: int = 64  # query/key width per head
-    d_v: int = 64  # value width per head
-    encoder_layers: int = 6  # N, encoder
-    decoder_layers: int = 6  # N, decoder
-    dropout_rate: float = 0.1  # P_drop: sub-layer outputs and embeddings + positions
-    attention_dropout_rate: float = 0.0  # dropout on attention weights (the paper: none)
-    relu_dropout_rate: float = 0.0  # dropout inside feed-forward blocks (the paper: none)
-    # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LayerNorm(x))
-    norm: Literal["post", "pre"] = "post"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"  # "learned": Table 3, row E
-    max_positions: int = 1024  # longest sequence with learned positions (tokens)
-    share_embeddings: bool = True  # one embedding for source and target (needs shared vocab)
-    tie_output: bool = True  # pre-softmax projection = target embedding^T (three-way tying)
-    scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model)
-    scan_layers: bool = False  # one jax.lax.scan per stack (run_layers): compile time flat in N
-    dtype: str = "float32"  # compute dtype (train.dtype); parameters stay float32
-
-    def __post_init__(self):
-        check(self)
-        check_shared_vocabulary(self)
 
 
 def feed_forward(x: Array, w_1: Linear, w_2: Linear, relu_dropout) -> Array:
