@@ -158,8 +158,19 @@ def _asks_for_help(argv: list[str]) -> bool:
     return any(argument.split("=")[0] in HELP_FLAGS for argument in arguments)
 
 
+# absl's words for a required flag left out: "flag --workdir=None: Flag --workdir must have a
+# value other than None."
+_MISSING_FLAG = re.compile(r"Flag --(\w+) must have a value other than None")
+
+
 def flag_error_message(argv: list[str], error: Exception) -> str:
-    """One line for an error in the flags themselves (unknown key, bad value); else re-raises."""
+    """One line for an error in the flags themselves (unknown key, bad value, a required flag
+    left out); else re-raises."""
+    missing = _MISSING_FLAG.search(str(error))
+    if missing and missing.group(1) in flags.FLAGS:
+        name = missing.group(1)
+        what = (flags.FLAGS[name].help or "").splitlines()[0].rstrip(".")
+        return f"--{name} is required: {what}; pass it (--help lists every flag)"
     if isinstance(error, (AttributeError, KeyError)):
         key = _offending_override(argv, error)
         return unknown_key_message(key) if key else str(error).splitlines()[0]

@@ -193,6 +193,11 @@ def _without_jax(tmp_path) -> dict[str, str]:
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
         (["train.py", "-h"], None),  # the help page, exit 0
         (
+            ["train.py", "--workdir", "{tmp}/run"],
+            "--config is required: Experiment config file (configs/*.py); pass it",
+        ),
+        (["-m", "seq2seq.evaluation.average", "--workdir", "{tmp}"], "--output is required: "),
+        (
             [
                 "train.py",
                 "--config",

@@ -220,6 +220,7 @@ def test_named_suites_expand_to_existing_configs():
     "arguments, message",
     [
         (["--suite", "quickstart", "--configs", "configs/quickstart_rnnsearch.py"], "not both"),
+        ([], "name the runs: --suite NAME (e.g. --suite quickstart) or --configs A.py B.py"),
         (["--suite", "table3"], "--suite table3 needs --base"),
         (["--configs", "configs/quickstart_transformer.py", "--rows", "base"], "--rows picks"),
         (["--configs", "configs/quickstart_transformer.py", "--config.train.stepz=3"], "stepz"),

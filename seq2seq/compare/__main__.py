@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 def _specs(
     configs: list[str], suite: str | None, base: str | None, rows: list[str]
 ) -> tuple[list[RunSpec], str]:
-    if bool(configs) == bool(suite):
+    if configs and suite:
         raise ValueError("pass either --configs A.py B.py ... or --suite NAME (not both)")
+    if not configs and not suite:
+        raise ValueError(
+            "name the runs: --suite NAME (e.g. --suite quickstart) or --configs A.py B.py ..."
+        )
     if rows and not suite:
         raise ValueError("--rows picks runs of a suite; with --configs, list only the ones to run")
     if suite:
