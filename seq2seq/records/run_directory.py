@@ -207,9 +207,9 @@ class RunDirectory:
         that a start which made nothing left; a resume keeps the first."""
         if self.corpus_file.exists() and not self.never_started():
             return
-        fingerprint = fingerprint(config)
-        if fingerprint is not None:
-            self.corpus_file.write_text(json.dumps(fingerprint, indent=1) + "\n")
+        record = fingerprint(config)
+        if record is not None:
+            self.corpus_file.write_text(json.dumps(record, indent=1) + "\n")
 
     def never_started(self) -> bool:
         """Whether the run here stopped before it made anything: its folder holds its config,
