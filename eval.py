@@ -42,9 +42,9 @@ from seq2seq.checkpoints.rule import rules_help
 from seq2seq.data.sources import resolve_split
 from seq2seq.records.run_directory import RunDirectory
 
-if TYPE_CHECKING:  # decoding and scoring (JAX, flax, sacreBLEU) are imported where they are
-    # used, once the flags, files and run are checked: a refused command ends in a fraction of
-    # a second
+# Decoding and scoring (JAX, flax, sacreBLEU) are imported where they are used, once the flags,
+# the files and the run are checked: a refused command ends in a fraction of a second.
+if TYPE_CHECKING:
     from seq2seq.evaluation.translator import LineTranslator, Sampling
 
 ENGINES = ("jax", "ctranslate2")
@@ -230,7 +230,6 @@ def _translate_stream(translator) -> None:
 def main(argv: list[str]) -> None:
     del argv
     _check_options()
-
     sampling = _sampling()  # options, the run and the split are checked before any model loads
     run = RunDirectory(_WORKDIR.value[0]) if _WORKDIR.value else None  # the one opening
     config = run.load_config() if run else None
