@@ -209,6 +209,7 @@ def _without_jax(tmp_path) -> dict[str, str]:
             "config.model.transformer.norm='mid' is not one of post, pre",
         ),
         (["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "nope"], "--suite=nope"),
+        (["-m", "seq2seq.bench.summary"], "--config is required: Experiment config file"),
     ],
 )
 def test_a_refused_command_line_ends_before_jax_is_imported(tmp_path, arguments, message):

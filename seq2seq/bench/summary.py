@@ -24,7 +24,6 @@ import json
 
 import ml_collections
 from absl import flags
-from flax import nnx
 from ml_collections import config_flags
 
 from seq2seq import cli
@@ -34,6 +33,8 @@ from seq2seq.models import build_model, count_params, train_flops
 
 def parameter_counts(config: ml_collections.ConfigDict) -> tuple[int, dict[str, int]]:
     """Total trainable parameters and their split by top-level module (shared ones once)."""
+    from flax import nnx  # here, not on import: a refused command line never waits for JAX
+
     vocab = config.data.vocab_size
     abstract = nnx.eval_shape(lambda: build_model(config, vocab, vocab, seed=0))
     params = nnx.state(abstract, nnx.Param)
