@@ -1,6 +1,7 @@
 """From a config to batches: filter counts in the log, config checks, the Multi30k configs."""
 
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -238,6 +239,14 @@ def test_a_second_start_reads_the_encoded_split_from_disk_not_the_corpus(tmp_pat
         patch.setattr(pipeline, "encode_corpus", no_reading)
         assert build_training_data(config, run, encoded_dir=encoded_dir).counts == first.counts
     config.data.pack = False
+    # The same files in another folder (a run's identity check compares their bytes), and
+    # another split to validate on: neither is read by encoding, so nothing is read again.
+    config.data.dir = str(shutil.copytree(folder, tmp_path / "moved"))
+    config.data.eval_split = "dev"
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline.sources, "open_corpus", no_reading)
+        patch.setattr(pipeline, "encode_corpus", no_reading)
+        assert build_training_data(config, run, encoded_dir=encoded_dir).counts == first.counts
     config.data.max_train_examples = 30  # another corpus: encoded afresh, beside the first
     with monkeypatch.context() as patch:
         patch.setattr(pipeline, "encode_corpus", no_reading)

@@ -1,6 +1,7 @@
 """The work directory: one owner of its layout, a run's identity from the schema, light reads."""
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -210,7 +211,7 @@ def test_the_comparison_reuses_a_run_whose_corpus_moved_and_refuses_one_whose_co
 
 
 @pytest.mark.slow
-def test_training_continues_from_its_corpus_in_another_folder(tmp_path):
+def test_training_continues_from_its_corpus_in_another_folder(tmp_path, caplog):
     from seq2seq.data.sources import load_pairs
     from seq2seq.training.trainer import train
 
@@ -225,7 +226,9 @@ def test_training_continues_from_its_corpus_in_another_folder(tmp_path):
     moved = shutil.move(first, tmp_path / "moved")
     config = _text_config(str(moved))
     config.train.steps = 20
-    assert train(config, workdir).step == 20
+    with caplog.at_level(logging.INFO, logger="seq2seq.data.pipeline"):
+        assert train(config, workdir).step == 20
+    assert "training split encoded before" in caplog.text  # not read and tokenized again
     run = RunDirectory(workdir)
     steps = [r["step"] for r in run.read_metrics() if r["kind"] == "train"]
     assert steps == [5, 10, 15, 20]  # continued from step 10, not trained afresh

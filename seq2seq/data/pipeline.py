@@ -159,12 +159,20 @@ AFTER_ENCODING = frozenset(
 )
 
 
+# Keys of the data section that encoding the training split never reads: the splits validation
+# and scoring read, and the folder, whose files a run's identity check has already compared
+# when it changes (``RunDirectory.identity_differences``: a moved text corpus continues the run
+# only if its files are the same bytes), so that a moved corpus is not encoded again.
+NOT_ENCODED = frozenset({"eval_split", "test_split", "dir"})
+
+
 def encoded_corpus_key(config: ml_collections.ConfigDict, tokenizer_dir: Path) -> str:
     """Names the training split as encoded by the tokenizer in ``tokenizer_dir``: a hash of the
-    data section (but the keys read after encoding, ``AFTER_ENCODING``), the seed (which orders
-    and samples the pairs) and the tokenizer's files. Any change to them names another corpus,
-    so a stale encoding is never read."""
-    reading = {k: v for k, v in config.data.to_dict().items() if k not in AFTER_ENCODING}
+    data section (but the keys read after encoding, ``AFTER_ENCODING``, or never,
+    ``NOT_ENCODED``), the seed (which orders and samples the pairs) and the tokenizer's files.
+    Any change to them names another corpus, so a stale encoding is never read."""
+    left_out = AFTER_ENCODING | NOT_ENCODED
+    reading = {k: v for k, v in config.data.to_dict().items() if k not in left_out}
     digest = hashlib.sha256()
     digest.update(json.dumps([reading, config.seed], sort_keys=True, default=str).encode())
     for path in sorted(tokenizer_dir.iterdir()):
