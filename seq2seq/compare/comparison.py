@@ -15,7 +15,6 @@ from seq2seq.compare.report import build_report, write_report
 from seq2seq.compare.runner import (
     RunOutcome,
     Settings,
-    check_a_config_builds,
     check_reuse,
     check_splits,
     evaluate_outcome,
@@ -68,16 +67,15 @@ def compare(
 
 
 def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) -> None:
-    """Refuses, before any training, runs that would share a folder, configs none of which
-    builds, a scored split that training or validation reads, a ``--config`` override of a
-    tuned key, and trials in steps that would end inside a warm-up."""
+    """Refuses, before any training, runs that would share a folder, a scored split that
+    training or validation reads, a ``--config`` override of a tuned key, and trials in steps
+    that would end inside a warm-up."""
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ValueError(
             f"two runs would share the folder {duplicates[0]!r}; give the configs distinct names"
         )
-    check_a_config_builds(specs, settings)
     check_splits(specs, settings)
     if tuning is not None:
         check_overrides(tuning, settings)

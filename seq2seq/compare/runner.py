@@ -137,32 +137,6 @@ def scored_split(config: ml_collections.ConfigDict, split: str | None) -> str:
     return resolve_split(config.data, split or "test")
 
 
-def check_a_config_builds(specs: Sequence[RunSpec], settings: Settings) -> None:
-    """Refuses, before any folder is made, a comparison none of whose configs builds.
-
-    One config that cannot be built fails its own runs and leaves the others to train. When
-    none builds (a bad ``--config`` override, which every run takes) nothing would train, and
-    the comparison would write a report of failures only.
-
-    Raises:
-      ConfigError: one line: how many configs fail, and the first one's reason.
-    """
-    reasons = []
-    for spec in specs:
-        try:
-            run_config(spec, settings, 0)
-        except Exception as error:  # any failure, named as its runs would name it
-            reasons.append(f"{spec.name}: {(str(error).splitlines() or [''])[0]}")
-        else:
-            return
-    which = (
-        "its one config does not build"
-        if len(reasons) == 1
-        else f"none of its {len(reasons)} configs builds (a --config override reaches every run)"
-    )
-    raise config_lib.ConfigError(f"nothing of this comparison would train: {which}; {reasons[0]}")
-
-
 def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
     """Refuses, before any training, a comparison that could not score its runs, or would
     score a split they read.
