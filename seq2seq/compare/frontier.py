@@ -39,9 +39,8 @@ from seq2seq.training.stopping import CONVERGED
 logger = logging.getLogger(__name__)
 
 # What a run's record keeps (beside its scored split's eval JSON and hypotheses): no checkpoints.
-# tuning.json is there only for a run whose values a tuned comparison chose; corpus.json only
-# for a run of a text corpus that started after runs recorded one (2026-12-05).
-RECORD_FILES = ("config.json", "metrics.jsonl", "provenance.json", "corpus.json", "tuning.json")
+# tuning.json is there only for a run whose values a tuned comparison chose.
+RECORD_FILES = ("config.json", "metrics.jsonl", "provenance.json", "tuning.json")
 # ``<family>-<size>`` or ``<family>-<size>-seed<k>`` (the frontier suite's run names).
 _NAME = re.compile(r"^(?P<config>.+?)(?:-seed(?P<seed>\d+))?$")
 
@@ -81,7 +80,8 @@ class RunRecord:
     device: str = ""  # what trained it, as JAX names the device (``run_device``)
     compute_dtype: str = ""  # what its products computed in, at its latest start ("" unrecorded)
     jax_version: str = ""  # the JAX that trained it, at its latest start ("" unrecorded)
-    # Its training files by name, size and SHA-256 (``corpus.json``); None where unrecorded
+    # Its training files by name, size and SHA-256 (a work directory's ``corpus.json``, which
+    # records leave out); None where unrecorded
     corpus: dict | None = None
 
     @property
