@@ -234,9 +234,4 @@ def test_training_continues_from_its_corpus_in_another_folder(tmp_path, caplog):
     assert steps == [5, 10, 15, 20]  # continued from step 10, not trained afresh
     assert {p.name: p.read_bytes() for p in run.tokenizer_dir.iterdir()} == tokenizer
     assert run.load_config().data.dir == str(moved)
-    # compare --devices reads it from run folders, to tell whether two sides trained on one corpus
-    from seq2seq.compare.frontier import read_run
-
-    recorded = json.loads(run.corpus_file.read_text())
-    assert set(recorded) == {"train.de", "train.en"}
-    assert read_run(run, "test", "latest").corpus == recorded
+    assert set(json.loads(run.corpus_file.read_text())) == {"train.de", "train.en"}

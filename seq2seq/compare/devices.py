@@ -9,11 +9,10 @@ first folder against the second's, by the bootstrap over seeds and sentences tog
 and chrF, with every row's tests Holm-adjusted as one family. A row with no significant
 difference trains alike within the noise of its seeds and sentences. Each row also lists what
 differs between its two sides and could explain a difference: the device, the compute dtype,
-the JAX version, the training files where both sides recorded them (``corpus.json``: the data
-may lie in other folders, not be other bytes), and every config key other than the seed and
-where the data lie (packed rows, step caps, dropout...). Beside the test scores are each side's
-steps, its converged runs and its training minutes. The figure draws each config's validation
-curves against steps, one colour per folder: runs that train alike have curves that overlap.
+the JAX version, and every config key other than the seed and where the data lie (packed rows,
+step caps, dropout...). Beside the test scores are each side's steps, its converged runs and its
+training minutes. The figure draws each config's validation curves against steps, one colour
+per folder: runs that train alike have curves that overlap.
 """
 
 from __future__ import annotations
@@ -111,9 +110,9 @@ def _side(label: str, runs: Sequence[RunRecord]) -> dict:
 
 def what_differs(runs_a: Sequence[RunRecord], runs_b: Sequence[RunRecord]) -> list[str]:
     """``"NAME: first / second"`` for what the two sides ran differently that could change what
-    they learn or score: device, compute dtype, JAX, training files (where both sides recorded
-    them), config keys (``NOT_AN_EXPLANATION`` aside) and the beam that scored them. A side
-    whose runs disagree shows their values joined by " + "."""
+    they learn or score: device, compute dtype, JAX, config keys (``NOT_AN_EXPLANATION`` aside)
+    and the beam that scored them. A side whose runs disagree shows their values joined by
+    " + "."""
     facts = {
         "device": lambda r: r.device,
         "compute dtype": lambda r: r.compute_dtype,
@@ -126,9 +125,6 @@ def what_differs(runs_a: Sequence[RunRecord], runs_b: Sequence[RunRecord]) -> li
         a, b = _joined(map(fact, runs_a)), _joined(map(fact, runs_b))
         if a != b:
             differs.append(f"{name}: {a} / {b}")
-    a, b = _training_files(runs_a), _training_files(runs_b)
-    if a and b and a != b:  # unrecorded on either side (runs before 2026-12-05): no claim
-        differs.append(f"training files: {a} / {b}")
     flat_a = [dict(config_lib.flatten(r.config)) for r in runs_a]
     flat_b = [dict(config_lib.flatten(r.config)) for r in runs_b]
     cosine = any(r.config.train.schedule == "warmup_cosine" for r in [*runs_a, *runs_b])
@@ -140,17 +136,6 @@ def what_differs(runs_a: Sequence[RunRecord], runs_b: Sequence[RunRecord]) -> li
         if a != b:
             differs.append(f"config.{key}: {a} / {b}")
     return differs
-
-
-def _training_files(runs: Sequence[RunRecord]) -> str:
-    """The side's training files as ``train.de 1a2b3c4d5e6f, train.en ...`` (the start of each
-    file's SHA-256), joined as ``_joined`` joins; "" when any run lacks the record."""
-    if not runs or any(run.corpus is None for run in runs):
-        return ""
-    return _joined(
-        ", ".join(f"{name} {file['sha256'][:12]}" for name, file in sorted(run.corpus.items()))
-        for run in runs
-    )
 
 
 def devices_data(

@@ -80,9 +80,6 @@ class RunRecord:
     device: str = ""  # what trained it, as JAX names the device (``run_device``)
     compute_dtype: str = ""  # what its products computed in, at its latest start ("" unrecorded)
     jax_version: str = ""  # the JAX that trained it, at its latest start ("" unrecorded)
-    # Its training files by name, size and SHA-256 (a work directory's ``corpus.json``, which
-    # records leave out); None where unrecorded
-    corpus: dict | None = None
 
     @property
     def converged(self) -> bool:
@@ -143,7 +140,6 @@ def read_run(run: RunDirectory, split: str, rule: str) -> RunRecord:
         config=config,
         tuning=run.read_tuning(),
         device=run_device(run),
-        corpus=json.loads(run.corpus_file.read_text()) if run.corpus_file.exists() else None,
         **latest_start(run),
     )
 
