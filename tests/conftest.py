@@ -18,8 +18,15 @@ def with_xla_flag(environ, flag: str) -> str:
 # older loop emitters instead of the MLIR fusion emitters, whose fixed cost per fusion dominates
 # a tiny program (six compile-bound files took 380 s against 265 s). They are set before JAX
 # loads, for the test processes and everything they start; commands run outside the tests keep
-# XLA's defaults. A flag already in XLA_FLAGS, with any value, is left as it is.
-TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+# XLA's defaults. A collective of simulated CPU devices (one thread each) may wait for threads
+# that 2 busy cores have not scheduled: XLA ends the process after 40 s of that, which killed
+# the eight-device mesh worker once in a loaded suite (2026-12-05), so tests allow 10 minutes.
+# A flag already in XLA_FLAGS, with any value, is left as it is.
+TEST_XLA_FLAGS = (
+    "--xla_backend_optimization_level=0",
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_cpu_collective_call_terminate_timeout_seconds=600",
+)
 for _flag in TEST_XLA_FLAGS:
     if _flag.split("=")[0] + "=" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = with_xla_flag(os.environ, _flag)
