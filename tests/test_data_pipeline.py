@@ -247,10 +247,21 @@ def test_a_second_start_reads_the_encoded_split_from_disk_not_the_corpus(tmp_pat
         patch.setattr(pipeline.sources, "open_corpus", no_reading)
         patch.setattr(pipeline, "encode_corpus", no_reading)
         assert build_training_data(config, run, encoded_dir=encoded_dir).counts == first.counts
-    config.data.max_train_examples = 30  # another corpus: encoded afresh, beside the first
+    assert [p.name for p in encoded_dir.iterdir()] == [written.name]
+    # Another corpus (a start that made nothing may change the data) is encoded afresh, and the
+    # first encoding goes, with the half-written folder of a start that died while encoding.
+    (encoded_dir / f"{written.name}.partial-4242").mkdir()
+    config.data.max_train_examples = 30
     with monkeypatch.context() as patch:
         patch.setattr(pipeline, "encode_corpus", no_reading)
         with pytest.raises(AssertionError, match="read again"):
             build_training_data(config, run, encoded_dir=encoded_dir)
     assert build_training_data(config, run, encoded_dir=encoded_dir).counts["read"] == 30
-    assert len(list(encoded_dir.iterdir())) == 2
+    (kept,) = encoded_dir.iterdir()
+    assert kept.name != written.name and kept.name.startswith("train-")
+    # An old run keeps the encoding it reads and loses one left from an older way of naming.
+    shutil.copytree(kept, encoded_dir / "train-0123456789abcdef")
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "encode_corpus", no_reading)
+        assert build_training_data(config, run, encoded_dir=encoded_dir).counts["read"] == 30
+    assert [p.name for p in encoded_dir.iterdir()] == [kept.name]

@@ -155,6 +155,17 @@ def save_encoded(corpus: EncodedCorpus, directory: Path) -> EncodedCorpus:
     return load_encoded(directory)
 
 
+def remove_others(encoded_dir: Path, keep: str) -> list[str]:
+    """Deletes every folder in ``encoded_dir`` but ``keep``, the encoding a run now trains on:
+    the others are stale (a run's data section and tokenizer never change, so another key is
+    an encoding from before a change to how keys are made, or of a start that made nothing) or
+    half-written by a start that died, and each is as large as the corpus. Returns their names."""
+    stale = sorted(p for p in encoded_dir.iterdir() if p.is_dir() and p.name != keep)
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return [folder.name for folder in stale]
+
+
 def filter_pairs(
     source_lengths: np.ndarray,
     target_lengths: np.ndarray,

@@ -23,6 +23,7 @@ from seq2seq.data.encoded import (
     encode_corpus,
     filter_pairs,
     load_encoded,
+    remove_others,
     save_encoded,
 )
 from seq2seq.data.packing import PackedBatches
@@ -189,11 +190,13 @@ def _training_corpus(
     one for all processes, as its tokenizer and checkpoints are)."""
     tokenizer = load_tokenizer(tokenizer_dir) if encoded_dir is not None else None
     if tokenizer is not None:
-        encoded = load_encoded(encoded_dir / encoded_corpus_key(config, tokenizer_dir))
+        folder = encoded_dir / encoded_corpus_key(config, tokenizer_dir)
+        encoded = load_encoded(folder)
         if encoded is not None:
             if jax.process_count() > 1:  # the same collective as build_tokenizer's
                 multihost_utils.sync_global_devices("seq2seq: tokenizer saved")
             logger.info("training split encoded before: %d pairs read from disk", len(encoded))
+            _remove_stale(folder)
             return tokenizer, encoded
     data = config.data
     corpus = sources.open_corpus(
@@ -210,7 +213,18 @@ def _training_corpus(
     encoded = load_encoded(folder)
     if jax.process_index() > 0:
         logger.info("training split encoded by process 0: %d pairs read from disk", len(encoded))
+    _remove_stale(folder)
     return tokenizer, encoded
+
+
+def _remove_stale(folder: Path) -> None:
+    """Process 0 deletes the run's other encodings of its training split (``remove_others``)."""
+    if jax.process_index() == 0 and (removed := remove_others(folder.parent, keep=folder.name)):
+        logger.info(
+            "removed %d stale encoding(s) of the training split: %s",
+            len(removed),
+            ", ".join(removed),
+        )
 
 
 def build_training_data(

@@ -6,7 +6,8 @@
       corpus.json        the training files' names, sizes and SHA-256 (text data), so that a
                          corpus moved to another folder is known as the one the run trained on
       tokenizer/         SentencePiece model(s), trained once and reused by resumes and eval
-      encoded/           the training split tokenized once, memory-mapped by later starts
+      encoded/           the training split tokenized once, memory-mapped by later starts;
+                         one folder, the others (stale or half-written) deleted at start
       checkpoints/       orbax checkpoints (state, data position, elapsed training time)
       metrics.jsonl      one JSON object per logged step or validation
       tensorboard/       the same metrics as TensorBoard events
