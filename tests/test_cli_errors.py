@@ -210,6 +210,16 @@ def _without_jax(tmp_path) -> dict[str, str]:
         ),
         (["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "nope"], "--suite=nope"),
         (["-m", "seq2seq.bench.summary"], "--config is required: Experiment config file"),
+        (["-m", "seq2seq.bench", "nope"], "name one command of matmul, train"),
+        (["-m", "seq2seq.bench", "train"], "bench train needs --config FILE"),
+        (
+            ["-m", "seq2seq.bench", "matmul", "--matmul_sizes", "512,big"],
+            "--matmul_sizes '512,big': give positive integers",
+        ),
+        (
+            ["-m", "seq2seq.bench", "train", "--config", "configs/bench_small.py", "--meshes=2x2"],
+            "--meshes '2x2': give DATAxFSDPxTENSOR",
+        ),
     ],
 )
 def test_a_refused_command_line_ends_before_jax_is_imported(tmp_path, arguments, message):

@@ -26,6 +26,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,8 +36,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
-from seq2seq.bench import measure
-from seq2seq.bench.profile import profile_benchmark
+from seq2seq.bench import MATMUL_SIZES, TARGET_DATA_MULTIPLE
 from seq2seq.config import ConfigError, validate
 from seq2seq.models import MODELS, ModelFamily, compute_dtype
 from seq2seq.records.run_directory import RunDirectory
@@ -101,6 +101,7 @@ def _decode_targets(result: dict) -> dict:
 def _all(settings: dict) -> dict:
     """Every benchmark on each bench family's config, in one process; the summary against the
     targets. The input pipeline is measured on the first family's config."""
+    from seq2seq.bench import measure
     from seq2seq.config import load_config_file
 
     configs = [load_config_file(bench_config_path(family)) for family in bench_families()]
@@ -235,7 +236,7 @@ def summary(results: dict) -> str:
         (
             "input pipeline / training consumption",
             ratio,
-            _met(ratio, measure.TARGET_DATA_MULTIPLE),
+            _met(ratio, TARGET_DATA_MULTIPLE),
         ),
     ]
     lines = ["| figure | measured | target |", "|---|---:|---|"]
@@ -267,7 +268,7 @@ def _measure_flags() -> dict[str, flags.FlagHolder]:
         "batches": flags.DEFINE_integer("batches", 300, "data: batches drawn.", lower_bound=1),
         "matmul_sizes": flags.DEFINE_list(
             "matmul_sizes",
-            [str(n) for n in measure.MATMUL_SIZES],
+            [str(n) for n in MATMUL_SIZES],
             "matmul, train: square sizes n.",
         ),
         "persistent_cache": flags.DEFINE_bool(
@@ -329,6 +330,13 @@ def _config(flag: SimpleNamespace, command: str) -> ml_collections.ConfigDict:
 
 
 def _sizes(flag: SimpleNamespace) -> tuple[int, ...]:
+    """``--matmul_sizes`` as integers; anything but positive integers is a one-line error."""
+    if not flag.matmul_sizes or not all(
+        n.strip().isdigit() and int(n) > 0 for n in flag.matmul_sizes
+    ):
+        raise ConfigError(
+            f"--matmul_sizes {','.join(flag.matmul_sizes)!r}: give positive integers, e.g. 512,1024"
+        )
     return tuple(int(n) for n in flag.matmul_sizes)
 
 
@@ -336,7 +344,10 @@ def _sizes(flag: SimpleNamespace) -> tuple[int, ...]:
 
 
 def _matmul(flag: SimpleNamespace) -> tuple[dict, str]:
-    result = {d: measure.matmul_peak(d, _sizes(flag)) for d in ("float32", "bfloat16")}
+    sizes = _sizes(flag)
+    from seq2seq.bench import measure
+
+    result = {d: measure.matmul_peak(d, sizes) for d in ("float32", "bfloat16")}
     table = "\n\n".join(
         _table(f"matmul {d} (GFLOP/s by size)", r["gflops_by_size"] | {"peak": r["peak_gflops"]})
         for d, r in result.items()
@@ -346,10 +357,13 @@ def _matmul(flag: SimpleNamespace) -> tuple[dict, str]:
 
 def _train(flag: SimpleNamespace) -> tuple[dict, str]:
     config = _config(flag, "train")
-    if flag.meshes:
-        result = measure.mesh_benchmark(config, _mesh_shapes(flag.meshes), flag.steps, flag.warmup)
+    shapes, sizes = _mesh_shapes(flag.meshes), _sizes(flag)
+    from seq2seq.bench import measure
+
+    if shapes:
+        result = measure.mesh_benchmark(config, shapes, flag.steps, flag.warmup)
         return result, _mesh_table(result)
-    peak = measure.matmul_peak(compute_dtype(config), _sizes(flag))
+    peak = measure.matmul_peak(compute_dtype(config), sizes)
     result = measure.train_benchmark(
         config, flag.steps, flag.warmup, peak, yardstick=flag.yardstick
     )
@@ -364,6 +378,8 @@ def _decode_split(flag: SimpleNamespace) -> tuple[dict, str]:
         raise ConfigError(f"unknown --engine {flag.engine!r}; choose jax or ctranslate2")
     if flag.batch_size is not None and flag.batch_size < 1:
         raise ConfigError(f"--batch_size {flag.batch_size} must be at least 1")
+    from seq2seq.bench import measure
+
     result = measure.split_decode_benchmark(
         Path(flag.workdir), flag.split, beam_size=flag.beam_size, engine=flag.engine,
         batch_size=flag.batch_size,
@@ -378,6 +394,8 @@ def _decode(flag: SimpleNamespace) -> tuple[dict, str]:
         return _decode_split(flag)
     workdir = Path(flag.workdir) if flag.workdir else None
     run_config = RunDirectory(workdir).load_config() if workdir else _config(flag, "decode")
+    from seq2seq.bench import measure
+
     result = measure.decode_benchmark(
         run_config,
         beam_size=flag.beam_size,
@@ -396,6 +414,8 @@ def _profile(flag: SimpleNamespace) -> tuple[dict, str]:
     config = _config(flag, "profile")
     config_path = config_flags.get_config_filename(flags.FLAGS["config"])
     directory = _profile_dir(flag.profile_dir, config_path)
+    from seq2seq.bench.profile import profile_benchmark
+
     result = profile_benchmark(config, directory, flag.profile_steps, flag.warmup)
     table = _profile_tables(result, flag.top)
     result["operations"] = result["operations"][: flag.top]
@@ -403,7 +423,10 @@ def _profile(flag: SimpleNamespace) -> tuple[dict, str]:
 
 
 def _data(flag: SimpleNamespace) -> tuple[dict, str]:
-    result = measure.data_benchmark(_config(flag, "data"), flag.batches)
+    config = _config(flag, "data")
+    from seq2seq.bench import measure
+
+    result = measure.data_benchmark(config, flag.batches)
     return result, _table("data", result)
 
 
@@ -433,13 +456,14 @@ def run() -> None:
     holders = {**_measure_flags(), **_decode_flags(), **_profile_flags()}
 
     def main(argv: list[str]) -> None:
-        import jax
-
-        flag = SimpleNamespace(config=config_flag.value, **{k: h.value for k, h in holders.items()})
-        jax.config.update("jax_enable_compilation_cache", flag.persistent_cache)
         commands = [arg for arg in argv[1:] if not arg.startswith("-")]
         if len(commands) != 1 or commands[0] not in COMMANDS:
             raise ConfigError(f"name one command of {', '.join(COMMANDS)}, e.g. `bench train`")
+        flag = SimpleNamespace(config=config_flag.value, **{k: h.value for k, h in holders.items()})
+        # JAX loads only once the command's own checks pass, and reads this when it starts.
+        os.environ["JAX_ENABLE_COMPILATION_CACHE"] = str(flag.persistent_cache).lower()
+        if "jax" in sys.modules:  # already loaded (e.g. by --nocompilation_cache)
+            sys.modules["jax"].config.update("jax_enable_compilation_cache", flag.persistent_cache)
         result, table = COMMANDS[commands[0]](flag)
         print(json.dumps(result) if flag.json else table)
 
