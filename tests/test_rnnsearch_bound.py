@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from seq2seq.bench import rnnsearch_bound
+from seq2seq.bench.settings import parse_matmul_sizes
 from seq2seq.config import ConfigError
 from tests.conftest import REPO, SHRINK, subprocess_env, tiny_config
 
@@ -69,6 +70,13 @@ def test_a_malformed_shape_is_one_line(text):
         rnnsearch_bound.parse_shape(text)
     assert rnnsearch_bound.parse_shape("80X51x4") == (80, 51, 4, False)
     assert rnnsearch_bound.parse_shape("80x51x4:Joint") == (80, 51, 4, True)
+
+
+@pytest.mark.parametrize("values", [["4096", "big"], ["0"], ["-8"], []])
+def test_matmul_sizes_that_are_not_positive_integers_are_one_line(values):
+    with pytest.raises(ConfigError, match=r"--matmul_sizes .*: give positive integers"):
+        parse_matmul_sizes(values)
+    assert parse_matmul_sizes(["4096", " 8192"]) == (4096, 8192)
 
 
 def test_the_default_shapes_put_the_paper_batch_first_and_sweep_every_unroll():

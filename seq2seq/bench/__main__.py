@@ -36,7 +36,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
-from seq2seq.bench import MATMUL_SIZES, TARGET_DATA_MULTIPLE
+from seq2seq.bench.settings import MATMUL_SIZES, TARGET_DATA_MULTIPLE, parse_matmul_sizes
 from seq2seq.config import ConfigError, validate
 from seq2seq.models import MODELS, ModelFamily, compute_dtype
 from seq2seq.records.run_directory import RunDirectory
@@ -330,14 +330,7 @@ def _config(flag: SimpleNamespace, command: str) -> ml_collections.ConfigDict:
 
 
 def _sizes(flag: SimpleNamespace) -> tuple[int, ...]:
-    """``--matmul_sizes`` as integers; anything but positive integers is a one-line error."""
-    if not flag.matmul_sizes or not all(
-        n.strip().isdigit() and int(n) > 0 for n in flag.matmul_sizes
-    ):
-        raise ConfigError(
-            f"--matmul_sizes {','.join(flag.matmul_sizes)!r}: give positive integers, e.g. 512,1024"
-        )
-    return tuple(int(n) for n in flag.matmul_sizes)
+    return parse_matmul_sizes(flag.matmul_sizes)
 
 
 # Each command: its figures (the JSON) and its table, from the flags' values.

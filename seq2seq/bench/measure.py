@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq.bench import MATMUL_SIZES, TARGET_DATA_MULTIPLE  # noqa: F401 (re-exported)
+from seq2seq.bench.settings import MATMUL_SIZES, TARGET_DATA_MULTIPLE  # noqa: F401 (re-exported)
 from seq2seq.data import sources
 from seq2seq.data.encoded import encode_corpus, filter_pairs
 from seq2seq.data.pipeline import build_tokenizer, make_batches
@@ -37,10 +37,8 @@ from seq2seq.training.trainer import create_state
 from seq2seq.vocabulary import EOS_ID, PAD_ID
 
 FIRST_WORD_ID = 4  # ids below are PAD, UNK, BOS and EOS (seq2seq.vocabulary)
-# The matmul sizes, and the input pipeline's target on the 2-core development CPU (printed
-# beside the measured figures), live in ``seq2seq.bench`` so that the command line reads them
-# without JAX; each family's own targets are in its registry entry
-# (``seq2seq.models.registry.BenchTargets``).
+# The matmul sizes and the input pipeline's target live in ``seq2seq.bench.settings``, so that
+# the command line reads them without JAX.
 
 
 def model_flops_utilization(flops_per_step: float, step_seconds: float, peak_flops: float) -> float:

@@ -57,6 +57,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from seq2seq.bench import measure
+from seq2seq.bench.settings import parse_matmul_sizes
 from seq2seq.config import ConfigError, validate
 from seq2seq.models import compute_dtype
 
@@ -294,6 +295,7 @@ def main() -> None:
                 "recurrences: pass an RNNsearch config, e.g. configs/wmt14_enfr_rnnsearch50.py"
             )
         shapes = [parse_shape(text) for text in flag["shapes"]]
+        sizes = parse_matmul_sizes(flag["matmul_sizes"])
         if flag["steps"] < 1 or flag["warmup"] < 0:
             raise ConfigError("--steps must be at least 1 and --warmup at least 0")
         out = Path(flag["out"]) if flag["out"] else None
@@ -310,7 +312,7 @@ def main() -> None:
             steps=flag["steps"],
             warmup=flag["warmup"],
             budget_s=flag["budget_s"],
-            matmul_sizes=tuple(int(n) for n in flag["matmul_sizes"]),
+            matmul_sizes=sizes,
             on_shape=write,
         )
         write(result)
