@@ -327,6 +327,16 @@ def identity_differences(
     ]
 
 
+def for_model(key: str, model_name: str) -> str:
+    """A tuned key as one model family reads it: ``model.FIELD`` (a field every family has, such
+    as ``model.dropout_rate``) is ``model.<model_name>.FIELD``; any other key is itself. So one
+    grid tunes the same idea in a Transformer and an RNNsearch, with the same trials."""
+    parts = key.split(".")
+    if len(parts) == 2 and parts[0] == "model" and parts[1] != "name":
+        return f"model.{model_name}.{parts[1]}"
+    return key
+
+
 def lookup(config: ml_collections.ConfigDict, key: str) -> object:
     """The value at a dotted key (a plain dict for a section)."""
     node = config

@@ -314,3 +314,36 @@ def test_a_record_names_its_device_and_its_validation_time(tmp_path):
     assert record.curve[1].minutes_with_validation == 1.15
     run.provenance_file.write_text(json.dumps({"entries": entries}))  # resumed on a GPU
     assert run_device(run) == f"cpu, 2 cores + {GPU}"
+
+
+def _tuned(run, grid, chosen):
+    """``run`` with a tuning record (as ``tuning.json`` holds one) that chose ``chosen``."""
+    model = {"chosen": chosen, "trials": [{}] * 4, "validation_split": "val"}
+    tuning = {"grid": grid, "models": [model], "budget_unit": "steps", "rung_minutes": [100]}
+    return dataclasses.replace(run, tuning=tuning)
+
+
+def test_the_frontier_says_where_every_size_of_a_family_chose_the_same_end_of_its_grid():
+    from seq2seq.compare.frontier_report import _edges_paragraph, _grid_edges
+
+    factors, dropout = ["x0.5", "x1"], [0.1, 0.3]
+    rnn = {"train.learning_rate": factors, "model.dropout_rate": dropout}
+    runs = [
+        _tuned(RUNS[0], rnn, {"train.learning_rate": "x1", "model.dropout_rate": 0.3}),
+        _tuned(RUNS[1], rnn, {"train.learning_rate": "x0.5", "model.dropout_rate": 0.3}),
+        # The same axis named as the family reads it, with the same values: pooled with the rest.
+        _tuned(RUNS[2], {"model.rnnsearch.dropout_rate": dropout},
+               {"model.rnnsearch.dropout_rate": 0.3}),
+        # The Transformer's sizes chose both ends, so nothing is said of them.
+        _tuned(RUNS[3], rnn, {"train.learning_rate": "x1", "model.dropout_rate": 0.1}),
+        _tuned(RUNS[4], rnn, {"train.learning_rate": "x1", "model.dropout_rate": 0.3}),
+    ]  # fmt: skip
+    edges = _grid_edges(runs)
+    assert edges == [
+        "every rnnsearch size (3) chose the largest `model.rnnsearch.dropout_rate` of the grid "
+        "(0.3)",
+        "every transformer size (2) chose the largest `train.learning_rate` of the grid (x1)",
+    ]
+    (paragraph, _) = _edges_paragraph({"grid_edges": edges})
+    assert paragraph.startswith("**At the end of the grid**: every rnnsearch size (3) chose")
+    assert _grid_edges(RUNS) == [] and _edges_paragraph({"grid_edges": []}) == []  # none tuned

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.compare import grid, report_sections, runner, tuning
+from seq2seq.compare import grid, grid_ends, report_sections, runner, tuning
 from seq2seq.compare.comparison import compare
 from seq2seq.compare.grid import make_tuning
 from seq2seq.compare.runner import Settings
@@ -827,3 +827,59 @@ def test_transformer_large_under_the_rule_compares_its_dropout_0_3_with_the_othe
         ("x1", 0.3): pytest.approx(_validation_at(run, 4000)["bleu"]),
     }
     assert assembled["models"][0]["chosen"] == {"train.learning_rate": "x1", key: 0.3}
+
+
+def _chose(name, **point):
+    return {"name": name, "chosen": {key.replace("__", "."): value for key, value in point.items()}}
+
+
+def test_a_grid_end_every_model_chose_is_named_and_a_split_or_inner_choice_is_not():
+    grid = {"model.dropout_rate": [0.1, 0.3], "train.learning_rate": ["x0.5", "x1"]}
+    both_top = [
+        _chose("rnn", model__dropout_rate=0.3, train__learning_rate="x1"),
+        _chose("tf", model__dropout_rate=0.3, train__learning_rate="x0.5"),
+    ]
+    assert grid_ends.grid_edges(grid, both_top) == [
+        "every model chose the largest `model.dropout_rate` of the grid (0.3)"
+    ]
+    # One model alone on two values always sits at an end: that says nothing, so nothing is said.
+    assert grid_ends.grid_edges(grid, both_top[:1]) == []
+    # Factors order by their size: both chose the smallest.
+    low = [_chose("a", train__learning_rate="x0.5"), _chose("b", train__learning_rate="x0.5")]
+    assert grid_ends.grid_edges(grid, low) == [
+        "every model chose the smallest `train.learning_rate` of the grid (x0.5)"
+    ]
+    # Three values: any model that passed over the inner one for an end is named, alone or not.
+    wide = {"model.dropout_rate": [0.3, 0.1, 0.2]}
+    models = [_chose("a", model__dropout_rate=0.2), _chose("b", model__dropout_rate=0.1)]
+    assert grid_ends.grid_edges(wide, models) == [
+        "`b` chose the smallest `model.dropout_rate` of the grid (0.1)"
+    ]
+    # Names have no order; a model with no scored trial chose nothing and is left out.
+    names = {"train.schedule": ["warmup_rsqrt", "warmup_cosine"]}
+    assert grid_ends.grid_edges(names, [_chose("a", train__schedule="warmup_rsqrt")] * 2) == []
+    unscored = [*both_top, {"name": "c", "chosen": None}]
+    assert grid_ends.grid_edges(grid, unscored) == grid_ends.grid_edges(grid, both_top)
+
+
+def test_the_report_names_a_grid_end_under_the_choices():
+    summary = {
+        "grid": {"model.dropout_rate": [0.1, 0.3]},
+        "trials_per_model": {"rnn": 2, "tf": 2},
+        "minutes_per_trial": 5.0,
+        "rungs": 1,
+        "samples": None,
+        "models": [
+            {**_chose("rnn", model__dropout_rate=0.3), "validation_split": "val", "trials": []},
+            {**_chose("tf", model__dropout_rate=0.3), "validation_split": "val", "trials": []},
+        ],
+    }
+    report = {"tuning": summary, "figures": {}, "copied_from_winning_trial": []}
+    lines = report_sections.tuning(report)
+    chosen = lines.index("- `tf`: model.dropout_rate=0.3")
+    assert lines[chosen + 2].startswith(
+        "**At the end of the grid**: every model chose the largest `model.dropout_rate` of the "
+        "grid (0.3). Nothing beyond it was tried"
+    )
+    summary["models"][1]["chosen"] = {"model.dropout_rate": 0.1}
+    assert not any("At the end of the grid" in line for line in report_sections.tuning(report))

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from seq2seq import config as config_lib
 from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.compare.frontier_figure import plot_frontier
+from seq2seq.compare.grid_ends import grid_edges
 from seq2seq.evaluation import significance
 from seq2seq.report.tables import counted, markdown_table
 
@@ -71,6 +73,29 @@ def _chosen_by(members: Sequence[RunRecord]) -> str:
     if tuning.get("started_from_winning_trial"):
         chosen += "; the final run trained on from the winning trial"
     return chosen
+
+
+def _grid_edges(runs: Sequence[RunRecord]) -> list[str]:
+    """Where a family's sizes, each tuned on its own, chose the same end of a grid they share
+    (the same key, as the family reads it, and the same values): the best may lie beyond."""
+    lines = []
+    for family in dict.fromkeys(run.family for run in runs):
+        by_axis: dict[tuple, list[dict]] = {}
+        for name, members in frontier.by_config(r for r in runs if r.family == family).items():
+            tuning = next((run.tuning for run in members if run.tuning), None)
+            if tuning is None or tuning["models"][0]["chosen"] is None:
+                continue
+            chosen = tuning["models"][0]["chosen"]
+            for key, values in tuning["grid"].items():
+                axis = (config_lib.for_model(key, family), tuple(values))
+                by_axis.setdefault(axis, []).append(
+                    {"name": name, "chosen": {axis[0]: chosen[key]}}
+                )
+        for (key, values), sizes in by_axis.items():
+            lines += grid_edges(
+                {key: list(values)}, sizes, everyone=f"every {family} size ({len(sizes)})"
+            )
+    return lines
 
 
 def _size_rows(runs: Sequence[RunRecord]) -> list[dict]:
@@ -198,6 +223,7 @@ def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
         "scored": _scored(runs, rule),
         "runs": [_run_row(run) for run in runs],
         "sizes": _size_rows(runs),
+        "grid_edges": _grid_edges(runs),
         "envelopes": {
             f: frontier.family_envelope(r for r in runs if r.family == f) for f in families
         },
@@ -287,6 +313,7 @@ def render(data: dict) -> str:
         "",
         markdown_table(data["sizes"], SIZE_COLUMNS),
         "",
+        *_edges_paragraph(data),
         "## Runs",
         "",
         markdown_table(data["runs"], RUN_COLUMNS),
@@ -294,6 +321,16 @@ def render(data: dict) -> str:
     for chrf in dict.fromkeys(verdict["chrf_sentence"] for verdict in data["verdicts"]):
         lines.append(f"- {chrf}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _edges_paragraph(data: dict) -> list[str]:
+    if not data.get("grid_edges"):  # reports written before it have no such entry
+        return []
+    return [
+        f"**At the end of the grid**: {'; '.join(data['grid_edges'])}. Nothing beyond it was "
+        "tried, so the best value may lie there; a grid that goes past it would tell.",
+        "",
+    ]
 
 
 SIZE_COLUMNS = [

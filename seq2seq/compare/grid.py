@@ -16,6 +16,7 @@ import ml_collections
 from seq2seq import config as config_lib
 from seq2seq.compare.runner import Settings, run_config
 from seq2seq.compare.suites import FRONTIER_TUNED, RunSpec
+from seq2seq.config import for_model
 
 SAMPLE_SEED = 0  # draws the --tune_samples points (the same for every model and every rerun)
 # Set by the trial budget itself; a --tune of them would make the budgets unequal.
@@ -171,16 +172,6 @@ def _parse_scales(key: str, texts: list[str], kind: type) -> tuple[Scale, ...]:
             f"--tune {key}: factors must be distinct and above 0, not {','.join(texts)}"
         )
     return tuple(Scale(factor) for factor in factors)
-
-
-def for_model(key: str, model_name: str) -> str:
-    """A tuned key as one model family reads it: ``model.FIELD`` (a field every family has, such
-    as ``model.dropout_rate``) is ``model.<model_name>.FIELD``; any other key is itself. So one
-    grid tunes the same idea in a Transformer and an RNNsearch, with the same trials."""
-    parts = key.split(".")
-    if len(parts) == 2 and parts[0] == "model" and parts[1] != "name":
-        return f"model.{model_name}.{parts[1]}"
-    return key
 
 
 def scaled_tuned_values(specs: Sequence[RunSpec], tuning: Tuning | None) -> list[str]:

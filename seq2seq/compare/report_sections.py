@@ -7,10 +7,10 @@ at equal horizons, the fairness checks, provenance, failed runs, tuning, and the
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from seq2seq.compare import verdict as verdict_lib
+from seq2seq.compare.grid_ends import as_typed, grid_edges
 from seq2seq.report import tables
 
 HORIZONS_HEADING = "## Equal horizons (validation curves)"
@@ -316,12 +316,6 @@ def _tuning_intro(data: dict) -> list[str]:
     ]
 
 
-def _as_typed(value: object) -> str:
-    """A grid value as it was typed: ``0.001``, ``'warmup_rsqrt'``, or a factor ``x0.5``."""
-    relative = isinstance(value, str) and re.fullmatch(r"x[0-9.eE+-]+", value)
-    return value if relative else repr(value)
-
-
 def _trials_table(data: dict) -> str:
     keys = list(data["grid"])
     columns = [
@@ -341,12 +335,13 @@ def _trials_table(data: dict) -> str:
     for trial in (trial for model in data["models"] for trial in model["trials"]):
         rungs = (f"{b:.2f}" if b is not None else tables.MISSING for b in trial["rung_bleu"])
         # values as typed on the command line, not as formatted numbers
-        rows.append({**trial, **{k: _as_typed(trial[k]) for k in keys}, "rungs": " → ".join(rungs)})
+        rows.append({**trial, **{k: as_typed(trial[k]) for k in keys}, "rungs": " → ".join(rungs)})
     return tables.markdown_table(rows, columns)
 
 
 def tuning(report: dict) -> list[str]:
-    """How each config's values were chosen on validation, every trial, and the choices."""
+    """How each config's values were chosen on validation, every trial, the choices, and those
+    at an end of the grid (``grid_edges``)."""
     data = report["tuning"]
     if not data:
         return []
@@ -354,11 +349,18 @@ def tuning(report: dict) -> list[str]:
     for model in data["models"]:
         chosen = model["chosen"]
         described = (
-            ", ".join(f"{key}={_as_typed(value)}" for key, value in chosen.items())
+            ", ".join(f"{key}={as_typed(value)}" for key, value in chosen.items())
             if chosen is not None
             else "none (no trial was scored): the config's own values"
         )
         lines.append(f"- `{model['name']}`: {described}")
+    edges = grid_edges(data["grid"], data["models"])
+    if edges:
+        lines += [
+            "",
+            f"**At the end of the grid**: {'; '.join(edges)}. Nothing beyond it was tried, so "
+            "the best value may lie there; a grid that goes past it would tell.",
+        ]
     lines.append("")
     keys = list(data["grid"])
     for figure in report["figures"].get("tuning", []):
