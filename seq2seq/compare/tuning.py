@@ -63,6 +63,7 @@ from seq2seq.compare.grid import (
     point_name,
     shown,
 )
+from seq2seq.compare.grid_ends import grid_edges
 from seq2seq.compare.runner import (
     RunOutcome,
     Settings,
@@ -397,6 +398,9 @@ def tune(
                 survivors[id(result)] = halve(survivors[id(result)], tuning.keep_each)
     for result in results:
         _choose(result, survivors[id(result)])
+    summary = report_json(tuning, results)
+    for line in grid_edges(summary["grid"], summary["models"]):
+        logger.warning("== at the end of the grid: %s; nothing beyond it was tried", line)
     return results
 
 
