@@ -347,3 +347,17 @@ def test_the_frontier_says_where_every_size_of_a_family_chose_the_same_end_of_it
     (paragraph, _) = _edges_paragraph({"grid_edges": edges})
     assert paragraph.startswith("**At the end of the grid**: every rnnsearch size (3) chose")
     assert _grid_edges(RUNS) == [] and _edges_paragraph({"grid_edges": []}) == []  # none tuned
+
+
+@pytest.mark.skipif(not TUNED_RECORDS, reason="docs/records/multi30k_frontier_tuned absent")
+def test_every_committed_rnnsearch_size_chose_the_largest_dropout_tried():
+    """What docs/comparison.md says of the tuned frontier, from its records: each RNNsearch
+    size's tuning chose dropout 0.3, the top of {0.1, 0.3}; the Transformer's sizes did not
+    agree (d_model 128 chose 0.1)."""
+    from seq2seq.compare.frontier_report import _grid_edges
+
+    runs = read_records(TUNED_RECORDS[0].parent, None, "average:5")
+    assert _grid_edges(runs) == [
+        "every rnnsearch size (3) chose the largest `model.rnnsearch.dropout_rate` of the grid "
+        "(0.3)"
+    ]
