@@ -92,6 +92,14 @@ def _scored_run(data_dir: Path, source: str, target: str, family: str, seed: int
     )
 
 
+def _dropout_tuning(chosen: float) -> dict:
+    """A run's tuning record (``tuning.json``) over dropout {0.1, 0.3} that chose ``chosen``."""
+    return {
+        "grid": {"model.dropout_rate": [0.1, 0.3]},
+        "models": [{"chosen": {"model.dropout_rate": chosen}}],
+    }
+
+
 def test_one_verdict_holm_adjusts_every_directions_tests_together(tmp_path):
     (tmp_path / "test.en").write_text("\n".join(SENTENCES) + "\n")
     for lang in ("de", "fr"):
@@ -106,6 +114,11 @@ def test_one_verdict_holm_adjusts_every_directions_tests_together(tmp_path):
                 tmp_path, source, target, "transformer", seed, garbled if worse else SENTENCES
             )
             for seed in (0, 1)
+        ]
+        # Each direction tuned its own dropout: RNNsearch chose the grid's top in both.
+        runs = [
+            dataclasses.replace(run, tuning=_dropout_tuning(0.3 if not worse or i < 2 else 0.1))
+            for i, run in enumerate(runs)
         ]
         folders.append((directions.direction_of(runs), runs))
     assert [name for name, _ in folders] == ["de->en", "en->fr"]
@@ -125,6 +138,11 @@ def test_one_verdict_holm_adjusts_every_directions_tests_together(tmp_path):
     text = directions.render(data)
     assert "| rnnsearch better (BLEU" in text and "| level; FLOPs not separated |" in text
     assert '"Level at convergence, transformer cheaper" holds in 0 of 2 directions:' in text
+    assert data["grid_edges"] == [
+        "rnnsearch, in every direction (2), chose the largest `model.rnnsearch.dropout_rate` of "
+        "the grid (0.3)"
+    ]
+    assert "**At the end of the grid**: rnnsearch, in every direction (2), chose" in text
     published = text.split("## Published results on test_2016_flickr")[1]
     assert "- en->fr:\n  - 59.7: Transformer, text-only; lowercased" in published
     assert "en->de" not in published  # only the table's directions

@@ -324,7 +324,8 @@ def _tuned(run, grid, chosen):
 
 
 def test_the_frontier_says_where_every_size_of_a_family_chose_the_same_end_of_its_grid():
-    from seq2seq.compare.frontier_report import _edges_paragraph, _grid_edges
+    from seq2seq.compare.frontier_report import _grid_edges
+    from seq2seq.compare.grid_ends import edges_paragraph
 
     factors, dropout = ["x0.5", "x1"], [0.1, 0.3]
     rnn = {"train.learning_rate": factors, "model.dropout_rate": dropout}
@@ -344,9 +345,9 @@ def test_the_frontier_says_where_every_size_of_a_family_chose_the_same_end_of_it
         "(0.3)",
         "every transformer size (2) chose the largest `train.learning_rate` of the grid (x1)",
     ]
-    (paragraph, _) = _edges_paragraph({"grid_edges": edges})
+    (paragraph, _) = edges_paragraph(edges)
     assert paragraph.startswith("**At the end of the grid**: every rnnsearch size (3) chose")
-    assert _grid_edges(RUNS) == [] and _edges_paragraph({"grid_edges": []}) == []  # none tuned
+    assert _grid_edges(RUNS) == [] and edges_paragraph([]) == []  # none was tuned
 
 
 @pytest.mark.skipif(not TUNED_RECORDS, reason="docs/records/multi30k_frontier_tuned absent")

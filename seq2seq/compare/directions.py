@@ -26,6 +26,7 @@ import numpy as np
 
 from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
+from seq2seq.compare.grid_ends import edges_paragraph, pooled_grid_edges
 from seq2seq.compare.published import published_section
 from seq2seq.evaluation import significance
 from seq2seq.report.tables import counted, difference_cell, markdown_table
@@ -66,6 +67,7 @@ def directions_data(folders: Sequence[tuple[str, Sequence[RunRecord]]]) -> dict:
       ValueError: a direction lacks a converged, scored run of two families (one line).
     """
     rows, tested = [], []
+    tunings: dict[str, list[tuple[str, dict | None]]] = {}  # each family's choice, by direction
     for direction, runs in folders:
         families = sorted({r.family for r in runs})
         choices = [frontier.choose([r for r in runs if r.converged], f) for f in families]
@@ -78,6 +80,9 @@ def directions_data(folders: Sequence[tuple[str, Sequence[RunRecord]]]) -> dict:
             )
         a, b = choices
         logger.info("== %s: %s against %s", direction, a.config_name, b.config_name)
+        for family, choice in zip(families, choices, strict=True):
+            tuning = next((r.tuning for r in choice.runs if r.tuning), None)
+            tunings.setdefault(family, []).append((direction, tuning))
         results = significance.compare_seeds(
             [r.hypotheses for r in a.runs],
             [r.hypotheses for r in b.runs],
@@ -99,7 +104,12 @@ def directions_data(folders: Sequence[tuple[str, Sequence[RunRecord]]]) -> dict:
     for row, entries in zip(rows, significance.adjusted_entries(tested), strict=True):
         row |= entries
         row["reading"] = reading(row)
-    return {"rows": rows, "tests": 2 * len(rows)}
+    edges = [
+        line
+        for family, chosen in tunings.items()
+        for line in pooled_grid_edges(family, chosen, f"{family}, in every direction ({{n}}),")
+    ]
+    return {"rows": rows, "tests": 2 * len(rows), "grid_edges": edges}
 
 
 def _cost(row: dict) -> str:
@@ -205,6 +215,7 @@ def render(data: dict) -> str:
             "",
             claim,
             "",
+            *edges_paragraph(data.get("grid_edges", [])),
             *published_section([row["direction"] for row in data["rows"]]),
         ]
     )

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq import config as config_lib
 from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
 from seq2seq.compare.frontier_figure import plot_frontier
-from seq2seq.compare.grid_ends import grid_edges
+from seq2seq.compare.grid_ends import edges_paragraph, pooled_grid_edges
 from seq2seq.evaluation import significance
 from seq2seq.report.tables import counted, markdown_table
 
@@ -76,25 +75,14 @@ def _chosen_by(members: Sequence[RunRecord]) -> str:
 
 
 def _grid_edges(runs: Sequence[RunRecord]) -> list[str]:
-    """Where a family's sizes, each tuned on its own, chose the same end of a grid they share
-    (the same key, as the family reads it, and the same values): the best may lie beyond."""
+    """Where every size of a family, each tuned on its own, chose the same end of a grid."""
     lines = []
     for family in dict.fromkeys(run.family for run in runs):
-        by_axis: dict[tuple, list[dict]] = {}
-        for name, members in frontier.by_config(r for r in runs if r.family == family).items():
-            tuning = next((run.tuning for run in members if run.tuning), None)
-            if tuning is None or tuning["models"][0]["chosen"] is None:
-                continue
-            chosen = tuning["models"][0]["chosen"]
-            for key, values in tuning["grid"].items():
-                axis = (config_lib.for_model(key, family), tuple(values))
-                by_axis.setdefault(axis, []).append(
-                    {"name": name, "chosen": {axis[0]: chosen[key]}}
-                )
-        for (key, values), sizes in by_axis.items():
-            lines += grid_edges(
-                {key: list(values)}, sizes, everyone=f"every {family} size ({len(sizes)})"
-            )
+        sizes = frontier.by_config(r for r in runs if r.family == family).items()
+        tunings = [
+            (name, next((r.tuning for r in members if r.tuning), None)) for name, members in sizes
+        ]
+        lines += pooled_grid_edges(family, tunings, f"every {family} size ({{n}})")
     return lines
 
 
@@ -313,7 +301,7 @@ def render(data: dict) -> str:
         "",
         markdown_table(data["sizes"], SIZE_COLUMNS),
         "",
-        *_edges_paragraph(data),
+        *edges_paragraph(data.get("grid_edges", [])),  # older report.json: none
         "## Runs",
         "",
         markdown_table(data["runs"], RUN_COLUMNS),
@@ -321,16 +309,6 @@ def render(data: dict) -> str:
     for chrf in dict.fromkeys(verdict["chrf_sentence"] for verdict in data["verdicts"]):
         lines.append(f"- {chrf}")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _edges_paragraph(data: dict) -> list[str]:
-    if not data.get("grid_edges"):  # reports written before it have no such entry
-        return []
-    return [
-        f"**At the end of the grid**: {'; '.join(data['grid_edges'])}. Nothing beyond it was "
-        "tried, so the best value may lie there; a grid that goes past it would tell.",
-        "",
-    ]
 
 
 SIZE_COLUMNS = [

@@ -8,6 +8,9 @@ same end, and wherever a model passed over values inside a grid of three or more
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+
+from seq2seq.config import for_model
 
 
 def as_typed(value: object) -> str:
@@ -56,3 +59,36 @@ def grid_edges(
                 for name, end in ends.items()
             ]
     return lines
+
+
+def pooled_grid_edges(
+    family: str, tunings: Sequence[tuple[str, dict | None]], everyone: str
+) -> list[str]:
+    """``grid_edges`` over several tunings of one family, each run on its own (a frontier's
+    sizes, or one size in several directions), named by the first of each pair; their tuning
+    records are pooled by axis: the same key, as the family reads it, and the same values.
+    ``everyone`` says who chose, with ``{n}`` for how many, e.g. ``"every rnnsearch size ({n})"``.
+    """
+    by_axis: dict[tuple, list[dict]] = {}
+    for name, tuning in tunings:
+        chosen = tuning["models"][0]["chosen"] if tuning else None
+        if chosen is None:
+            continue
+        for key, values in tuning["grid"].items():
+            axis = (for_model(key, family), tuple(values))
+            by_axis.setdefault(axis, []).append({"name": name, "chosen": {axis[0]: chosen[key]}})
+    lines = []
+    for (key, values), models in by_axis.items():
+        lines += grid_edges({key: list(values)}, models, everyone.format(n=len(models)))
+    return lines
+
+
+def edges_paragraph(lines: Sequence[str]) -> list[str]:
+    """The report's paragraph for ``grid_edges``' lines (none for none)."""
+    if not lines:
+        return []
+    return [
+        f"**At the end of the grid**: {'; '.join(lines)}. Nothing beyond it was tried, so the "
+        "best value may lie there; a grid that goes past it would tell.",
+        "",
+    ]

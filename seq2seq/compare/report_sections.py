@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seq2seq.compare import verdict as verdict_lib
-from seq2seq.compare.grid_ends import as_typed, grid_edges
+from seq2seq.compare.grid_ends import as_typed, edges_paragraph, grid_edges
 from seq2seq.report import tables
 
 HORIZONS_HEADING = "## Equal horizons (validation curves)"
@@ -354,14 +354,8 @@ def tuning(report: dict) -> list[str]:
             else "none (no trial was scored): the config's own values"
         )
         lines.append(f"- `{model['name']}`: {described}")
-    edges = grid_edges(data["grid"], data["models"])
-    if edges:
-        lines += [
-            "",
-            f"**At the end of the grid**: {'; '.join(edges)}. Nothing beyond it was tried, so "
-            "the best value may lie there; a grid that goes past it would tell.",
-        ]
     lines.append("")
+    lines += edges_paragraph(grid_edges(data["grid"], data["models"]))
     keys = list(data["grid"])
     for figure in report["figures"].get("tuning", []):
         against = (
