@@ -133,8 +133,11 @@ def test_a_part_with_shapes_gets_a_row_per_shape():
                 {"batch": 80, "length": 51, "unroll": 1, "step_ms": 24.31},
                 {"batch": 80, "length": 51, "unroll": 4, "step_ms": 19.0},
             ],
+            "reading": ["At 80x51x1 ...", "The goal ..."],
         },
     }
     text = device.markdown(results)
     assert "| batch | length | unroll | step_ms |" in text
     assert "| 80 | 51 | 4 | 19 |" in text and "| 80 | 51 | 1 | 24.3 |" in text
+    # The part's reading follows its table, one paragraph a sentence.
+    assert text.index("| 80 | 51 | 4 | 19 |") < text.index("\n\nAt 80x51x1 ...\n\nThe goal ...")

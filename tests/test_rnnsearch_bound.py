@@ -91,3 +91,74 @@ def test_the_default_shapes_put_the_paper_batch_first_and_sweep_every_unroll():
     assert (4, False) in paper and (4, True) in paper
     same_tokens = {batch * length for batch, length, _, _ in shapes if batch != 80}
     assert 80 * 51 in same_tokens and len(shapes) <= 13  # bounded: each shape is a compile
+
+
+def made_up(batch, length, unroll, loops, tokens_per_s, mfu, iteration, empty, product):
+    """A shape's figures as ``shape_figures`` returns them, the ones the reading uses."""
+    return {
+        "batch": batch,
+        "length": length,
+        "unroll": unroll,
+        "encoder_loops": loops,
+        "target_tokens": batch * length,
+        "tokens_per_s": tokens_per_s,
+        "mfu": mfu,
+        "step_us_per_recurrence_step": iteration,
+        "floor_empty_us_per_step": empty,
+        "floor_product_us_per_step": product,
+    }
+
+
+def test_the_reading_measures_against_the_paper_batch_and_names_the_floor_in_the_way():
+    shapes = [
+        made_up(40, 51, 1, 2, 700.0, 0.04, 90.0, 30.0, 45.0),  # measured first, yet not the base
+        made_up(80, 51, 1, 2, 1000.0, 0.06, 80.0, 20.0, 40.0),
+        made_up(80, 51, 4, 2, 1500.0, 0.09, 50.0, 10.0, 40.0),
+        made_up(80, 51, 1, 1, 1200.0, 0.07, 70.0, 20.0, 40.0),
+        made_up(160, 51, 1, 2, 1800.0, 0.11, 60.0, 20.0, 45.0),
+    ]
+    floors, speeds, goal = rnnsearch_bound.reading(shapes)
+    # 20 and 40 of 80 us; 0.06 * 80 / 40 and 0.06 * 80 / 20.
+    assert floors.startswith("At 80x51x1 (MFU 0.060) an iteration of the step takes 80.0 us")
+    assert "20.0 us (25.0% of it)" in floors and "40.0 us (50.0%)" in floors
+    assert "MFU could reach 0.120 at this batch; only the launch, 0.240." in floors
+    # 40 x 51 has 2,040 tokens an update, 160 x 51 8,160: both apart from the base's 4,080.
+    assert speeds == (
+        "Tokens/s over 80x51x1's, at its 4,080 target tokens per update: 80x51x4 1.50, "
+        "80x51x1:joint 1.20, 80x51x1 1.00; at other batch sizes: 160x51x1 1.80, 40x51x1 0.70."
+    )
+    # The best at 4,080 tokens is U = 4 at 0.09; its products alone allow 0.09 * 50 / 40 = 0.1125.
+    assert "not reached: the best, 80x51x4, has MFU 0.090" in goal
+    assert "cap it at 0.113" in goal and "sequential products at this batch prevent it" in goal
+
+    shapes[2]["floor_product_us_per_step"] = 20.0  # now they would allow 0.09 * 50 / 20 = 0.225
+    assert "would allow 0.225: the rest of each iteration" in rnnsearch_bound.reading(shapes)[2]
+    shapes[3]["mfu"] = 0.125  # the joint loop passes the goal: the larger batch does not count
+    assert rnnsearch_bound.reading(shapes)[2].endswith("reached by 80x51x1:joint (MFU 0.125).")
+    shapes[1]["floor_empty_us_per_step"] = 0.5  # 0.06 * 80 / 0.5 = 9.6: no bound at all
+    assert (
+        "only the launch, above 1 (that floor does not bind)." in rnnsearch_bound.reading(shapes)[0]
+    )
+    assert rnnsearch_bound.reading([]) == []
+
+
+def test_the_markdown_ends_with_the_reading():
+    shapes = [made_up(80, 51, 1, 2, 1000.0, 0.06, 80.0, 20.0, 50.0)]
+    for shape in shapes:
+        shape.update(step_ms=25.0, recurrence_steps=306, compile_s=14.5)
+    result = {
+        "model": "rnnsearch",
+        "device_kind": "made up",
+        "dtype": "bfloat16",
+        "peak_gflops": 700_000.0,
+        "iterations_counted_as": "2 (2 S + T)",
+        "shapes": shapes,
+        "skipped": ["80x51x8"],
+        "reading": rnnsearch_bound.reading(shapes),
+    }
+    text = rnnsearch_bound.markdown(result)
+    assert text.index("skipped (out of budget): 80x51x8") < text.index("At 80x51x1 (MFU 0.060)")
+    # Alone, the base is also the best; its products would cap MFU at 0.06 * 80 / 50 = 0.096.
+    assert text.rstrip().endswith(
+        "cap it at 0.096: the recurrence's own sequential products at this batch prevent it."
+    )

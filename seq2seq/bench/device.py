@@ -307,6 +307,8 @@ def markdown(results: dict) -> str:
                 for event in figures.get("unmapped", [])[:8]
             ]
         lines += shapes_table(figures.get("shapes", []))
+        for sentence in figures.get("reading", []):  # rnnsearch_bound's verdict, in words
+            lines += ["", sentence]
         for key in ("reason", "stderr_tail"):
             if key in figures:
                 lines += ["", "```", figures[key][-1500:], "```"]
