@@ -53,6 +53,49 @@ def test_loop_figures_leave_the_first_interval_out_of_the_steady_rate(tmp_path):
     assert "loop_host_placing_ms" not in figures
 
 
+def test_the_reading_says_whether_the_host_or_the_batches_fall_short():
+    result = {
+        "loop_over_replay": 0.95,
+        "loop_over_synthetic": 0.76,
+        "replay_tokens_per_s": 80_000.0,
+        "synthetic_tokens_per_s": 100_000.0,
+        "replay_step_ms": 40.0,
+        "compiled_shapes": 5,
+        "loop_padding_share": 0.183,
+        "loop_host_input_ms": 1.5,
+        "loop_host_waiting_ms": 35.0,  # the device's time, not the host's work
+        "loop_host_dispatch_ms": 6.0,
+    }
+    host, bench = real_loop.reading(result)
+    assert host == (
+        "The host: the loop reaches 95% (goal 90%: met) of the step alone on the same batches; "
+        "its work a step, input 1.50 + dispatch 6.00 = 7.50 ms, against 40.00 ms for the step "
+        "alone, so with steps in flight the device need not wait for it."
+    )
+    # The step alone on the loop's batches makes 80% of the full batch's tokens/s.
+    assert bench.startswith("Against the device bench's full batch (every position real): the")
+    assert "loop reaches 76% (goal 90%: NOT met), the step alone on the loop's batches 80%" in bench
+    assert bench.endswith(
+        "(5 batch shapes, padding 18.3%): the shortfall lies in the batches (padding, shorter "
+        "rows)."
+    )
+
+    result |= {
+        "loop_over_replay": 0.5,
+        "loop_host_dispatch_ms": 50.0,
+        "replay_tokens_per_s": 95_000.0,
+    }
+    host, bench = real_loop.reading(result)
+    assert host.endswith(
+        "= 51.50 ms, against 40.00 ms for the step alone, so the device waits for it, most of "
+        "all for its dispatch."
+    )
+    assert "(goal 90%: NOT met) of the step alone" in host
+    assert bench.endswith("the shortfall lies in the host.")
+    result |= {"loop_over_synthetic": 0.91}
+    assert real_loop.reading(result)[1].endswith("(5 batch shapes, padding 18.3%).")
+
+
 def test_a_data_folder_without_multi30k_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"lacks train\.en, train\.de, val\.en, val\.de; run"):
         real_loop.write_joined_corpus(tmp_path, tmp_path / "out", ("en", "de"), seed=0)
@@ -79,6 +122,11 @@ def test_a_tiny_transformer_loop_against_its_step_alone(tmp_path, multi30k):
     printed = json.loads(done.stdout.strip().splitlines()[-1])
     assert json.loads((out / "real_loop.json").read_text()) == printed
     assert "loop / replay" in (out / "real_loop.md").read_text()
+    # The reading is written with the figures, and read from them: its percentages are theirs.
+    host, bench = printed["reading"]
+    assert f"loop reaches {printed['loop_over_replay']:.0%} (goal 90%" in host
+    assert f"loop reaches {printed['loop_over_synthetic']:.0%} (goal 90%" in bench
+    assert bench in (out / "real_loop.md").read_text()
     assert printed["loop_steps"] > 0 and printed["loop_log_lines"] >= 2
     for key in ("loop_steady_tokens_per_s", "replay_tokens_per_s", "synthetic_tokens_per_s"):
         assert printed[key] > 0, key
