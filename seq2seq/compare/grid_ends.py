@@ -12,10 +12,12 @@ from collections.abc import Sequence
 
 from seq2seq.config import for_model
 
+FACTOR = re.compile(r"x[0-9.eE+-]+")  # a grid value relative to the config's own: ``x0.5``
+
 
 def as_typed(value: object) -> str:
     """A grid value as it was typed: ``0.001``, ``'warmup_rsqrt'``, or a factor ``x0.5``."""
-    relative = isinstance(value, str) and re.fullmatch(r"x[0-9.eE+-]+", value)
+    relative = isinstance(value, str) and FACTOR.fullmatch(value)
     return value if relative else repr(value)
 
 
@@ -25,7 +27,7 @@ def _ordered(value: object) -> float | None:
         return None
     if isinstance(value, int | float):
         return float(value)
-    if isinstance(value, str) and re.fullmatch(r"x[0-9.eE+-]+", value):
+    if isinstance(value, str) and FACTOR.fullmatch(value):
         return float(value[1:])
     return None
 
