@@ -1,0 +1,192 @@
+"""Runs that shared one device: what the sharing did to their training seconds.
+
+    python -m seq2seq.compare.sharing docs/records/multi30k_frontier_gpu [--level 40] [--window 5]
+
+Runs trained at once on one accelerator (``make device-frontier``) take turns on it: a run's step
+takes longer the more runs train beside it, and how many do changes while they run, as runs
+compile, validate and end. A ratio of training seconds between two families then mixes the cost
+of their steps with when each had the device. This splits the two:
+
+* for each run, the steps and training seconds to its first validation at ``--level`` or above,
+  and its milliseconds a step up to there (the time it had the device at whatever sharing);
+* on a wall clock estimated from each run's own clocks (training, validation, compiling and
+  checkpoints, all four in its metrics.jsonl; start-up is not recorded, so the runs are taken
+  to start together), the windows of ``--window`` seconds in which every run logged training
+  steps, and each family's mean milliseconds a step within them: the families' steps at equal
+  sharing.
+
+The seconds ratio to a level is then the steps ratio times the milliseconds-a-step ratio, and
+the second can be read at equal sharing. Neither replaces a step timed with the device alone.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # first, before anything else loads (see seq2seq/cli.py)
+    from seq2seq import cli
+
+    cli.start()
+
+import json
+import statistics
+from pathlib import Path
+
+from absl import flags
+
+from seq2seq.config import ConfigError
+from seq2seq.records.run_directory import RunDirectory, RunDirectoryError
+
+OFF_THE_CLOCK = ("validation_seconds", "compile_seconds", "checkpoint_seconds")
+
+
+def timeline(records: list[dict]) -> list[tuple[float, float]]:
+    """(estimated wall-clock second, milliseconds a step) of each training log line: the
+    training clock plus every clock kept off it, as the line reports them."""
+    return [
+        (
+            record["elapsed_seconds"] + sum(record.get(key, 0.0) for key in OFF_THE_CLOCK),
+            1e3 * record["step_seconds"],
+        )
+        for record in records
+        if record["kind"] == "train"
+    ]
+
+
+def to_level(records: list[dict], level: float) -> dict | None:
+    """The first validation at ``level`` BLEU or above: its step, the training seconds by then
+    and the milliseconds a step up to it; None if no validation reached it."""
+    reached = next((r for r in records if r["kind"] == "validation" and r["bleu"] >= level), None)
+    if reached is None:
+        return None
+    seconds = reached["elapsed_seconds"]
+    return {
+        "step": reached["step"],
+        "seconds": seconds,
+        "ms_a_step": 1e3 * seconds / reached["step"],
+    }
+
+
+def shared_windows(timelines: dict[str, list[tuple[float, float]]], window: float) -> list[int]:
+    """Indices of the ``window``-second windows in which every run logged a training step."""
+    logged = [{int(second // window) for second, _ in points} for points in timelines.values()]
+    return sorted(set.intersection(*logged)) if logged else []
+
+
+def sharing(runs: dict[str, tuple[str, list[dict]]], level: float, window: float) -> dict:
+    """The figures of the module docstring for ``runs``: name -> (family, metrics records)."""
+    timelines = {name: timeline(records) for name, (_, records) in runs.items()}
+    windows = shared_windows(timelines, window)
+    families = sorted({family for family, _ in runs.values()})
+    shared = {}
+    for family in families:
+        steps = [
+            ms
+            for name, points in timelines.items()
+            if runs[name][0] == family
+            for second, ms in points
+            if int(second // window) in windows
+        ]
+        shared[family] = statistics.mean(steps) if steps else None
+    return {
+        "level": level,
+        "window_s": window,
+        "runs": {
+            name: {"family": family, "to_level": to_level(records, level)}
+            for name, (family, records) in runs.items()
+        },
+        "shared_seconds": window * len(windows),
+        "shared_ms_a_step": shared,
+    }
+
+
+def read_runs(folder: Path) -> dict[str, tuple[str, list[dict]]]:
+    """Every run record under ``folder`` (one sub-folder each): its family and metrics."""
+    runs = {}
+    for path in sorted(p for p in folder.iterdir() if p.is_dir()):
+        run = RunDirectory(path)
+        runs[path.name] = (run.load_config().model.name, run.read_metrics())
+    if not runs:
+        raise RunDirectoryError(f"{folder} holds no run records; pass a folder of run folders")
+    return runs
+
+
+def _mean_over(result: dict, family: str, key: str) -> float | None:
+    values = [
+        run["to_level"][key]
+        for run in result["runs"].values()
+        if run["family"] == family and run["to_level"] is not None
+    ]
+    return statistics.mean(values) if values else None
+
+
+def markdown(result: dict) -> str:
+    """Each run to the level, then each family at equal sharing and the ratios between them."""
+    level = result["level"]
+    lines = [
+        f"| run | family | steps to {level:g} | training s | ms a step |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for name, run in result["runs"].items():
+        reached = run["to_level"]
+        cells = (
+            ["not reached"] * 3
+            if reached is None
+            else [
+                f"{reached['step']:,}",
+                f"{reached['seconds']:.1f}",
+                f"{reached['ms_a_step']:.2f}",
+            ]
+        )
+        lines.append(f"| {name} | {run['family']} | " + " | ".join(cells) + " |")
+    shared = result["shared_ms_a_step"]
+    lines += [
+        "",
+        f"While every run logged training steps ({result['shared_seconds']:g} s in windows of "
+        f"{result['window_s']:g} s): "
+        + ", ".join(
+            f"{family} {ms:.2f} ms a step" for family, ms in shared.items() if ms is not None
+        )
+        + ".",
+    ]
+    families = [family for family, ms in shared.items() if ms is not None]
+    if len(families) == 2:
+        slow, fast = sorted(families, key=lambda family: -shared[family])
+        steps = _mean_over(result, slow, "step"), _mean_over(result, fast, "step")
+        seconds = _mean_over(result, slow, "seconds"), _mean_over(result, fast, "seconds")
+        if None not in steps and None not in seconds:
+            step_ratio, seconds_ratio = steps[0] / steps[1], seconds[0] / seconds[1]
+            lines += [
+                "",
+                f"To {level:g}, {slow} over {fast} (means over seeds): {seconds_ratio:.2f} times "
+                f"the training seconds = {step_ratio:.2f} times the steps x "
+                f"{seconds_ratio / step_ratio:.2f} times the time a step as it came; at equal "
+                f"sharing a step is {shared[slow] / shared[fast]:.2f} times, which would make "
+                f"the seconds {step_ratio * shared[slow] / shared[fast]:.2f} times.",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    from seq2seq import cli
+
+    level = flags.DEFINE_float("level", 40.0, "Validation BLEU each run is timed to.")
+    window = flags.DEFINE_float("window", 5.0, "Seconds in a window of the estimated wall clock.")
+    as_json = flags.DEFINE_bool("json", False, "Print one JSON line instead of the tables.")
+
+    def run(argv: list[str]) -> None:
+        if len(argv) != 2:
+            raise ConfigError(
+                "give one folder of run records, e.g. docs/records/multi30k_frontier_gpu"
+            )
+        if window.value <= 0:
+            raise ConfigError(f"--window={window.value:g} must be a positive number of seconds")
+        folder = Path(argv[1])
+        if not folder.is_dir():
+            raise ConfigError(f"{folder} is not a folder; give a folder of run records")
+        result = sharing(read_runs(folder), level.value, window.value)
+        print(json.dumps(result) if as_json.value else markdown(result))
+
+    cli.run(run)
+
+
+if __name__ == "__main__":
+    main()

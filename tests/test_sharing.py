@@ -1,0 +1,112 @@
+"""``python -m seq2seq.compare.sharing``: runs that shared one device, their seconds split into
+steps and the time a step, and the families' steps where every run was training."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from seq2seq.compare import sharing
+from tests.conftest import REPO, subprocess_env
+
+
+def train(elapsed, step_seconds, **off_the_clock):
+    return {"kind": "train", "elapsed_seconds": elapsed, "step_seconds": step_seconds} | {
+        f"{clock}_seconds": seconds for clock, seconds in off_the_clock.items()
+    }
+
+
+def validation(step, bleu, elapsed):
+    return {"kind": "validation", "step": step, "bleu": bleu, "elapsed_seconds": elapsed}
+
+
+# Estimated wall clocks: slow at 11, 12 and 14 s (10 s compiling, then 1 s validating); fast at
+# 3, 11 and 14 s. In windows of 5 s, slow logs in window 2 alone and fast in 0 and 2: the runs
+# share window 2, where slow's steps take 20, 20 and 30 ms and fast's 10 and 14 ms.
+RUNS = {
+    "slow-seed0": (
+        "rnn",
+        [
+            train(1.0, 0.020, compile=10.0),
+            train(2.0, 0.020, compile=10.0),
+            train(3.0, 0.030, compile=10.0, validation=1.0),
+            validation(150, 40.5, 3.0),
+        ],
+    ),
+    "fast-seed0": (
+        "attention",
+        [
+            train(1.0, 0.010, compile=2.0),
+            validation(400, 39.0, 5.0),  # below the level: not the one timed
+            train(9.0, 0.010, compile=2.0),
+            train(10.0, 0.014, compile=2.0, validation=2.0),
+            validation(1000, 40.2, 12.0),
+        ],
+    ),
+    "never-seed1": ("attention", [train(1.0, 0.5, compile=11.0), validation(10, 3.0, 1.0)]),
+}
+
+
+def test_seconds_split_into_steps_and_the_time_a_step_at_equal_sharing():
+    result = sharing.sharing(RUNS, level=40.0, window=5.0)
+    assert result["runs"]["slow-seed0"]["to_level"] == {
+        "step": 150,
+        "seconds": 3.0,
+        "ms_a_step": 20.0,
+    }
+    assert result["runs"]["fast-seed0"]["to_level"] == {
+        "step": 1000,
+        "seconds": 12.0,
+        "ms_a_step": 12.0,
+    }
+    assert result["runs"]["never-seed1"]["to_level"] is None
+    # never-seed1 logs at 12 s, window 2, like the others: still one shared window.
+    assert result["shared_seconds"] == 5.0
+    assert result["shared_ms_a_step"]["rnn"] == (20 + 20 + 30) / 3
+    assert result["shared_ms_a_step"]["attention"] == (10 + 14 + 500) / 3
+
+    text = sharing.markdown(result)
+    assert "| never-seed1 | attention | not reached | not reached | not reached |" in text
+    assert "| slow-seed0 | rnn | 150 | 3.0 | 20.00 |" in text
+    # attention's steps (174.67 ms, with never-seed1's) are the slower at equal sharing here.
+    assert text.rstrip().endswith(
+        "To 40, attention over rnn (means over seeds): 4.00 times the training seconds = 6.67 "
+        "times the steps x 0.60 times the time a step as it came; at equal sharing a step is "
+        "7.49 times, which would make the seconds 49.90 times."
+    )
+
+
+def test_a_window_without_every_run_is_left_out():
+    runs = {name: RUNS[name] for name in ("slow-seed0", "fast-seed0")}
+    shifted = [dict(record) for record in runs["fast-seed0"][1]]
+    for record in shifted:
+        if record["kind"] == "train":
+            record["compile_seconds"] = 20.0  # fast now logs at 21, 29 and 32 s: windows 4, 5, 6
+    runs["fast-seed0"] = ("attention", shifted)
+    result = sharing.sharing(runs, level=40.0, window=5.0)
+    assert result["shared_seconds"] == 0.0
+    assert result["shared_ms_a_step"] == {"attention": None, "rnn": None}
+    assert "To 40" not in sharing.markdown(result)
+
+
+def run_command(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.compare.sharing", *args],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_committed_gpu_records_and_a_bad_folder():
+    done = run_command("docs/records/multi30k_frontier_gpu")
+    assert done.returncode == 0, done.stderr[-2000:]
+    # transformer-small-seed1's first validation at 40 or above: step 2,000 (40.08 BLEU).
+    assert "| transformer-small-seed1 | transformer | 2,000 |" in done.stdout
+    assert "rnnsearch over transformer" in done.stdout
+
+    missing = run_command("docs/records/no_such_folder")
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines()[-1] == (
+        "error: docs/records/no_such_folder is not a folder; give a folder of run records"
+    )
+    bad = run_command("docs/records/multi30k_frontier_gpu", "--window=0")
+    assert bad.returncode == 1 and "--window=0 must be a positive number" in bad.stderr
