@@ -11,7 +11,7 @@ UV     := uv==0.13.9
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
 .PHONY: quickstart serve test test-fast bench device-wheels device-site device-bench \
-	device-bounds device-data device-frontier lint format clean lock lock-upgrade
+	device-bounds device-data device-frontier device-steps lint format clean lock lock-upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -99,6 +99,14 @@ BOUNDS_MINUTES ?= 7.5
 device-bounds: device-site
 	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.device --out $(DEVICE_OUT) \
 		--minutes $(BOUNDS_MINUTES) --parts=real_loop_base,rnnsearch_bound
+
+# Each frontier row's training step with the accelerator to itself, on its own batches
+# (seq2seq/bench/step_alone.py; docs/benchmarks.md, "The frontier on an accelerator"): what runs
+# sharing the device cannot give. About 2 minutes; needs data/multi30k like device-frontier.
+STEPS_ROWS ?= transformer-small,rnnsearch-medium,transformer-medium
+device-steps: device-site
+	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.step_alone \
+		--rows=$(STEPS_ROWS) --out=$(DEVICE_OUT)
 
 # The Multi30k frontier's chosen sizes trained end to end on an accelerator, 2 seeds each, all
 # at once (seq2seq/bench/device_frontier.py; docs/benchmarks.md, "The frontier on an

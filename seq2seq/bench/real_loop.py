@@ -158,14 +158,20 @@ def _real_target_tokens(batch: dict) -> int:
     return int(np.count_nonzero((batch["target"] if segments is None else segments) != PAD_ID))
 
 
-def replay_figures(config: ml_collections.ConfigDict, run: RunDirectory, batches: int) -> dict:
-    """The jitted step alone on the first ``batches`` batches of the run's pipeline (its
-    tokenizer, its order), placed on the devices first; median of 3 passes, each waited for
-    once at its end (as the loop keeps steps in flight)."""
+def replay_figures(
+    config: ml_collections.ConfigDict,
+    tokenizer_dir: Path,
+    batches: int,
+    encoded_dir: Path | None = None,
+) -> dict:
+    """The jitted step alone on the first ``batches`` batches of ``config``'s pipeline (the
+    tokenizer in ``tokenizer_dir``, trained there if it is not; the pipeline's order), placed on
+    the devices first; median of 3 passes, each waited for once at its end (as the loop keeps
+    steps in flight)."""
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     multiple = sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
-    data = build_training_data(config, run.tokenizer_dir, multiple, run.encoded_dir)
+    data = build_training_data(config, tokenizer_dir, multiple, encoded_dir)
     vocab = data.tokenizer.target_vocab_size
     iterator = iter(data.batches)
     host = [next(iterator) for _ in range(batches)]
@@ -241,7 +247,7 @@ def real_loop_benchmark(
         **loop_figures(run.metrics_file),
     }
     result["loop_wall_tokens_per_s"] = result["loop_target_tokens"] / wall
-    result |= replay_figures(looped, run, replay_batches)
+    result |= replay_figures(looped, run.tokenizer_dir, replay_batches, run.encoded_dir)
     result |= synthetic_figures(looped, result["vocab_size"], synthetic_steps)
     result["loop_over_replay"] = result["loop_steady_tokens_per_s"] / result["replay_tokens_per_s"]
     result["loop_over_synthetic"] = (
