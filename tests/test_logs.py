@@ -3,10 +3,13 @@ have left, its samples."""
 
 import json
 import math
+import time
 
 import pytest
 
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.logs import (
+    MetricsWriter,
     duration,
     sample_line,
     seconds_to_go,
@@ -95,3 +98,17 @@ def test_steady_means_leave_the_compiling_line_out_and_weight_the_others_by_thei
     means = steady_means(lines, ("a", "b", "c"))
     assert means == {"a": pytest.approx((10 * 2.0 + 20 * 5.0) / 30), "b": 1.0}
     assert steady_means(lines[:1], ("a",)) == {"a": 100.0}  # one line: it is all there is
+
+
+def test_each_metrics_line_says_when_it_was_written(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    writer = MetricsWriter(run, resume_step=0)
+    before = time.time()
+    writer.write(10, {"kind": "train", "loss": 2.5})
+    time.sleep(0.01)
+    writer.write(20, {"kind": "train", "loss": 2.0})
+    writer.close()
+    first, second = run.read_metrics()
+    assert (first["step"], first["loss"], second["step"]) == (10, 2.5, 20)
+    assert before - 0.001 <= first["time"] < second["time"] <= time.time()

@@ -110,3 +110,23 @@ def test_the_committed_gpu_records_and_a_bad_folder():
     )
     bad = run_command("docs/records/multi30k_frontier_gpu", "--window=0")
     assert bad.returncode == 1 and "--window=0 must be a positive number" in bad.stderr
+
+
+def test_the_time_each_line_was_written_is_the_clock_where_every_run_has_it():
+    runs = {name: (family, [dict(r) for r in records]) for name, (family, records) in RUNS.items()}
+    del runs["never-seed1"]
+    # Written at 96, 99 and 109 s (slow) and 104, 108 and 111 s (fast): in windows of 5 s they
+    # share only window 21 (105-110 s), where slow's step took 30 ms and fast's 10.
+    written = {"slow-seed0": [96.0, 99.0, 109.0], "fast-seed0": [104.0, 108.0, 111.0]}
+    for name, times in written.items():
+        for record, second in zip(
+            (r for r in runs[name][1] if r["kind"] == "train"), times, strict=True
+        ):
+            record["time"] = second
+    result = sharing.sharing(runs, level=40.0, window=5.0)
+    assert result["clock"] == "logged" and result["shared_seconds"] == 5.0
+    assert result["shared_ms_a_step"] == {"attention": 10.0, "rnn": 30.0}
+    assert "windows of 5 s of the time the lines were written" in sharing.markdown(result)
+    # One run without it, and every run is placed by the estimate instead.
+    del runs["fast-seed0"][1][0]["time"]
+    assert sharing.sharing(runs, level=40.0, window=5.0)["clock"] == "estimated"

@@ -9,11 +9,12 @@ of their steps with when each had the device. This splits the two:
 
 * for each run, the steps and training seconds to its first validation at ``--level`` or above,
   and its milliseconds a step up to there (the time it had the device at whatever sharing);
-* on a wall clock estimated from each run's own clocks (training, validation, compiling and
-  checkpoints, all four in its metrics.jsonl; start-up is not recorded, so the runs are taken
-  to start together), the windows of ``--window`` seconds in which every run logged training
+* on one wall clock, the windows of ``--window`` seconds in which every run logged training
   steps, and each family's mean milliseconds a step within them: the families' steps at equal
-  sharing.
+  sharing. The clock is the ``time`` each log line was written at, where every run's lines
+  have one (since 2026-12-05); for older records it is estimated from each run's own clocks
+  (training, validation, compiling and checkpoints, all four in its metrics.jsonl; start-up is
+  not recorded, so the runs are taken to start together).
 
 The seconds ratio to a level is then the steps ratio times the milliseconds-a-step ratio, and
 the second can be read at equal sharing. Neither replaces a step timed with the device alone.
@@ -36,16 +37,23 @@ from seq2seq.config import ConfigError
 from seq2seq.records.run_directory import RunDirectory, RunDirectoryError
 
 OFF_THE_CLOCK = ("validation_seconds", "compile_seconds", "checkpoint_seconds")
+CLOCKS = {
+    "logged": "time the lines were written",
+    "estimated": "wall clock estimated from the runs' clocks, start-up left out",
+}
 
 
-def timeline(records: list[dict]) -> list[tuple[float, float]]:
-    """(estimated wall-clock second, milliseconds a step) of each training log line: the
-    training clock plus every clock kept off it, as the line reports them."""
+def timeline(records: list[dict], logged: bool) -> list[tuple[float, float]]:
+    """(wall-clock second, milliseconds a step) of each training log line: the ``time`` it was
+    written at (``logged``), else the training clock plus every clock kept off it."""
+
+    def second(record: dict) -> float:
+        if logged:
+            return record["time"]
+        return record["elapsed_seconds"] + sum(record.get(key, 0.0) for key in OFF_THE_CLOCK)
+
     return [
-        (
-            record["elapsed_seconds"] + sum(record.get(key, 0.0) for key in OFF_THE_CLOCK),
-            1e3 * record["step_seconds"],
-        )
+        (second(record), 1e3 * record["step_seconds"])
         for record in records
         if record["kind"] == "train"
     ]
@@ -73,7 +81,13 @@ def shared_windows(timelines: dict[str, list[tuple[float, float]]], window: floa
 
 def sharing(runs: dict[str, tuple[str, list[dict]]], level: float, window: float) -> dict:
     """The figures of the module docstring for ``runs``: name -> (family, metrics records)."""
-    timelines = {name: timeline(records) for name, (_, records) in runs.items()}
+    logged = all(
+        "time" in record
+        for _, records in runs.values()
+        for record in records
+        if record["kind"] == "train"
+    )
+    timelines = {name: timeline(records, logged) for name, (_, records) in runs.items()}
     windows = shared_windows(timelines, window)
     families = sorted({family for family, _ in runs.values()})
     shared = {}
@@ -93,6 +107,7 @@ def sharing(runs: dict[str, tuple[str, list[dict]]], level: float, window: float
             name: {"family": family, "to_level": to_level(records, level)}
             for name, (family, records) in runs.items()
         },
+        "clock": "logged" if logged else "estimated",
         "shared_seconds": window * len(windows),
         "shared_ms_a_step": shared,
     }
@@ -141,7 +156,7 @@ def markdown(result: dict) -> str:
     lines += [
         "",
         f"While every run logged training steps ({result['shared_seconds']:g} s in windows of "
-        f"{result['window_s']:g} s): "
+        f"{result['window_s']:g} s of the {CLOCKS[result['clock']]}): "
         + ", ".join(
             f"{family} {ms:.2f} ms a step" for family, ms in shared.items() if ms is not None
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 
 import numpy as np
 from tensorboardX import SummaryWriter
@@ -89,7 +90,9 @@ class MetricsWriter:
     def write(self, step: int, record: dict, prefix: str = "train") -> None:
         if not self.active:
             return
-        self.file.write(json.dumps({"step": step, **record}) + "\n")
+        # ``time``: when the line was written (Unix seconds), so that runs which shared a device
+        # can be laid on one clock (``seq2seq.compare.sharing``); not a TensorBoard scalar.
+        self.file.write(json.dumps({"step": step, "time": round(time.time(), 3), **record}) + "\n")
         self.file.flush()
         for key, value in record.items():
             if isinstance(value, int | float) and math.isfinite(value):
