@@ -104,9 +104,10 @@ device-bounds: device-site
 # (seq2seq/bench/step_alone.py; docs/benchmarks.md, "The frontier on an accelerator"): what runs
 # sharing the device cannot give. About 2 minutes; needs data/multi30k like device-frontier.
 STEPS_ROWS ?= transformer-small,rnnsearch-medium,transformer-medium
+STEPS_FLAGS ?=# more flags, e.g. --batches=64
 device-steps: device-site
 	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.step_alone \
-		--rows=$(STEPS_ROWS) --out=$(DEVICE_OUT)
+		--rows=$(STEPS_ROWS) --out=$(DEVICE_OUT) $(STEPS_FLAGS)
 
 # The Multi30k frontier's chosen sizes trained end to end on an accelerator, 2 seeds each, all
 # at once (seq2seq/bench/device_frontier.py; docs/benchmarks.md, "The frontier on an
