@@ -448,7 +448,10 @@ def _time_verdict(data: dict, device: str | None) -> list[str]:
         f"its training seconds (means {seconds[other]:,.0f} s against {seconds[leader]:,.0f} s; "
         f"validation by then, off the clock: {validation[other]:,.0f} s and "
         f"{validation[leader]:,.0f} s), {_ratio(ratios['flops'])} times its training FLOPs and "
-        f"{_ratio(ratios['step'])} times its steps."
+        f"{_ratio(ratios['step'])} times its steps. Seconds over steps: a step of `{other}` took "
+        f"{ratios['minutes']['ratio'] / ratios['step']['ratio']:.2f} times one of `{leader}` "
+        "(for runs that shared a device, `python -m seq2seq.compare.sharing` says how much of "
+        "that the sharing made)."
     )
     if not same:
         firsts = [f"{v['level']:g}: `{v['leader']}`" for v in verdicts]
