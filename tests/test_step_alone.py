@@ -75,8 +75,8 @@ def test_a_bad_row_or_data_folder_is_one_line_before_any_work(tmp_path):
     assert no_data.returncode == 1
     assert no_data.stderr.strip().splitlines()[-1] == (
         f"error: --data {tmp_path} lacks train.de, train.en, val.de, val.en, "
-        "test_2016_flickr.de, test_2016_flickr.en; run `make device-data` or pass the folder "
-        "that has Multi30k's files"
+        "test_2016_flickr.de, test_2016_flickr.en; run `make device-data` (copies Multi30k there "
+        "from ../shared/data/multi30k) or pass the folder that has them"
     )
     zero = command("--batches=0")
     assert zero.returncode == 1 and "--batches=0 must be at least 1" in zero.stderr

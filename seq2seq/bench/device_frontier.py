@@ -109,15 +109,23 @@ def check_inputs(out: Path, rows: list[str], data: Path | None, checkpoint: str)
 
     select_runs(expand_suite("frontier_tuned"), rows, keep_first=False)  # names the runs there are
     describe_checkpoint_rule(checkpoint)  # latest, best or average:K
-    if data is not None:
-        missing = [name for name in DATA_FILES if not (data / name).is_file()]
-        if missing:
-            raise ValueError(
-                f"--data {data} lacks {', '.join(missing)}; run `make device-data` (copies "
-                "Multi30k there from ../shared/data/multi30k) or pass the folder that has them"
-            )
+    check_data(data)
     if (out / "device_frontier.json").exists():
         raise ValueError(f"--out {out} already holds a device_frontier result; pass a new folder")
+
+
+def check_data(data: Path | None) -> None:
+    """Refuses a data folder without Multi30k's files (None: the configs' own folder).
+
+    Raises:
+      ValueError: one line naming the missing files and the fix.
+    """
+    missing = [name for name in DATA_FILES if data is not None and not (data / name).is_file()]
+    if missing:
+        raise ValueError(
+            f"--data {data} lacks {', '.join(missing)}; run `make device-data` (copies "
+            "Multi30k there from ../shared/data/multi30k) or pass the folder that has them"
+        )
 
 
 def data_folder(given: str | None, overrides: dict) -> Path | None:

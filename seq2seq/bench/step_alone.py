@@ -140,7 +140,7 @@ def main() -> None:
         del argv
         from ml_collections import config_flags
 
-        from seq2seq.bench.device_frontier import DATA_FILES, data_folder
+        from seq2seq.bench.device_frontier import check_data, data_folder
 
         flag = {name: holder.value for name, holder in holders.items()}
         if flag["batches"] < 1:
@@ -152,13 +152,8 @@ def main() -> None:
         select_runs(expand_suite("frontier_tuned"), flag["rows"], keep_first=False)
         overrides = config_flags.get_override_values(flags.FLAGS["config"])
         data = data_folder(flag["data"], overrides)
+        check_data(data)
         if data is not None:
-            missing = [name for name in DATA_FILES if not (data / name).is_file()]
-            if missing:
-                raise ConfigError(
-                    f"--data {data} lacks {', '.join(missing)}; run `make device-data` or pass "
-                    "the folder that has Multi30k's files"
-                )
             overrides["data.dir"] = str(data)
         for row in flag["rows"]:  # a bad value is refused before JAX loads
             row_config(row, overrides)
