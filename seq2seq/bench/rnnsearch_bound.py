@@ -227,6 +227,7 @@ def bound_benchmark(
         ),
         "shapes": [],
         "skipped": [],
+        "reading": [],  # rewritten after every shape
     }
     slowest = 0.0
     for shape in shapes:
@@ -242,13 +243,14 @@ def bound_benchmark(
         if on_shape:
             on_shape(result)
     result["seconds"] = time.perf_counter() - start
-    result["reading"] = reading(result["shapes"])
     return result
 
 
-def _label(shape: dict) -> str:
-    joint = ":joint" if shape["encoder_loops"] == 1 else ""
-    return f"{shape['batch']}x{shape['length']}x{shape['unroll']}{joint}"
+def _label(figures: dict) -> str:
+    """``shape_name`` of a measured shape's figures."""
+    return shape_name(
+        (figures["batch"], figures["length"], figures["unroll"], figures["encoder_loops"] == 1)
+    )
 
 
 def _speeds(shapes: list[dict], base: dict) -> str:
@@ -274,10 +276,8 @@ def reading(shapes: list[dict]) -> list[str]:
     """
     if not shapes:
         return []
-    batch, length, unroll, joint = parse_shape(DEFAULT_SHAPES[0])
-    first = (batch, length, unroll, 1 if joint else 2)
-    key = ("batch", "length", "unroll", "encoder_loops")
-    base = next((s for s in shapes if tuple(s[k] for k in key) == first), shapes[0])
+    first = shape_name(parse_shape(DEFAULT_SHAPES[0]))
+    base = next((shape for shape in shapes if _label(shape) == first), shapes[0])
     iteration = base["step_us_per_recurrence_step"]
     empty, product = base["floor_empty_us_per_step"], base["floor_product_us_per_step"]
     lines = [

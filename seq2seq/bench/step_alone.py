@@ -141,14 +141,13 @@ def main() -> None:
         from ml_collections import config_flags
 
         from seq2seq.bench.device_frontier import check_data, data_folder
+        from seq2seq.compare.suites import expand_suite, select_runs
 
         flag = {name: holder.value for name, holder in holders.items()}
         if flag["batches"] < 1:
             raise ConfigError(f"--batches={flag['batches']} must be at least 1")
         if not flag["rows"]:
             raise ConfigError("--rows is empty; name rows of the frontier_tuned suite")
-        from seq2seq.compare.suites import expand_suite, select_runs
-
         select_runs(expand_suite("frontier_tuned"), flag["rows"], keep_first=False)
         overrides = config_flags.get_override_values(flags.FLAGS["config"])
         data = data_folder(flag["data"], overrides)
