@@ -3,10 +3,14 @@ steps and the time a step, and the families' steps where every run was training.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import pytest
+
 from seq2seq.compare import sharing
+from seq2seq.config import ConfigError
 from tests.conftest import REPO, subprocess_env
 
 
@@ -130,3 +134,69 @@ def test_the_time_each_line_was_written_is_the_clock_where_every_run_has_it():
     # One run without it, and every run is placed by the estimate instead.
     del runs["fast-seed0"][1][0]["time"]
     assert sharing.sharing(runs, level=40.0, window=5.0)["clock"] == "estimated"
+
+
+STEPS_ALONE = {
+    "device_kind": "TPU v9",
+    "rows": {"slow": {"replay_step_ms": 30.0}, "fast": {"replay_step_ms": 10.0}},
+}
+
+
+def test_steps_timed_alone_give_the_seconds_ratio_they_would_make():
+    runs = {name: RUNS[name] for name in ("slow-seed0", "fast-seed0")}
+    result = sharing.sharing(runs, level=40.0, window=5.0)
+    alone = sharing.with_steps_alone(result, STEPS_ALONE, records_device="TPU v9")
+    assert alone["steps_alone"]["families"] == {
+        "attention": {"row": "fast", "ms_a_step": 10.0},
+        "rnn": {"row": "slow", "ms_a_step": 30.0},
+    }
+    # rnn is the slower at equal sharing (23.33 ms against 12); to 40 it took 150 steps
+    # against 1,000 (0.15), and alone its step is 3 times, so the seconds 0.45 times.
+    text = sharing.markdown(alone).rstrip()
+    assert text.endswith(
+        "With the device to itself (TPU v9; step_alone), a step of slow takes 3.00 times one "
+        "of fast (30.00 ms against 10.00), which would make the seconds 0.15 x 3.00 = 0.45 times."
+    )
+    elsewhere = sharing.with_steps_alone(result, STEPS_ALONE, records_device="TPU v8")
+    assert "(TPU v9, not the records' TPU v8; step_alone)" in sharing.markdown(elsewhere)
+
+
+def test_steps_alone_needs_one_timed_row_a_family():
+    result = sharing.sharing(RUNS, level=40.0, window=5.0)  # attention: rows fast and never
+    with pytest.raises(ConfigError, match="attention's runs come from rows fast, never"):
+        sharing.with_steps_alone(result, STEPS_ALONE, records_device=None)
+    runs = {name: RUNS[name] for name in ("slow-seed0", "never-seed1")}
+    result = sharing.sharing(runs, level=40.0, window=5.0)
+    with pytest.raises(
+        ConfigError, match="the step_alone file has no row never .it has slow, fast"
+    ):
+        sharing.with_steps_alone(result, STEPS_ALONE, records_device=None)
+    with pytest.raises(ConfigError, match="run folder slow is not named <row>-seed<N>"):
+        sharing.row_of("slow")
+
+
+def test_the_committed_gpu_records_with_a_step_alone_file(tmp_path):
+    steps = {
+        "device_kind": "NVIDIA H100 80GB HBM3",
+        "rows": {
+            "transformer-small": {"replay_step_ms": 8.0},
+            "rnnsearch-medium": {"replay_step_ms": 10.0},
+        },
+    }
+    (tmp_path / "step_alone.json").write_text(json.dumps(steps))
+    done = run_command(
+        "docs/records/multi30k_frontier_gpu", f"--steps_alone={tmp_path / 'step_alone.json'}"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # 6,000 and 6,500 steps against 3,500 and 2,000: 2.27 times the steps; alone 1.25 times a step.
+    assert done.stdout.rstrip().endswith(
+        "(NVIDIA H100 80GB HBM3; step_alone), a step of rnnsearch-medium takes 1.25 times one of "
+        "transformer-small (10.00 ms against 8.00), which would make the seconds 2.27 x 1.25 = "
+        "2.84 times."
+    )
+    (tmp_path / "broken.json").write_text("{")
+    broken = run_command(
+        "docs/records/multi30k_frontier_gpu", f"--steps_alone={tmp_path / 'broken.json'}"
+    )
+    assert broken.returncode == 1
+    assert broken.stderr.strip().splitlines()[-1].endswith("is not JSON; give device-steps' file")

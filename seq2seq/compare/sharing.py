@@ -17,7 +17,10 @@ of their steps with when each had the device. This splits the two:
   not recorded, so the runs are taken to start together).
 
 The seconds ratio to a level is then the steps ratio times the milliseconds-a-step ratio, and
-the second can be read at equal sharing. Neither replaces a step timed with the device alone.
+the second can be read at equal sharing. Neither replaces a step timed with the device alone:
+``--steps_alone step_alone.json`` (``make device-steps``, ``seq2seq/bench/step_alone.py``) takes
+each family's step from the row its runs trained (run folders are named ``<row>-seed<N>``) and
+gives the seconds ratio that those steps would make, steps ratio x step-alone ratio.
 """
 
 from __future__ import annotations
@@ -113,6 +116,70 @@ def sharing(runs: dict[str, tuple[str, list[dict]]], level: float, window: float
     }
 
 
+def row_of(run: str) -> str:
+    """The frontier_tuned row of a run folder named ``<row>-seed<N>`` (``make device-frontier``)."""
+    row, seed = run.rpartition("-seed")[::2]
+    if not row or not seed.isdigit():
+        raise ConfigError(f"run folder {run} is not named <row>-seed<N>; --steps_alone needs that")
+    return row
+
+
+def with_steps_alone(result: dict, steps: dict, records_device: str | None) -> dict:
+    """``result`` with ``steps_alone``: each family's row and its step timed with the device to
+    itself (``steps``: ``step_alone.json``), and the device both were measured on."""
+    rows: dict[str, set[str]] = {}
+    for name, run in result["runs"].items():
+        rows.setdefault(run["family"], set()).add(row_of(name))
+    families = {}
+    for family, names in sorted(rows.items()):
+        if len(names) > 1:
+            raise ConfigError(
+                f"{family}'s runs come from rows {', '.join(sorted(names))}; pass a folder with "
+                "one row a family"
+            )
+        (row,) = names
+        if row not in steps["rows"]:
+            raise ConfigError(
+                f"the step_alone file has no row {row} (it has {', '.join(steps['rows'])}); run "
+                f"make device-steps with {row} among STEPS_ROWS"
+            )
+        families[family] = {"row": row, "ms_a_step": steps["rows"][row]["replay_step_ms"]}
+    return result | {
+        "steps_alone": {
+            "device_kind": steps["device_kind"],
+            "records_device_kind": records_device,
+            "families": families,
+        }
+    }
+
+
+def read_steps_alone(path: Path) -> dict:
+    """``make device-steps``'s ``step_alone.json``, or one error line naming what is wrong."""
+    try:
+        steps = json.loads(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"--steps_alone {path}: {error.strerror}") from None
+    except ValueError:
+        raise ConfigError(f"--steps_alone {path} is not JSON; give device-steps' file") from None
+    if not isinstance(steps, dict) or not {"rows", "device_kind"} <= steps.keys():
+        raise ConfigError(
+            f"--steps_alone {path} has no rows and device_kind; give make device-steps' "
+            "step_alone.json"
+        )
+    return steps
+
+
+def records_device(folder: Path) -> str | None:
+    """The device kind the runs under ``folder`` last trained on, if they agree."""
+    kinds = set()
+    for path in sorted(p for p in folder.iterdir() if p.is_dir()):
+        provenance = RunDirectory(path).provenance_file
+        if provenance.exists():
+            entries = json.loads(provenance.read_text()).get("entries") or [{}]
+            kinds.add(entries[-1].get("device_kind"))
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 def read_runs(folder: Path) -> dict[str, tuple[str, list[dict]]]:
     """Every run record under ``folder`` (one sub-folder each): its family and metrics."""
     runs = {}
@@ -177,7 +244,23 @@ def markdown(result: dict) -> str:
                 f"sharing a step is {shared[slow] / shared[fast]:.2f} times, which would make "
                 f"the seconds {step_ratio * shared[slow] / shared[fast]:.2f} times.",
             ]
+            if "steps_alone" in result:
+                lines += ["", _alone_sentence(result["steps_alone"], slow, fast, step_ratio)]
     return "\n".join(lines) + "\n"
+
+
+def _alone_sentence(alone: dict, slow: str, fast: str, step_ratio: float) -> str:
+    slow_row, fast_row = (alone["families"][family] for family in (slow, fast))
+    ratio = slow_row["ms_a_step"] / fast_row["ms_a_step"]
+    device = alone["device_kind"]
+    if alone["records_device_kind"] not in (None, device):
+        device += f", not the records' {alone['records_device_kind']}"
+    return (
+        f"With the device to itself ({device}; step_alone), a step of {slow_row['row']} takes "
+        f"{ratio:.2f} times one of {fast_row['row']} ({slow_row['ms_a_step']:.2f} ms against "
+        f"{fast_row['ms_a_step']:.2f}), which would make the seconds {step_ratio:.2f} x "
+        f"{ratio:.2f} = {step_ratio * ratio:.2f} times."
+    )
 
 
 def main() -> None:
@@ -186,6 +269,9 @@ def main() -> None:
     level = flags.DEFINE_float("level", 40.0, "Validation BLEU each run is timed to.")
     window = flags.DEFINE_float("window", 5.0, "Seconds in a window of the estimated wall clock.")
     as_json = flags.DEFINE_bool("json", False, "Print one JSON line instead of the tables.")
+    steps_alone = flags.DEFINE_string(
+        "steps_alone", None, "step_alone.json of make device-steps: each family's step alone."
+    )
 
     def run(argv: list[str]) -> None:
         if len(argv) != 2:
@@ -198,6 +284,9 @@ def main() -> None:
         if not folder.is_dir():
             raise ConfigError(f"{folder} is not a folder; give a folder of run records")
         result = sharing(read_runs(folder), level.value, window.value)
+        if steps_alone.value is not None:
+            steps = read_steps_alone(Path(steps_alone.value))
+            result = with_steps_alone(result, steps, records_device(folder))
         print(json.dumps(result) if as_json.value else markdown(result))
 
     cli.run(run)
