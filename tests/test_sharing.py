@@ -90,7 +90,15 @@ def test_a_window_without_every_run_is_left_out():
     result = sharing.sharing(runs, level=40.0, window=5.0)
     assert result["shared_seconds"] == 0.0
     assert result["shared_ms_a_step"] == {"attention": None, "rnn": None}
-    assert "To 40" not in sharing.markdown(result)
+    # No steps at equal sharing, but the seconds still split into steps and the time a step.
+    assert (
+        sharing.markdown(result)
+        .rstrip()
+        .endswith(
+            "To 40, attention over rnn (means over seeds): 4.00 times the training seconds = 6.67 "
+            "times the steps x 0.60 times the time a step as it came."
+        )
+    )
 
 
 def run_command(*args):
@@ -150,12 +158,12 @@ def test_steps_timed_alone_give_the_seconds_ratio_they_would_make():
         "attention": {"row": "fast", "ms_a_step": 10.0},
         "rnn": {"row": "slow", "ms_a_step": 30.0},
     }
-    # rnn is the slower at equal sharing (23.33 ms against 12); to 40 it took 150 steps
-    # against 1,000 (0.15), and alone its step is 3 times, so the seconds 0.45 times.
+    # attention took the more seconds to 40 (12 against 3), so it comes first: its 1,000 steps
+    # are 6.67 times rnn's 150, and alone its step (row fast) is a third of rnn's (row slow).
     text = sharing.markdown(alone).rstrip()
     assert text.endswith(
-        "With the device to itself (TPU v9; step_alone), a step of slow takes 3.00 times one "
-        "of fast (30.00 ms against 10.00), which would make the seconds 0.15 x 3.00 = 0.45 times."
+        "With the device to itself (TPU v9; step_alone), a step of fast takes 0.33 times one "
+        "of slow (10.00 ms against 30.00), which would make the seconds 6.67 x 0.33 = 2.22 times."
     )
     elsewhere = sharing.with_steps_alone(result, STEPS_ALONE, records_device="TPU v8")
     assert "(TPU v9, not the records' TPU v8; step_alone)" in sharing.markdown(elsewhere)

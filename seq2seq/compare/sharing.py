@@ -229,23 +229,25 @@ def markdown(result: dict) -> str:
         )
         + ".",
     ]
-    families = [family for family, ms in shared.items() if ms is not None]
-    if len(families) == 2:
-        slow, fast = sorted(families, key=lambda family: -shared[family])
-        steps = _mean_over(result, slow, "step"), _mean_over(result, fast, "step")
-        seconds = _mean_over(result, slow, "seconds"), _mean_over(result, fast, "seconds")
-        if None not in steps and None not in seconds:
-            step_ratio, seconds_ratio = steps[0] / steps[1], seconds[0] / seconds[1]
-            lines += [
-                "",
-                f"To {level:g}, {slow} over {fast} (means over seeds): {seconds_ratio:.2f} times "
-                f"the training seconds = {step_ratio:.2f} times the steps x "
-                f"{seconds_ratio / step_ratio:.2f} times the time a step as it came; at equal "
-                f"sharing a step is {shared[slow] / shared[fast]:.2f} times, which would make "
-                f"the seconds {step_ratio * shared[slow] / shared[fast]:.2f} times.",
-            ]
-            if "steps_alone" in result:
-                lines += ["", _alone_sentence(result["steps_alone"], slow, fast, step_ratio)]
+    families = sorted({run["family"] for run in result["runs"].values()})
+    seconds = {family: _mean_over(result, family, "seconds") for family in families}
+    steps = {family: _mean_over(result, family, "step") for family in families}
+    if len(families) == 2 and None not in (*seconds.values(), *steps.values()):
+        slow, fast = sorted(families, key=lambda family: -seconds[family])
+        step_ratio, seconds_ratio = steps[slow] / steps[fast], seconds[slow] / seconds[fast]
+        sentence = (
+            f"To {level:g}, {slow} over {fast} (means over seeds): {seconds_ratio:.2f} times "
+            f"the training seconds = {step_ratio:.2f} times the steps x "
+            f"{seconds_ratio / step_ratio:.2f} times the time a step as it came"
+        )
+        if shared[slow] is not None and shared[fast] is not None:
+            sentence += (
+                f"; at equal sharing a step is {shared[slow] / shared[fast]:.2f} times, which "
+                f"would make the seconds {step_ratio * shared[slow] / shared[fast]:.2f} times"
+            )
+        lines += ["", sentence + "."]
+        if "steps_alone" in result:
+            lines += ["", _alone_sentence(result["steps_alone"], slow, fast, step_ratio)]
     return "\n".join(lines) + "\n"
 
 
