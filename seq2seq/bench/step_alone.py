@@ -15,7 +15,7 @@ and the seconds of the first pass, which compiles each batch shape. Rows whose d
 share one tokenizer. A row's steps to a validation level (its records) times its milliseconds a
 step alone give its seconds to that level with the device to itself; the reading under the table
 gives each other row's step over the first row's. ``--out DIR`` receives ``step_alone.json``
-and ``.md``.
+and ``.md``, written again after each row.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ def tokenizer_key(config) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def steps_alone(rows: list[str], overrides: dict, batches: int, workdir: Path) -> dict:
-    """Every row's figures (module docstring), in order, and the environment they ran in."""
+def steps_alone(rows: list[str], overrides: dict, batches: int, workdir: Path, on_row=None) -> dict:
+    """Every row's figures (module docstring), in order, and the environment they ran in;
+    ``on_row(result)`` after each row, with the rows so far and their reading."""
     import jax
 
     from seq2seq.bench.real_loop import replay_figures
@@ -80,7 +81,9 @@ def steps_alone(rows: list[str], overrides: dict, batches: int, workdir: Path) -
             **figures,
         }
         print(f"step alone: {row} {figures['replay_step_ms']:.2f} ms", file=sys.stderr)
-    result["reading"] = reading(result["rows"])
+        result["reading"] = reading(result["rows"])
+        if on_row:
+            on_row(result)
     return result
 
 
@@ -156,13 +159,18 @@ def main() -> None:
             overrides["data.dir"] = str(data)
         for row in flag["rows"]:  # a bad value is refused before JAX loads
             row_config(row, overrides)
-        with tempfile.TemporaryDirectory(prefix="seq2seq-step-alone-") as workdir:
-            result = steps_alone(flag["rows"], overrides, flag["batches"], Path(workdir))
-        if flag["out"]:
+
+        def write(result: dict) -> None:  # after every row: a call stopped midway keeps them
             out = Path(flag["out"])
             out.mkdir(parents=True, exist_ok=True)
             (out / "step_alone.json").write_text(json.dumps(result, indent=1) + "\n")
             (out / "step_alone.md").write_text(markdown(result))
+
+        with tempfile.TemporaryDirectory(prefix="seq2seq-step-alone-") as workdir:
+            result = steps_alone(
+                flag["rows"], overrides, flag["batches"], Path(workdir),
+                on_row=write if flag["out"] else None,
+            )  # fmt: skip
         print(json.dumps(result) if flag["json"] else markdown(result))
 
     cli.run(run)
