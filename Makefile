@@ -103,11 +103,14 @@ device-bounds: device-site
 # Each frontier row's training step with the accelerator to itself, on its own batches
 # (seq2seq/bench/step_alone.py; docs/benchmarks.md, "The frontier on an accelerator"): what runs
 # sharing the device cannot give. About 2 minutes; needs data/multi30k like device-frontier.
+# Rows after the first start only within $(STEPS_BUDGET_S) seconds (0: no limit), so that the
+# frontier after it in the same call keeps its minutes; the rows the verdict needs come first.
 STEPS_ROWS ?= transformer-small,rnnsearch-medium,transformer-medium
+STEPS_BUDGET_S ?= 100
 STEPS_FLAGS ?=# more flags, e.g. --batches=64
 device-steps: device-site
 	PYTHONPATH=$(CURDIR):$(DEVICE_SITE) $(DEVICE_PYTHON) -m seq2seq.bench.step_alone \
-		--rows=$(STEPS_ROWS) --out=$(DEVICE_OUT) $(STEPS_FLAGS)
+		--rows=$(STEPS_ROWS) --budget_s=$(STEPS_BUDGET_S) --out=$(DEVICE_OUT) $(STEPS_FLAGS)
 
 # The Multi30k frontier's chosen sizes trained end to end on an accelerator, 2 seeds each, all
 # at once (seq2seq/bench/device_frontier.py; docs/benchmarks.md, "The frontier on an

@@ -49,6 +49,33 @@ def test_both_rows_alone_on_their_own_batches(tmp_path, multi30k):
     )
 
 
+def test_rows_after_the_budget_are_not_started(tmp_path, multi30k):
+    out = tmp_path / "out"
+    done = command(
+        *TINY, f"--data={multi30k}", "--batches=2", "--budget_s=0.001", f"--out={out}", "--json",
+        "--rows=transformer-small,rnnsearch-medium,transformer-medium",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    # The first row always starts; by its end the 1 ms had passed, so neither other row did.
+    assert list(printed["rows"]) == ["transformer-small"]
+    assert printed["skipped"] == ["rnnsearch-medium", "transformer-medium"]
+    assert printed["reading"] == []
+    assert (
+        (out / "step_alone.md")
+        .read_text()
+        .rstrip()
+        .endswith(
+            "Not started, 0.001 s (--budget_s) having passed: rnnsearch-medium, transformer-medium."
+        )
+    )
+    negative = command("--budget_s=-1", f"--data={multi30k}")
+    assert negative.returncode == 1
+    assert negative.stderr.strip().splitlines()[-1] == (
+        "error: --budget_s=-1 must be 0 (no limit) or more"
+    )
+
+
 def test_the_reading_puts_every_row_against_the_first():
     rows = {
         "transformer-small": {"replay_step_ms": 4.0},

@@ -1,7 +1,8 @@
 """Each frontier row's training step with the device to itself, on its own batches (issue 55)::
 
     python -m seq2seq.bench.step_alone [--rows transformer-small,rnnsearch-medium] \\
-        [--batches 128] [--data data/multi30k] [--out DIR] [--json] [--config.KEY=VALUE]
+        [--batches 128] [--budget_s 0] [--data data/multi30k] [--out DIR] [--json] \\
+        [--config.KEY=VALUE]
 
 Runs that share a device (``make device-frontier``) take turns on it, so their training seconds mix
 the cost of each family's step with when each had the device; ``python -m seq2seq.compare.sharing``
@@ -15,7 +16,9 @@ and the seconds of the first pass, which compiles each batch shape. Rows whose d
 share one tokenizer. A row's steps to a validation level (its records) times its milliseconds a
 step alone give its seconds to that level with the device to itself; the reading under the table
 gives each other row's step over the first row's. ``--out DIR`` receives ``step_alone.json``
-and ``.md``, written again after each row.
+and ``.md``, written again after each row. ``--budget_s`` bounds the call for a device's short
+window: rows after the first start only within that many seconds, so put first the rows that
+matter most.
 """
 
 from __future__ import annotations
@@ -61,16 +64,38 @@ def tokenizer_key(config) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def steps_alone(rows: list[str], overrides: dict, batches: int, workdir: Path, on_row=None) -> dict:
+def steps_alone(
+    rows: list[str],
+    overrides: dict,
+    batches: int,
+    workdir: Path,
+    budget_s: float = 0.0,
+    on_row=None,
+) -> dict:
     """Every row's figures (module docstring), in order, and the environment they ran in;
-    ``on_row(result)`` after each row, with the rows so far and their reading."""
+    ``on_row(result)`` after each row, timed or skipped, with the rows so far. With a
+    ``budget_s``, a row after the first starts only if fewer seconds than that have passed since
+    the first began (a started row runs to its end); the others are listed as ``skipped``."""
     import jax
 
     from seq2seq.bench.real_loop import replay_figures
     from seq2seq.models import compute_dtype
 
-    result = {"device_kind": jax.devices()[0].device_kind, "rows": {}}
+    result = {
+        "device_kind": jax.devices()[0].device_kind,
+        "budget_s": budget_s,
+        "rows": {},
+        "skipped": [],
+        "reading": [],
+    }
+    began = time.perf_counter()
     for row in rows:
+        if result["rows"] and budget_s and time.perf_counter() - began >= budget_s:
+            result["skipped"].append(row)
+            print(f"step alone: {row} not started, {budget_s:g} s had passed", file=sys.stderr)
+            if on_row:
+                on_row(result)
+            continue
         config = row_config(row, overrides)
         start = time.perf_counter()
         figures = replay_figures(config, workdir / tokenizer_key(config), batches)
@@ -120,6 +145,13 @@ def markdown(result: dict) -> str:
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {shapes} |")
     for sentence in result["reading"]:
         lines += ["", sentence]
+    if result.get("skipped"):
+        lines += [
+            "",
+            f"Not started, {result['budget_s']:g} s (--budget_s) having passed: "
+            + ", ".join(result["skipped"])
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -129,6 +161,9 @@ def main() -> None:
     holders = {
         "rows": flags.DEFINE_list("rows", list(ROWS), "Rows of the frontier_tuned suite."),
         "batches": flags.DEFINE_integer("batches", 128, "Batches of each row's pipeline timed."),
+        "budget_s": flags.DEFINE_float(
+            "budget_s", 0.0, "Rows after the first start only within this many seconds; 0: all."
+        ),
         "data": flags.DEFINE_string(
             "data", None, "Multi30k's folder (default: data/multi30k if there, else the configs')."
         ),
@@ -149,6 +184,8 @@ def main() -> None:
         flag = {name: holder.value for name, holder in holders.items()}
         if flag["batches"] < 1:
             raise ConfigError(f"--batches={flag['batches']} must be at least 1")
+        if flag["budget_s"] < 0:
+            raise ConfigError(f"--budget_s={flag['budget_s']:g} must be 0 (no limit) or more")
         if not flag["rows"]:
             raise ConfigError("--rows is empty; name rows of the frontier_tuned suite")
         select_runs(expand_suite("frontier_tuned"), flag["rows"], keep_first=False)
@@ -168,7 +205,7 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory(prefix="seq2seq-step-alone-") as workdir:
             result = steps_alone(
-                flag["rows"], overrides, flag["batches"], Path(workdir),
+                flag["rows"], overrides, flag["batches"], Path(workdir), flag["budget_s"],
                 on_row=write if flag["out"] else None,
             )  # fmt: skip
         print(json.dumps(result) if flag["json"] else markdown(result))
