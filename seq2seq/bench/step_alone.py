@@ -93,20 +93,18 @@ def steps_alone(
         if result["rows"] and budget_s and time.perf_counter() - began >= budget_s:
             result["skipped"].append(row)
             print(f"step alone: {row} not started, {budget_s:g} s had passed", file=sys.stderr)
-            if on_row:
-                on_row(result)
-            continue
-        config = row_config(row, overrides)
-        start = time.perf_counter()
-        figures = replay_figures(config, workdir / tokenizer_key(config), batches)
-        result["rows"][row] = {
-            "model": config.model.name,
-            "dtype": compute_dtype(config),
-            "seconds": time.perf_counter() - start,
-            **figures,
-        }
-        print(f"step alone: {row} {figures['replay_step_ms']:.2f} ms", file=sys.stderr)
-        result["reading"] = reading(result["rows"])
+        else:
+            config = row_config(row, overrides)
+            start = time.perf_counter()
+            figures = replay_figures(config, workdir / tokenizer_key(config), batches)
+            result["rows"][row] = {
+                "model": config.model.name,
+                "dtype": compute_dtype(config),
+                "seconds": time.perf_counter() - start,
+                **figures,
+            }
+            print(f"step alone: {row} {figures['replay_step_ms']:.2f} ms", file=sys.stderr)
+            result["reading"] = reading(result["rows"])
         if on_row:
             on_row(result)
     return result

@@ -171,12 +171,10 @@ def read_steps_alone(path: Path) -> dict:
 
 def records_device(folder: Path) -> str | None:
     """The device kind the runs under ``folder`` last trained on, if they agree."""
-    kinds = set()
-    for path in sorted(p for p in folder.iterdir() if p.is_dir()):
-        provenance = RunDirectory(path).provenance_file
-        if provenance.exists():
-            entries = json.loads(provenance.read_text()).get("entries") or [{}]
-            kinds.add(entries[-1].get("device_kind"))
+    from seq2seq.records.provenance import read_entries  # loads JAX: only for --steps_alone
+
+    latest = [read_entries(path)[-1:] for path in folder.iterdir() if path.is_dir()]
+    kinds = {entries[0].get("device_kind") for entries in latest if entries}
     return kinds.pop() if len(kinds) == 1 else None
 
 
