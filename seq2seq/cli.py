@@ -28,6 +28,7 @@ from absl import logging as absl_logging
 from seq2seq.config import ConfigError, unknown_key_message
 from seq2seq.runtime.compilation_cache import compile_afresh, keep_compiled_programs
 from seq2seq.runtime.host_memory import keep_host_memory
+from seq2seq.runtime.simulated_devices import size_thread_pool
 from seq2seq.runtime.xla_flags import use_library_gemms
 
 CONFIG_FILE_FLAGS = ("config",)  # the entry points' ``config_flags.DEFINE_config_file`` flags
@@ -251,13 +252,15 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
 def start() -> None:
     """The preamble of every command, run before JAX loads: compiled programs kept on disk for
     later processes (``seq2seq.runtime.compilation_cache``; ``--nocompilation_cache`` turns that
-    off), GPU matrix products from cuBLAS (``seq2seq.runtime.xla_flags``) and XLA's host memory
+    off), GPU matrix products from cuBLAS (``seq2seq.runtime.xla_flags``), enough XLA threads
+    for simulated CPU devices (``seq2seq.runtime.simulated_devices``) and XLA's host memory
     kept between steps.
 
     On Linux with glibc this restarts the process once (``seq2seq.runtime.host_memory``).
     """
     keep_compiled_programs()
     use_library_gemms()
+    size_thread_pool()
     keep_host_memory()
 
 

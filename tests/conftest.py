@@ -18,9 +18,9 @@ def with_xla_flag(environ, flag: str) -> str:
 # older loop emitters instead of the MLIR fusion emitters, whose fixed cost per fusion dominates
 # a tiny program (six compile-bound files took 380 s against 265 s). They are set before JAX
 # loads, for the test processes and everything they start; commands run outside the tests keep
-# XLA's defaults. A collective of simulated CPU devices (one thread each) may wait for threads
-# that 2 busy cores have not scheduled: XLA ends the process after 40 s of that, which killed
-# the eight-device mesh worker once in a loaded suite (2026-12-05), so tests allow 10 minutes.
+# XLA's defaults. A collective of simulated CPU devices may wait a while for threads that 2 busy
+# cores have not scheduled, so tests allow it 10 minutes instead of XLA's 40 s (the waits that
+# never ended were a starved thread pool: seq2seq.runtime.simulated_devices, subprocess_env).
 # A flag already in XLA_FLAGS, with any value, is left as it is.
 TEST_XLA_FLAGS = (
     "--xla_backend_optimization_level=0",
@@ -34,6 +34,8 @@ for _flag in TEST_XLA_FLAGS:
 import jax  # noqa: E402
 import jax.extend.core  # noqa: E402
 import pytest  # noqa: E402
+
+from seq2seq.runtime.simulated_devices import threads_environment  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
@@ -131,7 +133,19 @@ def subprocess_env(devices: int = 1) -> dict[str, str]:
     env["JAX_PLATFORMS"] = "cpu"
     if devices > 1:
         env["XLA_FLAGS"] = with_xla_flag(env, f"--xla_force_host_platform_device_count={devices}")
-    return env
+    return threads_environment(env)  # see seq2seq.runtime.simulated_devices
+
+
+def run_python(script: str, *arguments: str, env: dict[str, str]) -> str:
+    """The standard output of ``python -c SCRIPT ARGUMENTS`` run in the repository with ``env``;
+    the test fails with the end of its standard error if it fails."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", script, *arguments]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def assert_compare_refuses(workdir: Path, arguments: list[str], message: str) -> None:

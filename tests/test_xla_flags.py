@@ -1,13 +1,11 @@
 """Every command asks XLA for cuBLAS's matrix products on a GPU, unless told otherwise."""
 
 import os
-import subprocess
-import sys
 
 from seq2seq.runtime import xla_flags
 from seq2seq.runtime.xla_flags import LIBRARY_GEMMS, flags_environment
 from seq2seq.training import losses
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import run_python, subprocess_env
 
 
 def test_the_option_is_added_beside_flags_already_set():
@@ -30,17 +28,9 @@ def test_a_command_leaves_xla_flags_alone_without_a_cuda_plugin():
     )
     environment = subprocess_env()
     environment.pop("XLA_FLAGS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    printed = run_python(script, env=environment)
     assert not xla_flags.cuda_installed()
-    assert done.stdout.split()[-2:] == ["None", "3.0"]
+    assert printed.split()[-2:] == ["None", "3.0"]
 
 
 def test_the_loss_is_chunked_on_a_cpu_and_whole_when_asked():
