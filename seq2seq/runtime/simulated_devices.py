@@ -6,7 +6,7 @@ A collective holds its thread until every device has reached it, and one device 
 in RNNsearch's data-parallel backward pass, a scan whose body all-reduces runs beside an
 all-reduce outside it. When one device holds two threads, another device finds none, the
 collective waits for it for ever, and XLA ends the process ("only 7 of 8 arrived"). The eight-
-device mesh test hung so in 2 of 3 runs (2026-12-06). ``PJRT_NPROC`` sizes the pool: four
+device mesh test hung so in 3 of 4 runs (2026-12-06). ``PJRT_NPROC`` sizes the pool: four
 threads a device leave room for a device held in several scans at once, and idle threads cost
 nothing. A ``PJRT_NPROC`` already set wins.
 """
