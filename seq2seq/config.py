@@ -286,6 +286,7 @@ NOT_IDENTITY = frozenset(
         "train.loss_chunk_tokens",
         "model.rnnsearch.scan_unroll",
         "model.rnnsearch.joint_encoder_loop",
+        "model.rnnsearch.weight_gradients_after_loop",
         "train.log_every_steps",
         "train.early_stopping_patience",
         "train.early_stopping_min_delta",

@@ -10,6 +10,7 @@ It reports the losses of every run and the partition spec of every parameter aft
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -130,11 +131,49 @@ def run_model(model_name: str, directory: Path) -> dict:
     return report
 
 
+def all_reduced_in_loops(model_name: str, after_loop: bool) -> list[int]:
+    """The size (numbers) of each all-reduce inside a while loop's body in the data-parallel
+    (8, 1, 1) step's compiled HLO, with each recurrence's weight gradients taken after its loop
+    or summed inside it."""
+    config = config_for(model_name)
+    config.model.rnnsearch.weight_gradients_after_loop = after_loop
+    state, schedule = create_state(config, VOCAB, VOCAB)
+    mesh = sharding.build_mesh(*MESHES["8,1,1"])
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
+    state = jax.device_put(state, sharding.state_sharding(mesh, state, rules))
+    batch_sharding = sharding.batch_sharding(mesh, rules)
+    step = make_train_step(
+        label_smoothing=0.1,
+        schedule=schedule,
+        state_sharding=sharding.state_sharding(mesh, state, rules),
+        batch_sharding=batch_sharding,
+        metrics_sharding=sharding.replicated(mesh),
+        axis_rules=rules,
+    )
+    batch = sharding.global_batch(batches()[0], batch_sharding)
+    hlo = step.lower(state, batch).compile().as_text()
+    bodies = set(re.findall(r"body=%?([\w.-]+)", hlo))
+    sizes, inside = [], False
+    for line in hlo.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            name = line.split()[1] if line.startswith("ENTRY") else line.split()[0]
+            inside = name.lstrip("%") in bodies
+        elif inside and (found := re.search(r"= (.*?) all-reduce(-start)?\(", line)):
+            shapes = re.findall(r"\[([\d,]*)\]", found.group(1))  # one, or a tuple's
+            sizes.append(sum(int(np.prod([int(d) for d in s.split(",") if d])) for s in shapes))
+    return sizes
+
+
 def main() -> None:
     assert jax.device_count() == 8, "run with --xla_force_host_platform_device_count=8"
     names = sys.argv[1:] or ["transformer", "rnnsearch"]
     with tempfile.TemporaryDirectory() as directory:
         report = {name: run_model(name, Path(directory) / name) for name in names}
+    if "rnnsearch" in report:
+        report["rnnsearch"]["all_reduced_in_loops"] = {
+            label: all_reduced_in_loops("rnnsearch", after_loop)
+            for label, after_loop in (("after_loop", True), ("in_loop", False))
+        }
     print(json.dumps(report))
 
 

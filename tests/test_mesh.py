@@ -214,3 +214,14 @@ def test_a_checkpoint_saved_on_fsdp_4_resumes_on_any_mesh(mesh_report, model_nam
     continued = report["losses"]["2,4,1"][10:]
     for mesh, losses in report["resumed"].items():
         np.testing.assert_allclose(losses, continued, rtol=1e-5, err_msg=f"resumed on {mesh}")
+
+
+@pytest.mark.slow
+def test_data_parallel_rnnsearch_all_reduces_no_weight_matrix_inside_its_loops(mesh_report):
+    """Each step's part of a recurrent weight's gradient differs across devices, so summed
+    inside a backward loop it is all-reduced at every time step; taken after the loop
+    (``model.rnnsearch.weight_gradients_after_loop``), once. Counted in the compiled HLO: only
+    ``v_a``'s 16 numbers (n' = 16, see ``AlignmentAttention.loop_weights``) stay in a loop."""
+    sizes = mesh_report["rnnsearch"]["all_reduced_in_loops"]
+    assert max(sizes["in_loop"]) >= 24 * 24  # the count sees the recurrent matrices (n = 24)
+    assert sizes["after_loop"] == [16]

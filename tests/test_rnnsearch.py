@@ -121,7 +121,8 @@ def _source_jacobian_singular_values(model: RNNSearch) -> np.ndarray:
         logits, _ = nnx.merge(graphdef, table, rest)(source, target_inputs)
         return logits.reshape(-1)  # T * V = 240 outputs
 
-    (jacobian,) = jax.tree.leaves(jax.jit(jax.jacfwd(logits_of))(table))  # [240, 40, 8]
+    # Reverse mode: the recurrences' custom VJP (seq2seq.models.recurrence) has no forward mode.
+    (jacobian,) = jax.tree.leaves(jax.jit(jax.jacrev(logits_of))(table))  # [240, 40, 8]
     jacobian = jacobian.reshape(240, -1)
     return np.linalg.svd(np.asarray(jacobian, np.float64), compute_uv=False)
 

@@ -27,7 +27,7 @@ def test_tiny_shapes_are_timed_against_their_floors(tmp_path):
     out = tmp_path / "bound.json"
     done = subprocess.run(
         [sys.executable, "-m", "seq2seq.bench.rnnsearch_bound", *TINY]
-        + ["--shapes=4x6x1,4x5x4:joint", "--steps=2", "--warmup=1", "--matmul_sizes=64"]
+        + ["--shapes=4x6x1,4x5x4:joint:inloop", "--steps=2", "--warmup=1", "--matmul_sizes=64"]
         + [f"--out={out}", "--json"],
         cwd=REPO,
         env=subprocess_env(),
@@ -39,10 +39,10 @@ def test_tiny_shapes_are_timed_against_their_floors(tmp_path):
     printed = json.loads(done.stdout.strip().splitlines()[-1])
     assert json.loads(out.read_text()) == printed
     shapes = printed["shapes"]
-    assert [(s["batch"], s["length"], s["unroll"], s["encoder_loops"]) for s in shapes] == [
-        (4, 6, 1, 2),
-        (4, 5, 4, 1),
-    ]
+    assert [
+        (s["batch"], s["length"], s["unroll"], s["encoder_loops"], s["weight_gradients"])
+        for s in shapes
+    ] == [(4, 6, 1, 2, "after loop"), (4, 5, 4, 1, "in loop")]
     assert printed["skipped"] == []
     for shape in shapes:
         assert shape["target_tokens"] == shape["batch"] * shape["length"]  # every position real
@@ -58,18 +58,24 @@ def test_tiny_shapes_are_timed_against_their_floors(tmp_path):
 def test_a_spent_budget_skips_every_shape_and_names_them():
     config = tiny_config("rnnsearch")
     result = rnnsearch_bound.bound_benchmark(
-        config, [(4, 6, 1, False), (2, 4, 2, True)], budget_s=0.0, matmul_sizes=(32,)
+        config,
+        [(4, 6, 1, False, False), (2, 4, 2, True, True)],
+        budget_s=0.0,
+        matmul_sizes=(32,),
     )
     assert result["shapes"] == []
-    assert result["skipped"] == ["4x6x1", "2x4x2:joint"]
+    assert result["skipped"] == ["4x6x1", "2x4x2:joint:inloop"]
 
 
-@pytest.mark.parametrize("text", ["80x51", "80x0x1", "ax51x1", "80x51x1x2", "80x51x1:fast", "x:"])
+@pytest.mark.parametrize(
+    "text", ["80x51", "80x0x1", "ax51x1", "80x51x1x2", "80x51x1:fast", "x:", "8x5x1:joint:joint"]
+)
 def test_a_malformed_shape_is_one_line(text):
-    with pytest.raises(ConfigError, match=r"is not BATCHxLENGTHxUNROLL\[:joint\]"):
+    with pytest.raises(ConfigError, match=r"is not BATCHxLENGTHxUNROLL\[:joint\]\[:inloop\]"):
         rnnsearch_bound.parse_shape(text)
-    assert rnnsearch_bound.parse_shape("80X51x4") == (80, 51, 4, False)
-    assert rnnsearch_bound.parse_shape("80x51x4:Joint") == (80, 51, 4, True)
+    assert rnnsearch_bound.parse_shape("80X51x4") == (80, 51, 4, False, False)
+    assert rnnsearch_bound.parse_shape("80x51x4:Joint") == (80, 51, 4, True, False)
+    assert rnnsearch_bound.parse_shape("80x51x4:inloop:joint") == (80, 51, 4, True, True)
 
 
 @pytest.mark.parametrize("values", [["4096", "big"], ["0"], ["-8"], []])
@@ -81,25 +87,31 @@ def test_matmul_sizes_that_are_not_positive_integers_are_one_line(values):
 
 def test_the_default_shapes_put_the_paper_batch_first_and_sweep_every_unroll():
     shapes = [rnnsearch_bound.parse_shape(text) for text in rnnsearch_bound.DEFAULT_SHAPES]
-    # Bahdanau et al.'s 80 sentences of RNNsearch-50's 51 tokens, with two encoder loops and
-    # then one: the joint loop is measured against the plain step before the budget can end.
-    assert shapes[:2] == [(80, 51, 1, False), (80, 51, 1, True)]
-    paper = [
-        (unroll, joint) for batch, length, unroll, joint in shapes if (batch, length) == (80, 51)
+    # Bahdanau et al.'s 80 sentences of RNNsearch-50's 51 tokens, then with the weight
+    # gradients summed inside the loops, then with one encoder loop: each measured against the
+    # plain step before the budget can end.
+    assert shapes[:3] == [
+        (80, 51, 1, False, False),
+        (80, 51, 1, False, True),
+        (80, 51, 1, True, False),
     ]
+    paper = [(u, joint) for b, length, u, joint, _ in shapes if (b, length) == (80, 51)]
     assert {unroll for unroll, _ in paper} == {1, 2, 4, 8}
     assert (4, False) in paper and (4, True) in paper
-    same_tokens = {batch * length for batch, length, _, _ in shapes if batch != 80}
-    assert 80 * 51 in same_tokens and len(shapes) <= 13  # bounded: each shape is a compile
+    same_tokens = {batch * length for batch, length, *_ in shapes if batch != 80}
+    assert 80 * 51 in same_tokens and len(shapes) <= 14  # bounded: each shape is a compile
 
 
-def made_up(batch, length, unroll, loops, tokens_per_s, mfu, iteration, empty, product):
+def made_up(
+    batch, length, unroll, loops, tokens_per_s, mfu, iteration, empty, product, where="after loop"
+):
     """A shape's figures as ``shape_figures`` returns them, the ones the reading uses."""
     return {
         "batch": batch,
         "length": length,
         "unroll": unroll,
         "encoder_loops": loops,
+        "weight_gradients": where,
         "target_tokens": batch * length,
         "tokens_per_s": tokens_per_s,
         "mfu": mfu,
@@ -116,6 +128,7 @@ def test_the_reading_measures_against_the_paper_batch_and_names_the_floor_in_the
         made_up(80, 51, 4, 2, 1500.0, 0.09, 50.0, 10.0, 40.0),
         made_up(80, 51, 1, 1, 1200.0, 0.07, 70.0, 20.0, 40.0),
         made_up(160, 51, 1, 2, 1800.0, 0.11, 60.0, 20.0, 45.0),
+        made_up(80, 51, 1, 2, 900.0, 0.054, 89.0, 20.0, 40.0, where="in loop"),
     ]
     floors, speeds, goal = rnnsearch_bound.reading(shapes)
     # 20 and 40 of 80 us; 0.06 * 80 / 40 and 0.06 * 80 / 20.
@@ -125,7 +138,8 @@ def test_the_reading_measures_against_the_paper_batch_and_names_the_floor_in_the
     # 40 x 51 has 2,040 tokens an update, 160 x 51 8,160: both apart from the base's 4,080.
     assert speeds == (
         "Tokens/s over 80x51x1's, at its 4,080 target tokens per update: 80x51x4 1.50, "
-        "80x51x1:joint 1.20, 80x51x1 1.00; at other batch sizes: 160x51x1 1.80, 40x51x1 0.70."
+        "80x51x1:joint 1.20, 80x51x1 1.00, 80x51x1:inloop 0.90; at other batch sizes: "
+        "160x51x1 1.80, 40x51x1 0.70."
     )
     # The best at 4,080 tokens is U = 4 at 0.09; its products alone allow 0.09 * 50 / 40 = 0.1125.
     assert "not reached: the best, 80x51x4, has MFU 0.090" in goal

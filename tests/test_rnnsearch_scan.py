@@ -1,6 +1,7 @@
 """RNNsearch's recurrences in fewer loop iterations: unrolled (``model.rnnsearch.scan_unroll``)
-and with both encoder directions in one loop (``model.rnnsearch.joint_encoder_loop``). The same
-equations, so the same logits and gradients, whatever the unroll and the length."""
+and with both encoder directions in one loop (``model.rnnsearch.joint_encoder_loop``); and their
+weight gradients taken after each loop (``model.rnnsearch.weight_gradients_after_loop``). The
+same equations, so the same logits and gradients, whatever the loop and the length."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.extend.core import jaxprs_in_params
 
 from seq2seq.config import ConfigError, default_config, identity_keys, validate
 from seq2seq.models import RNNSearch, RNNSearchConfig
@@ -24,11 +26,11 @@ SOURCE = jnp.array([[5, 9, 14, 21, 30, 33, EOS_ID], [6, 11, 17, EOS_ID, 0, 0, 0]
 TARGET = jnp.array([[7, 8, 11, 20, EOS_ID], [12, 13, EOS_ID, 0, 0]])
 
 
-def _model(attention: str, unroll: int, joint: bool = False) -> RNNSearch:
+def _model(attention: str, unroll: int, joint: bool = False, after_loop: bool = True) -> RNNSearch:
     config = RNNSearchConfig(
         VOCAB, VOCAB, embedding_size=8, encoder_hidden_size=6, decoder_hidden_size=12,
         alignment_size=8, maxout_size=8, attention=attention, init="modern", scan_unroll=unroll,
-        joint_encoder_loop=joint,
+        joint_encoder_loop=joint, weight_gradients_after_loop=after_loop,
     )  # fmt: skip
     return RNNSearch(config, rngs=nnx.Rngs(3))  # the same parameters for every loop
 
@@ -78,6 +80,50 @@ def test_one_loop_for_both_encoder_directions_gives_the_same_logits_and_gradient
         np.testing.assert_allclose(joint[path], gradient, rtol=1e-4, atol=1e-6, err_msg=where)
         if "_encoder" in where and "kernel" in where:  # both directions' weights learn
             assert float(jnp.abs(gradient).max()) > 1e-6, where
+
+
+@pytest.mark.parametrize(
+    "attention, unroll, joint",
+    [("additive", 1, False), ("additive", 4, True), ("general", 1, True), ("none", 2, False)],
+)
+def test_weight_gradients_after_the_loop_equal_those_summed_inside_it(attention, unroll, joint):
+    logits, gradients = _logits_and_gradients(_model(attention, unroll, joint, after_loop=False))
+    late_logits, late_gradients = _logits_and_gradients(_model(attention, unroll, joint))
+    np.testing.assert_array_equal(late_logits, logits)  # the forward pass is the same program
+    flat = jax.tree_util.tree_leaves_with_path(gradients)
+    late = dict(jax.tree_util.tree_leaves_with_path(late_gradients))
+    assert len(flat) == len(late)
+    for path, gradient in flat:
+        where = jax.tree_util.keystr(path)
+        np.testing.assert_allclose(late[path], gradient, rtol=1e-5, atol=1e-7, err_msg=where)
+        if any(name in where for name in ("u_gates", "u_candidate", "w_a", "context_to_gates")):
+            assert float(jnp.abs(gradient).max()) > 1e-6, where  # a weight that learns
+
+
+@pytest.mark.parametrize("after_loop", [True, False])
+def test_no_backward_loop_carries_a_recurrent_weights_gradient(after_loop):
+    """Summed inside a loop, a weight's gradient is carried from step to step: a loop-carried
+    array of the weight's shape. After the loop, no loop carries one."""
+    model = _model("additive", 1, after_loop=after_loop)
+    graphdef, params = nnx.split(model, nnx.Param)
+    weights = {
+        path: leaf.shape
+        for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+        if any(n in jax.tree_util.keystr(path) for n in ("u_gates", "u_candidate", "w_a"))
+    }
+    assert len(weights) == 7  # [U_z U_r] and U of three GRUs, and W_a
+
+    def loss(params):
+        logits, _ = nnx.merge(graphdef, params)(SOURCE, shift_right(TARGET))
+        return jnp.sum(logits**2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(params)
+    carried = set()
+    for scan in _scans(jaxpr.jaxpr):
+        start = scan.params["num_consts"]
+        carries = scan.invars[start : start + scan.params["num_carry"]]
+        carried |= {tuple(v.aval.shape) for v in carries}
+    assert bool(carried & set(weights.values())) == (not after_loop), carried
 
 
 def test_the_joint_loop_keeps_each_directions_state_over_padding():
@@ -137,5 +183,15 @@ def test_every_recurrence_is_unrolled(attention, joint, loops):
     configured unroll."""
     model = _model(attention, 4, joint)
     jaxpr = jax.make_jaxpr(lambda s, t: model(s, t)[0])(SOURCE, shift_right(TARGET))
-    unrolls = [eqn.params["unroll"] for eqn in jaxpr.jaxpr.eqns if eqn.primitive.name == "scan"]
-    assert unrolls == [4] * loops
+    assert [scan.params["unroll"] for scan in _scans(jaxpr.jaxpr)] == [4] * loops
+
+
+def _scans(jaxpr) -> list:
+    """Every scan in ``jaxpr``, also those inside other primitives (a custom_vjp, a scan)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            found.append(eqn)
+        for sub in jaxprs_in_params(eqn.params):
+            found.extend(_scans(sub))
+    return found

@@ -62,7 +62,7 @@ PACKAGES = (
     "orbax-checkpoint", "tensorstore", "grain",
 )  # fmt: skip
 MIN_PART_SECONDS = 45  # a part is not started with less than this left
-BOUND_BUDGET_S = 90  # seconds in which rnnsearch_bound starts shapes (about 6 of its 13 on an H100)
+BOUND_BUDGET_S = 90  # seconds in which rnnsearch_bound starts shapes (about 6 of its 14 on an H100)
 REAL_LOOP_MINUTES = 2.0  # training minutes of real_loop_base (issue 55: two minutes)
 
 # Issue 41's targets on one H100: (part, figure, bound, "min" or "max").

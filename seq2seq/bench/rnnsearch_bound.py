@@ -5,9 +5,11 @@
 
 For each shape ``BxLxU`` (B sentences, L tokens on both sides, every position real; the
 recurrences' ``scan_unroll`` U), or ``BxLxU:joint`` with both encoder directions in one loop
-(``model.rnnsearch.joint_encoder_loop``), the trainer's step (``measure.compile_train_step``) is
-compiled and timed, and beside it two floors, jitted loops of the same number of iterations
-and the same unroll:
+(``model.rnnsearch.joint_encoder_loop``), or ``BxLxU:inloop`` with the recurrent weights'
+gradients summed inside each backward loop as ``jax.lax.scan``'s own rule does, not after it
+(``model.rnnsearch.weight_gradients_after_loop``; both suffixes may be given), the trainer's
+step (``measure.compile_train_step``) is compiled and timed, and beside it two floors, jitted
+loops of the same number of iterations and the same unroll:
 
 * ``floor_empty``: each iteration one element-wise update of a [B, n_dec] state: what a loop
   iteration costs on the device with next to nothing in it (the launch floor);
@@ -24,6 +26,7 @@ says how much of the step the loop's own cost explains; MFU (analytic FLOPs over
 time, against the matmul peak measured in the same process) says how far the products are from
 the machine. The default shapes, the paper's batch (80 x 51) first:
 
+* the weight gradients: 80x51 with U = 1, after the loops and inside them (``:inloop``);
 * the encoder's loops: 80x51 with U = 1 and 4, each as two loops and as one (``:joint``);
 * the unroll: 80x51 with U = 2, 8;
 * the batch at the paper's length: 40, 160, 320 sentences of 51;
@@ -35,7 +38,7 @@ Under the table (``reading``): the share of the paper batch's iteration that eac
 explains, the MFU each floor would allow, every shape's speed over that batch's, and whether
 a shape at its tokens per update reached ``GOAL_MFU`` or which floor stands in the way.
 
-That is 13 compiled steps; RNNsearch-50's compiled in 14.5 s on an H100, so with 10 timed
+That is 14 compiled steps; RNNsearch-50's compiled in 14.5 s on an H100, so with 10 timed
 steps each (25 ms) the whole is about 2.5-3 minutes. ``--budget_s`` skips (and names) the
 shapes that would start after it: the figures come in the order above, the most telling first.
 """
@@ -66,7 +69,7 @@ from seq2seq.config import ConfigError, validate
 from seq2seq.models import compute_dtype
 
 DEFAULT_SHAPES = (
-    "80x51x1", "80x51x1:joint", "80x51x4", "80x51x4:joint",
+    "80x51x1", "80x51x1:inloop", "80x51x1:joint", "80x51x4", "80x51x4:joint",
     "160x51x1", "80x51x2", "80x51x8",
     "40x51x1", "320x51x1",
     "120x34x1", "240x17x1",
@@ -76,35 +79,41 @@ MATMUL_SIZES = (4096, 8192)  # the accelerator's peak; a CPU test passes smaller
 GOAL_MFU = 0.12  # issue 55: twice RNNsearch-50's 0.059 on the H100 at the paper's 80 x 51
 
 
-Shape = tuple[int, int, int, bool]  # sentences, tokens, unroll, joint encoder loop
+# sentences, tokens, unroll, joint encoder loop, weight gradients summed inside the loops
+Shape = tuple[int, int, int, bool, bool]
+SUFFIXES = ("joint", "inloop")
 
 
 def parse_shape(text: str) -> Shape:
-    """``"80x51x4"`` -> (80 sentences, 51 tokens, unroll 4, two encoder loops);
-    ``"80x51x4:joint"`` -> the same with both encoder directions in one loop.
+    """``"80x51x4"`` -> (80 sentences, 51 tokens, unroll 4, two encoder loops, weight gradients
+    after the loops); ``":joint"`` both encoder directions in one loop; ``":inloop"`` the
+    weight gradients summed inside them.
 
     Raises:
       ConfigError: one line naming the shape and the form it must take.
     """
-    sizes, joint, suffix = text.lower().partition(":")
+    sizes, *suffixes = text.lower().split(":")
     parts = sizes.split("x")
     if (
         len(parts) != 3
         or not all(part.isdigit() and int(part) > 0 for part in parts)
-        or (joint and suffix != "joint")
+        or not set(suffixes) <= set(SUFFIXES)
+        or len(set(suffixes)) != len(suffixes)
     ):
         raise ConfigError(
-            f"--shapes {text!r} is not BATCHxLENGTHxUNROLL[:joint] with positive integers, "
-            "e.g. 80x51x4 or 80x51x4:joint"
+            f"--shapes {text!r} is not BATCHxLENGTHxUNROLL[:joint][:inloop] with positive "
+            "integers, e.g. 80x51x4 or 80x51x4:joint"
         )
     batch, length, unroll = (int(part) for part in parts)
-    return batch, length, unroll, bool(joint)
+    return batch, length, unroll, "joint" in suffixes, "inloop" in suffixes
 
 
 def shape_name(shape: Shape) -> str:
     """The inverse of ``parse_shape``."""
-    batch, length, unroll, joint = shape
-    return f"{batch}x{length}x{unroll}" + (":joint" if joint else "")
+    batch, length, unroll, joint, in_loop = shape
+    return (
+        f"{batch}x{length}x{unroll}" + (":joint" if joint else "") + (":inloop" if in_loop else "")
+    )
 
 
 def recurrence_steps(source_length: int, target_length: int, joint: bool = False) -> int:
@@ -118,12 +127,13 @@ def recurrence_steps(source_length: int, target_length: int, joint: bool = False
 def shaped_config(config: ml_collections.ConfigDict, shape: Shape) -> ml_collections.ConfigDict:
     """``config`` with batches of exactly ``batch`` sentences of ``length`` tokens, the
     recurrences unrolled ``unroll`` steps per loop iteration, and the encoder's loops."""
-    batch, length, unroll, joint = shape
+    batch, length, unroll, joint, in_loop = shape
     shaped = config.copy_and_resolve_references()
     shaped.data.sentences_per_batch = batch
     shaped.data.max_length = length
     shaped.model.rnnsearch.scan_unroll = unroll
     shaped.model.rnnsearch.joint_encoder_loop = joint
+    shaped.model.rnnsearch.weight_gradients_after_loop = not in_loop
     return validate(shaped)
 
 
@@ -189,6 +199,9 @@ def shape_figures(
         "length": length,
         "unroll": unroll,
         "encoder_loops": 1 if joint else 2,
+        "weight_gradients": (
+            "after loop" if config.model.rnnsearch.weight_gradients_after_loop else "in loop"
+        ),
         "target_tokens": compiled.target_tokens,
         "compile_s": compiled.compile_seconds,
         "step_ms": 1e3 * step_s,
@@ -249,7 +262,13 @@ def bound_benchmark(
 def _label(figures: dict) -> str:
     """``shape_name`` of a measured shape's figures."""
     return shape_name(
-        (figures["batch"], figures["length"], figures["unroll"], figures["encoder_loops"] == 1)
+        (
+            figures["batch"],
+            figures["length"],
+            figures["unroll"],
+            figures["encoder_loops"] == 1,
+            figures.get("weight_gradients") == "in loop",
+        )
     )
 
 
@@ -317,7 +336,8 @@ def reading(shapes: list[dict]) -> list[str]:
 
 COLUMNS = (
     ("batch", "B", "d"), ("length", "L", "d"), ("unroll", "U", "d"),
-    ("encoder_loops", "encoder loops", "d"), ("step_ms", "step ms", ".2f"),
+    ("encoder_loops", "encoder loops", "d"), ("weight_gradients", "weight gradients", "s"),
+    ("step_ms", "step ms", ".2f"),
     ("tokens_per_s", "tokens/s", ",.0f"), ("mfu", "MFU", ".3f"),
     ("recurrence_steps", "iterations", "d"), ("step_us_per_recurrence_step", "us/iteration", ".1f"),
     ("floor_empty_us_per_step", "empty floor us", ".1f"),
@@ -349,7 +369,7 @@ def main() -> None:
     config_flag = config_flags.DEFINE_config_file("config", None, "RNNsearch config file.")
     holders = {
         "shapes": flags.DEFINE_list(
-            "shapes", list(DEFAULT_SHAPES), "BATCHxLENGTHxUNROLL[:joint], in order."
+            "shapes", list(DEFAULT_SHAPES), "BATCHxLENGTHxUNROLL[:joint][:inloop], in order."
         ),
         "steps": flags.DEFINE_integer("steps", 10, "Timed steps per shape (after the warm-up)."),
         "warmup": flags.DEFINE_integer("warmup", 2, "Untimed steps after compiling."),

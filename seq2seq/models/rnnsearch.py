@@ -30,7 +30,7 @@ direction, n_dec decoder units, A alignment width, l maxout units, V target voca
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +49,7 @@ from seq2seq.models.base import (
     OutputLayer,
     apply_dropout,
 )
+from seq2seq.models.recurrence import Product, recurrent_scan
 from seq2seq.models.rnnsearch_config import RNNSearchConfig
 
 # -- initialisation -------------------------------------------------------------------------
@@ -187,8 +188,11 @@ class GRU(nnx.Module):
         initializers: Initializers,
         rngs: nnx.Rngs,
         scan_unroll: int = 1,
+        weight_gradients_after_loop: bool = True,
     ):
+        self.dtype = dtype
         self.scan_unroll = scan_unroll  # recurrence steps per loop iteration (jax.lax.scan)
+        self.weight_gradients_after_loop = weight_gradients_after_loop  # see recurrent_scan
         self.input_projection = Linear(
             input_size,
             3 * hidden_size,
@@ -216,9 +220,23 @@ class GRU(nnx.Module):
             rngs=rngs,
         )  # U: [n, n]
 
-    def step(self, state: Array, projected_input: Array) -> Array:
-        """[B, n] previous state, [B, 3n] projected input -> [B, n] new state."""
-        return gru_step(state, projected_input, self.u_gates, self.u_candidate)
+    def recurrent_weights(self) -> dict[str, Array]:
+        """``[U_z U_r]`` and ``U`` in the compute dtype, as ``recurrent_scan`` takes them."""
+        return {
+            "u_gates": self.u_gates.kernel[...].astype(self.dtype),
+            "u_candidate": self.u_candidate.kernel[...].astype(self.dtype),
+        }
+
+    def step(
+        self, state: Array, projected_input: Array, products: Mapping[str, Product] | None = None
+    ) -> Array:
+        """[B, n] previous state, [B, 3n] projected input -> [B, n] new state.
+
+        ``products``: ``u_gates`` and ``u_candidate`` as ``recurrent_scan`` gives them to a step;
+        by default the layers themselves.
+        """
+        products = products or {"u_gates": self.u_gates, "u_candidate": self.u_candidate}
+        return gru_step(state, projected_input, products["u_gates"], products["u_candidate"])
 
     def run(self, projected_inputs: Array, valid: Array, *, reverse: bool = False) -> Array:
         """Runs over [B, T, 3n] inputs from a zero state; padding steps keep the state.
@@ -233,16 +251,22 @@ class GRU(nnx.Module):
         batch = projected_inputs.shape[0]
         hidden_size = projected_inputs.shape[-1] // 3
 
-        def body(state, inputs):
+        def body(products, state, inputs):
             projected, is_valid = inputs
-            new_state = self.step(state, projected)
+            new_state = self.step(state, projected, products)
             new_state = jnp.where(is_valid[:, None], new_state, state)
             return new_state, new_state
 
         initial = jnp.zeros((batch, hidden_size), projected_inputs.dtype)
         time_major = (jnp.swapaxes(projected_inputs, 0, 1), jnp.swapaxes(valid, 0, 1))
-        _, states = jax.lax.scan(
-            body, initial, time_major, reverse=reverse, unroll=self.scan_unroll
+        _, states = recurrent_scan(
+            body,
+            self.recurrent_weights(),
+            initial,
+            time_major,
+            reverse=reverse,
+            unroll=self.scan_unroll,
+            weight_gradients_after_loop=self.weight_gradients_after_loop,
         )
         return jnp.swapaxes(states, 0, 1)
 
@@ -271,24 +295,30 @@ def run_both_directions(
     )  # [2, B, S, 3n]
     dtype = projected.dtype
     both_valid = jnp.stack([valid, jnp.flip(valid, axis=1)])  # [2, B, S]
-    u_gates = jnp.stack([forward.u_gates.kernel[...], backward.u_gates.kernel[...]]).astype(dtype)
-    u_candidate = jnp.stack(
-        [forward.u_candidate.kernel[...], backward.u_candidate.kernel[...]]
-    ).astype(dtype)  # [2, n, 2n] and [2, n, n]
+    one, other = forward.recurrent_weights(), backward.recurrent_weights()
+    weights = {name: jnp.stack([one[name], other[name]]) for name in one}  # [2, n, 2n], [2, n, n]
 
-    def per_direction(kernels: Array) -> Callable[[Array], Array]:
-        return lambda states: jnp.einsum("dbn,dnk->dbk", states, kernels)
+    def per_direction(states: Array, kernels: Array) -> Array:  # [..., 2, B, n], [2, n, k]
+        return jnp.einsum("...dbn,dnk->...dbk", states, kernels)
 
-    def body(state, inputs):  # state: [2, B, n]
+    def body(products, state, inputs):  # state: [2, B, n]
         step_input, is_valid = inputs  # [2, B, 3n], [2, B]
-        new_state = gru_step(state, step_input, per_direction(u_gates), per_direction(u_candidate))
+        new_state = gru_step(state, step_input, products["u_gates"], products["u_candidate"])
         new_state = jnp.where(is_valid[..., None], new_state, state)
         return new_state, new_state
 
-    hidden_size = u_candidate.shape[-1]
+    hidden_size = weights["u_candidate"].shape[-1]
     initial = jnp.zeros((2, x.shape[0], hidden_size), dtype)
     time_major = (jnp.moveaxis(projected, 2, 0), jnp.moveaxis(both_valid, 2, 0))
-    _, states = jax.lax.scan(body, initial, time_major, unroll=unroll)  # [S, 2, B, n]
+    _, states = recurrent_scan(
+        body,
+        weights,
+        initial,
+        time_major,
+        multiply={name: per_direction for name in weights},
+        unroll=unroll,
+        weight_gradients_after_loop=forward.weight_gradients_after_loop,
+    )  # [S, 2, B, n]
     states = jnp.moveaxis(states, 0, 2)  # [2, B, S, n]
     return states[0], jnp.flip(states[1], axis=1)
 
@@ -331,9 +361,12 @@ class RNNSearch(EncoderDecoder):
             if config.share_embeddings
             else embedding(config.source_vocab_size)
         )
-        unroll = config.scan_unroll
-        self.forward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs, scan_unroll=unroll)
-        self.backward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs, scan_unroll=unroll)
+        loop = {
+            "scan_unroll": config.scan_unroll,
+            "weight_gradients_after_loop": config.weight_gradients_after_loop,
+        }
+        self.forward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs, **loop)
+        self.backward_encoder = GRU(m, n, dtype, initializers=init, rngs=rngs, **loop)
         if config.attention == "none":
             self.summary = linear(2 * n, 2 * n, states, use_bias=False)  # V: h_N -> c
             self.initial_state = linear(2 * n, n_dec, states)  # V': c -> s_0
@@ -351,9 +384,7 @@ class RNNSearch(EncoderDecoder):
                 dtype=dtype,
                 rngs=rngs,
             )
-        self.decoder = GRU(
-            m, n_dec, dtype, initializers=init, rngs=rngs, scan_unroll=unroll
-        )  # input: E y_{i-1}
+        self.decoder = GRU(m, n_dec, dtype, initializers=init, rngs=rngs, **loop)  # in: E y_{i-1}
         self.context_to_gates = linear(  # C, C_z, C_r
             2 * n, 3 * n_dec, ("hidden", "gates"), use_bias=False
         )
@@ -490,19 +521,30 @@ class RNNSearch(EncoderDecoder):
         values = encoded["projected_annotations" if projected_once else "annotations"]
         to_gates = projected.shape[-1]  # 3n_dec: the first columns of a projected context
 
-        def body(previous_state, projected_input):
+        loop_weights = {
+            **self.decoder.recurrent_weights(),
+            **self.attention.loop_weights(self.dtype),
+        }
+        if not projected_once:
+            loop_weights["context_to_gates"] = self.context_to_gates.kernel[...].astype(self.dtype)
+
+        def body(products, previous_state, projected_input):
             context, weights = self.attention(
-                previous_state, encoded["keys"], values, encoded["valid"]
+                previous_state,
+                encoded["keys"],
+                values,
+                encoded["valid"],
+                products=products,
             )  # c_i, or [C c_i, C_o c_i]
             if projected_once:
                 gates_context, context = context[:, :to_gates], context[:, to_gates:]
             else:
-                gates_context = self.context_to_gates(context)
-            new_state = self.decoder.step(previous_state, projected_input + gates_context)
+                gates_context = products["context_to_gates"](context)
+            new_state = self.decoder.step(previous_state, projected_input + gates_context, products)
             return new_state, (previous_state, context, weights)
 
-        final_state, (previous_states, contexts, weights) = jax.lax.scan(
-            body, state, jnp.swapaxes(projected, 0, 1), unroll=self.config.scan_unroll
+        final_state, (previous_states, contexts, weights) = self._recurrence(
+            body, loop_weights, state, projected
         )  # time-major: [T, B, ...]
         contexts = jnp.swapaxes(contexts, 0, 1)
         return (
@@ -523,13 +565,24 @@ class RNNSearch(EncoderDecoder):
         context = jnp.repeat(context, hypotheses, axis=0)  # [B * N, 2n]
         gates_inputs = projected + self.context_to_gates(context)[:, None]  # [B, T, 3n_dec]
 
-        def body(previous_state, gates_input):
-            return self.decoder.step(previous_state, gates_input), previous_state
+        def body(products, previous_state, gates_input):
+            return self.decoder.step(previous_state, gates_input, products), previous_state
 
-        final_state, previous_states = jax.lax.scan(
-            body, state, jnp.swapaxes(gates_inputs, 0, 1), unroll=self.config.scan_unroll
+        final_state, previous_states = self._recurrence(
+            body, self.decoder.recurrent_weights(), state, gates_inputs
         )
         return final_state, jnp.swapaxes(previous_states, 0, 1), self.c_o(context)[:, None]
+
+    def _recurrence(self, body, weights: dict[str, Array], state: Array, inputs: Array):
+        """The decoder's loop (``recurrent_scan``) over [B, T, ...] ``inputs``, time-major."""
+        return recurrent_scan(
+            body,
+            weights,
+            state,
+            jnp.swapaxes(inputs, 0, 1),
+            unroll=self.config.scan_unroll,
+            weight_gradients_after_loop=self.config.weight_gradients_after_loop,
+        )
 
     def _deep_output(self, previous_states, embedded, output_contexts, dropout) -> Array:
         """Appendix A.2.2: ``t~ = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i``, then maxout: ``t``.

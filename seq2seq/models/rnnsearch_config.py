@@ -36,6 +36,9 @@ class RNNSearchConfig:
     # iterations instead of two loops of S (the same equations; see ``run_both_directions``).
     # Off by default: no faster on a CPU (docs/benchmarks.md); the accelerator bench measures it.
     joint_encoder_loop: bool = False
+    # Each recurrence's weight gradients in one product after its backward loop, not summed
+    # step by step inside it (the same gradients; see ``seq2seq.models.recurrence``).
+    weight_gradients_after_loop: bool = True
     dtype: str = "float32"  # compute dtype (train.dtype); parameters stay float32
 
     def __post_init__(self):

@@ -1,0 +1,140 @@
+"""A recurrence's loop whose weight gradients are computed after it, in one product over all steps.
+
+A GRU multiplies its state by the same recurrent weights ``U`` at every step: ``p_t = s_{t-1} U``.
+Differentiated by ``jax.lax.scan``'s own rule, the backward loop computes two products a step:
+``ds_{t-1} = dp_t U^T``, which the next backward step needs, and ``dU += s_{t-1}^T dp_t``, which
+no later step needs but which the loop carries as a running sum. That second product is as large
+as the forward one, so the backward loop does twice the forward's products, each a narrow one
+(a batch of B rows) on the loop's critical path. Sharded over data, it is worse: ``dU`` is the
+same on every device, so XLA all-reduces each step's partial sum inside the loop (found in the
+HLO of a data-parallel RNNsearch step: an all-reduce per step in each backward loop).
+
+Here the backward loop only hands out each step's ``dp_t``, and ``dU = sum_t s_{t-1}^T dp_t``
+is taken after it as one product over all T * B rows, then all-reduced once. The equations and
+the gradients are the same, to float32 rounding; in bfloat16 they are more exact, as the sum
+over steps is no longer rounded to bfloat16 at every step.
+
+How: the step asks for its products by name (``products["u_gates"](state)``), and each product
+adds a "tap", a per-step input of zeros. A tap's gradient is the product's output gradient
+``dp_t``, and ``jax.lax.scan`` returns the gradients of its per-step inputs stacked, not summed.
+Inside the loop the weights are constants, so no running sum of their gradient is built.
+``jax.custom_vjp`` then joins the two: its backward pass runs the loop's own backward pass for
+everything but the weights, and takes the weights' gradients from the stacked ``dp_t`` and the
+products' inputs, saved in the forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from seq2seq.linear import project
+
+Array = jax.Array
+Product = Callable[[Array], Array]  # one product of the step, by one of the loop's weights
+# step(products, carry, x_t) -> (carry, y_t); ``products[name](v)`` is ``v`` times weight ``name``.
+Step = Callable[[Mapping[str, Product], Any, Any], tuple[Any, Any]]
+
+
+def right_product(inputs: Array, weight: Array) -> Array:
+    """``inputs [..., I] . weight [I, O] -> [..., O]``: a recurrent state times its weights."""
+    return project(inputs, weight)
+
+
+def recurrent_scan(
+    step: Step,
+    weights: Mapping[str, Array],
+    carry,
+    xs,
+    *,
+    multiply: Mapping[str, Callable[[Array, Array], Array]] | None = None,
+    unroll: int = 1,
+    reverse: bool = False,
+    weight_gradients_after_loop: bool = True,
+):
+    """``jax.lax.scan(step, carry, xs)`` whose step multiplies by ``weights`` only through
+    ``products``; with ``weight_gradients_after_loop``, their gradients are taken after the loop.
+
+    Args:
+      step: ``step(products, carry, x_t) -> (carry, y_t)``; it may read other arrays (biases,
+        the attention's keys); their gradients come from the loop's own backward pass.
+      weights: the loop's weights by name, in the dtype the step computes in.
+      multiply: ``multiply[name](inputs, weight)`` for a weight that is not a plain right product
+        (``right_product``), e.g. a batched one; it must accept any number of leading axes.
+      unroll, reverse: as for ``jax.lax.scan``.
+
+    Returns:
+      (final carry, stacked ``y_t``), as ``jax.lax.scan``.
+    """
+    multiply = {name: (multiply or {}).get(name, right_product) for name in weights}
+
+    def loop(weights, carry, xs, taps):
+        """The scan; ``taps`` (per step, added to each product) are None outside the gradient."""
+
+        def body(carry, inputs):
+            x, tap = inputs
+            seen = {}  # the products' inputs at this step
+
+            def product(name: str) -> Product:
+                def apply(v: Array) -> Array:
+                    seen[name] = v
+                    out = multiply[name](v, weights[name])
+                    return out if tap is None else out + tap[name]
+
+                return apply
+
+            carry, y = step({name: product(name) for name in weights}, carry, x)
+            if seen.keys() != weights.keys():
+                raise ValueError(
+                    f"a recurrent step used the weights {sorted(seen)} of {sorted(weights)}: "
+                    "pass only the weights the step multiplies by"
+                )
+            return carry, (y, seen)
+
+        carry, (ys, seen) = jax.lax.scan(body, carry, (xs, taps), unroll=unroll, reverse=reverse)
+        return (carry, ys), seen
+
+    if not weight_gradients_after_loop:
+        return loop(weights, carry, xs, None)[0]
+
+    # The taps' shapes: each product's output at every step, [T, ...].
+    _, seen_shapes = jax.eval_shape(loop, weights, carry, xs, None)
+    outputs = {
+        name: jax.eval_shape(jax.vmap(multiply[name], (0, None)), seen, weights[name])
+        for name, seen in seen_shapes.items()
+    }
+    zero_taps = {name: jnp.zeros(out.shape, out.dtype) for name, out in outputs.items()}
+    # custom_vjp differentiates only its arguments: every array the step reads that may need a
+    # gradient (a module's parameters, the encoder's annotations) becomes one, ``consts``.
+    explicit_loop, consts = jax.closure_convert(loop, weights, carry, xs, zero_taps)
+
+    @jax.custom_vjp
+    def run(weights, carry, xs, consts):
+        return explicit_loop(weights, carry, xs, zero_taps, *consts)[0]
+
+    def run_forward(weights, carry, xs, consts):
+        def with_constant_weights(carry, xs, taps, consts):
+            return explicit_loop(weights, carry, xs, taps, *consts)
+
+        outputs, backward, seen = jax.vjp(
+            with_constant_weights, carry, xs, zero_taps, consts, has_aux=True
+        )
+        return outputs, (backward, seen, weights)
+
+    def run_backward(saved, output_gradients):
+        backward, seen, weights = saved
+        d_carry, d_xs, d_taps, d_consts = backward(output_gradients)
+        d_weights = {}
+        for name, weight in weights.items():
+            # sum_t inputs_t^T dp_t: one product over every step's rows.
+            _, weight_backward = jax.vjp(
+                lambda w, name=name: jax.vmap(multiply[name], (0, None))(seen[name], w), weight
+            )
+            (d_weights[name],) = weight_backward(d_taps[name])
+        return d_weights, d_carry, d_xs, d_consts
+
+    run.defvjp(run_forward, run_backward)
+    return run(dict(weights), carry, xs, consts)
