@@ -37,7 +37,8 @@ class RNNSearchConfig:
     # Off by default: no faster on a CPU (docs/benchmarks.md); the accelerator bench measures it.
     joint_encoder_loop: bool = False
     # Each recurrence's weight gradients in one product after its backward loop, not summed
-    # step by step inside it (the same gradients; see ``seq2seq.models.recurrence``).
+    # step by step inside it (the same gradients, and no all-reduce of a weight inside a loop
+    # when the batch is split; see ``seq2seq.models.recurrence``). Off for forward-mode autodiff.
     weight_gradients_after_loop: bool = True
     dtype: str = "float32"  # compute dtype (train.dtype); parameters stay float32
 
