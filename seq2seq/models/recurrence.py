@@ -74,7 +74,9 @@ def recurrent_scan(
     multiply = {name: (multiply or {}).get(name, right_product) for name in weights}
 
     def loop(weights, carry, xs, taps):
-        """The scan; ``taps`` (per step, added to each product) are None outside the gradient."""
+        """The scan; ``taps`` (per step, added to each product): None for the plain loop, zeros
+        for the one whose weight gradients come after it (XLA drops adding zeros: the forward
+        pass compiles to the same operations either way)."""
 
         def body(carry, inputs):
             x, tap = inputs
