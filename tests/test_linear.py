@@ -86,6 +86,7 @@ def test_a_layer_over_batch_and_time_contracts_one_axis_in_its_kernels_gradient(
 
 @pytest.mark.parametrize("build", [_transformer, _rnnsearch], ids=["transformer", "rnnsearch"])
 def test_every_projection_in_a_training_gradient_contracts_one_axis(build):
+    """RNNsearch's too: its recurrent weights' gradients, taken after each loop (over T x B)."""
     model = build()
     source = jnp.array([[5, 6, 7, 2], [8, 9, 2, 0]])
     target = jnp.array([[10, 11, 2], [12, 2, 0]])

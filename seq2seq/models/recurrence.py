@@ -65,7 +65,8 @@ def recurrent_scan(
         the attention's keys); their gradients come from the loop's own backward pass.
       weights: the loop's weights by name, in the dtype the step computes in.
       multiply: ``multiply[name](inputs, weight)`` for a weight that is not a plain right product
-        (``right_product``), e.g. a batched one; it must accept any number of leading axes.
+        (``right_product``), e.g. a batched one. After the loop it is given every step's inputs
+        at once, the time axis next to last: it must accept more axes there.
       unroll, reverse: as for ``jax.lax.scan``.
 
     Returns:
@@ -106,11 +107,11 @@ def recurrent_scan(
 
     # The taps' shapes: each product's output at every step, [T, ...].
     _, seen_shapes = jax.eval_shape(loop, weights, carry, xs, None)
-    outputs = {
-        name: jax.eval_shape(jax.vmap(multiply[name], (0, None)), seen, weights[name])
-        for name, seen in seen_shapes.items()
-    }
-    zero_taps = {name: jnp.zeros(out.shape, out.dtype) for name, out in outputs.items()}
+    zero_taps = {}
+    for name, seen in seen_shapes.items():  # seen: [T, ...] inputs of the product
+        one_step = jax.ShapeDtypeStruct(seen.shape[1:], seen.dtype)
+        output = jax.eval_shape(multiply[name], one_step, weights[name])
+        zero_taps[name] = jnp.zeros((seen.shape[0], *output.shape), output.dtype)
     # custom_vjp differentiates only its arguments: every array the step reads that may need a
     # gradient (a module's parameters, the encoder's annotations) becomes one, ``consts``.
     explicit_loop, consts = jax.closure_convert(loop, weights, carry, xs, zero_taps)
@@ -133,12 +134,20 @@ def recurrent_scan(
         d_carry, d_xs, d_taps, d_consts = backward(output_gradients)
         d_weights = {}
         for name, weight in weights.items():
-            # sum_t inputs_t^T dp_t: one product over every step's rows.
+            # sum_t inputs_t^T dp_t: the product applied to every step's inputs at once, so its
+            # weight gradient is one product over all B x T rows (see seq2seq/linear.py).
+            inputs, gradients = _time_inside(seen[name]), _time_inside(d_taps[name])
             _, weight_backward = jax.vjp(
-                lambda w, name=name: jax.vmap(multiply[name], (0, None))(seen[name], w), weight
+                lambda w, name=name, x=inputs: multiply[name](x, w), weight
             )
-            (d_weights[name],) = weight_backward(d_taps[name])
+            (d_weights[name],) = weight_backward(gradients)
         return d_weights, d_carry, d_xs, d_consts
 
     run.defvjp(run_forward, run_backward)
     return run(dict(weights), carry, xs, consts)
+
+
+def _time_inside(stacked: Array) -> Array:
+    """[T, ..., F] per-step values -> [..., T, F]: rows ordered batch first, so that flattening
+    them keeps a batch split over devices in contiguous blocks (no resharding)."""
+    return jnp.moveaxis(stacked, 0, -2)

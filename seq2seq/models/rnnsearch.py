@@ -298,8 +298,11 @@ def run_both_directions(
     one, other = forward.recurrent_weights(), backward.recurrent_weights()
     weights = {name: jnp.stack([one[name], other[name]]) for name in one}  # [2, n, 2n], [2, n, n]
 
-    def per_direction(states: Array, kernels: Array) -> Array:  # [..., 2, B, n], [2, n, k]
-        return jnp.einsum("...dbn,dnk->...dbk", states, kernels)
+    def per_direction(states: Array, kernels: Array) -> Array:
+        """[2, ..., n] states (a step's [2, B, n]), [2, n, k] kernels -> [2, ..., k]: one
+        product of all rows per direction."""
+        rows = states.reshape(2, -1, states.shape[-1])
+        return jnp.einsum("drn,dnk->drk", rows, kernels).reshape(*states.shape[:-1], -1)
 
     def body(products, state, inputs):  # state: [2, B, n]
         step_input, is_valid = inputs  # [2, B, 3n], [2, B]
