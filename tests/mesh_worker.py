@@ -55,23 +55,29 @@ def batches(seed: int = 0) -> list[dict[str, np.ndarray]]:
     return result
 
 
+def mesh_step(config, state, schedule, mesh):
+    """The train step on ``mesh`` with the config's rules, and the function that places a host
+    batch on it."""
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
+    batch_sharding = sharding.batch_sharding(mesh, rules)
+    step = make_train_step(
+        label_smoothing=0.1,
+        schedule=schedule,
+        state_sharding=sharding.state_sharding(mesh, state, rules),
+        batch_sharding=batch_sharding,
+        metrics_sharding=sharding.replicated(mesh),
+        axis_rules=rules,
+    )
+    return step, lambda batch: sharding.global_batch(batch, batch_sharding)
+
+
 def train(config, state, schedule, data, mesh=None, start=0, checkpoints=None):
     """Steps ``start`` .. STEPS - 1; the losses, the final state."""
     if mesh is None:
         step = make_train_step(label_smoothing=0.1, schedule=schedule)
         place = lambda batch: batch  # noqa: E731
     else:
-        rules = sharding.AxisRules.from_config(config.mesh.rules)
-        batch_sharding = sharding.batch_sharding(mesh, rules)
-        step = make_train_step(
-            label_smoothing=0.1,
-            schedule=schedule,
-            state_sharding=sharding.state_sharding(mesh, state, rules),
-            batch_sharding=batch_sharding,
-            metrics_sharding=sharding.replicated(mesh),
-            axis_rules=rules,
-        )
-        place = lambda batch: sharding.global_batch(batch, batch_sharding)  # noqa: E731
+        step, place = mesh_step(config, state, schedule, mesh)
     losses = []
     for index in range(start, STEPS):
         state, metrics = step(state, place(data[index]))
@@ -141,17 +147,8 @@ def all_reduced_in_loops(model_name: str, after_loop: bool) -> list[int]:
     mesh = sharding.build_mesh(*MESHES["8,1,1"])
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     state = jax.device_put(state, sharding.state_sharding(mesh, state, rules))
-    batch_sharding = sharding.batch_sharding(mesh, rules)
-    step = make_train_step(
-        label_smoothing=0.1,
-        schedule=schedule,
-        state_sharding=sharding.state_sharding(mesh, state, rules),
-        batch_sharding=batch_sharding,
-        metrics_sharding=sharding.replicated(mesh),
-        axis_rules=rules,
-    )
-    batch = sharding.global_batch(batches()[0], batch_sharding)
-    hlo = step.lower(state, batch).compile().as_text()
+    step, place = mesh_step(config, state, schedule, mesh)
+    hlo = step.lower(state, place(batches()[0])).compile().as_text()
     bodies = set(re.findall(r"body=%?([\w.-]+)", hlo))
     sizes, inside = [], False
     for line in hlo.splitlines():
