@@ -5,12 +5,13 @@ Differentiated by ``jax.lax.scan``'s own rule, the backward loop computes two pr
 ``ds_{t-1} = dp_t U^T``, which the next backward step needs, and ``dU += s_{t-1}^T dp_t``, which
 no later step needs but which the loop carries as a running sum. That second product is as large
 as the forward one, so the backward loop does twice the forward's products, each a narrow one
-(a batch of B rows) on the loop's critical path. Sharded over data, it is worse: ``dU`` is the
-same on every device, so XLA all-reduces each step's partial sum inside the loop (found in the
-HLO of a data-parallel RNNsearch step: an all-reduce per step in each backward loop).
+(a batch of B rows) on the loop's critical path. Sharded over data, it is worse: each device's
+part of ``dU`` differs while the weight is replicated, so XLA all-reduces each step's partial sum
+inside the loop (found in the HLO of a data-parallel RNNsearch step: an all-reduce per step in
+each backward loop).
 
 Here the backward loop only hands out each step's ``dp_t``, and ``dU = sum_t s_{t-1}^T dp_t``
-is taken after it as one product over all T * B rows, then all-reduced once. The equations and
+is taken after it as one product over all B x T rows, then all-reduced once. The equations and
 the gradients are the same, to float32 rounding. Measured on a CPU (docs/benchmarks.md): as fast
 on one device; on 8 simulated devices, data-parallel, the step took half the time.
 Forward-mode differentiation (``jax.jvp``, ``jax.jacfwd``) has no rule through a custom VJP:
@@ -41,11 +42,6 @@ Product = Callable[[Array], Array]  # one product of the step, by one of the loo
 Step = Callable[[Mapping[str, Product], Any, Any], tuple[Any, Any]]
 
 
-def right_product(inputs: Array, weight: Array) -> Array:
-    """``inputs [..., I] . weight [I, O] -> [..., O]``: a recurrent state times its weights."""
-    return project(inputs, weight)
-
-
 def recurrent_scan(
     step: Step,
     weights: Mapping[str, Array],
@@ -65,14 +61,15 @@ def recurrent_scan(
         the attention's keys); their gradients come from the loop's own backward pass.
       weights: the loop's weights by name, in the dtype the step computes in.
       multiply: ``multiply[name](inputs, weight)`` for a weight that is not a plain right product
-        (``right_product``), e.g. a batched one. After the loop it is given every step's inputs
-        at once, the time axis next to last: it must accept more axes there.
+        (``inputs [..., I] . weight [I, O]``, ``seq2seq.linear.project``), e.g. a batched
+        one. After the loop it is given every step's inputs at once, the time axis next to
+        last: it must accept more axes there.
       unroll, reverse: as for ``jax.lax.scan``.
 
     Returns:
       (final carry, stacked ``y_t``), as ``jax.lax.scan``.
     """
-    multiply = {name: (multiply or {}).get(name, right_product) for name in weights}
+    multiply = {name: (multiply or {}).get(name, project) for name in weights}
 
     def loop(weights, carry, xs, taps):
         """The scan; ``taps`` (per step, added to each product): None for the plain loop, zeros
