@@ -97,11 +97,28 @@ def _product(mesh_shape: Mapping[str, int], axes: list[str]) -> int:
 def constrain(x: Array, *names: str | None) -> Array:
     """``x`` laid out on the current mesh as the current rules say (the identity outside a
     ``seq2seq.training.sharding.on_mesh`` context, e.g. in decoding on one device)."""
+    return _laid_out(x, names)
+
+
+def gathered(weight: Array, *names: str | None) -> Array:
+    """A parameter laid out for use: as the rules say, but whole along ``fsdp``, where FSDP
+    stores it in parts (tensor-parallel splits stay). The identity outside ``on_mesh``.
+
+    A loop that multiplies by a weight at every step (a recurrence) takes it gathered, once,
+    before the loop. Left to choose, XLA kept an FSDP weight in parts and moved the loop's
+    activations between devices instead, at every step: the RNNsearch step on a (2, 4, 1) mesh
+    all-gathered its [B, n] state and exchanged it all-to-all 16 times in its loop bodies.
+    The weight's gradient comes back in parts after the loop, as every FSDP gradient does.
+    """
+    return _laid_out(weight, names, skip=frozenset({"fsdp"}))
+
+
+def _laid_out(x: Array, names: Names, skip: frozenset[str] = frozenset()) -> Array:
     rules = spmd.get_logical_axis_rules()
     mesh = jax.sharding.get_abstract_mesh()
     if not rules or mesh.empty:
         return x
-    spec = partition_spec(names, x.shape, dict(mesh.shape), dict(rules))
+    spec = partition_spec(names, x.shape, dict(mesh.shape), dict(rules), skip)
     return jax.lax.with_sharding_constraint(x, spec)
 
 

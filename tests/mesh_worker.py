@@ -137,28 +137,32 @@ def run_model(model_name: str, directory: Path) -> dict:
     return report
 
 
-def all_reduced_in_loops(model_name: str, after_loop: bool) -> list[int]:
-    """The size (numbers) of each all-reduce inside a while loop's body in the data-parallel
-    (8, 1, 1) step's compiled HLO, with each recurrence's weight gradients taken after its loop
-    or summed inside it."""
+COLLECTIVES = "all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter"
+
+
+def collectives_in_loops(model_name: str, mesh_label: str, after_loop: bool = True) -> list:
+    """[kind, numbers] of each collective inside a while loop's body in the compiled step on
+    the mesh ``mesh_label`` ("data,fsdp,tensor"), with each recurrence's weight gradients taken
+    after its loop or summed inside it (``model.rnnsearch.weight_gradients_after_loop``)."""
     config = config_for(model_name)
     config.model.rnnsearch.weight_gradients_after_loop = after_loop
     state, schedule = create_state(config, VOCAB, VOCAB)
-    mesh = sharding.build_mesh(*MESHES["8,1,1"])
+    mesh = sharding.build_mesh(*(int(size) for size in mesh_label.split(",")))
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     state = jax.device_put(state, sharding.state_sharding(mesh, state, rules))
     step, place = mesh_step(config, state, schedule, mesh)
     hlo = step.lower(state, place(batches()[0])).compile().as_text()
     bodies = set(re.findall(r"body=%?([\w.-]+)", hlo))
-    sizes, inside = [], False
+    found, inside = [], False
     for line in hlo.splitlines():
         if line and not line[0].isspace() and line.rstrip().endswith("{"):
             name = line.split()[1] if line.startswith("ENTRY") else line.split()[0]
             inside = name.lstrip("%") in bodies
-        elif inside and (found := re.search(r"= (.*?) all-reduce(-start)?\(", line)):
-            shapes = re.findall(r"\[([\d,]*)\]", found.group(1))  # one, or a tuple's
-            sizes.append(sum(int(np.prod([int(d) for d in s.split(",") if d])) for s in shapes))
-    return sizes
+        elif inside and (match := re.search(rf"= (.*?) ({COLLECTIVES})(-start)?\(", line)):
+            shapes = re.findall(r"\[([\d,]*)\]", match.group(1))  # one, or a tuple's
+            size = sum(int(np.prod([int(d) for d in s.split(",") if d])) for s in shapes)
+            found.append([match.group(2), size])
+    return found
 
 
 def main() -> None:
@@ -167,9 +171,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         report = {name: run_model(name, Path(directory) / name) for name in names}
     if "rnnsearch" in report:
-        report["rnnsearch"]["all_reduced_in_loops"] = {
-            label: all_reduced_in_loops("rnnsearch", after_loop)
-            for label, after_loop in (("after_loop", True), ("in_loop", False))
+        report["rnnsearch"]["collectives_in_loops"] = {
+            "8,1,1": collectives_in_loops("rnnsearch", "8,1,1"),
+            "8,1,1:inloop": collectives_in_loops("rnnsearch", "8,1,1", after_loop=False),
+            "2,4,1": collectives_in_loops("rnnsearch", "2,4,1"),
+            "1,8,1": collectives_in_loops("rnnsearch", "1,8,1"),  # FSDP alone
+            "2,2,2": collectives_in_loops("rnnsearch", "2,2,2"),
         }
     print(json.dumps(report))
 

@@ -57,7 +57,7 @@ from seq2seq.attention.equations import (
 from seq2seq.attention.equations import dot_product_scores as dot_product_scores  # re-exported
 from seq2seq.dropout import dropout
 from seq2seq.linear import Linear, project
-from seq2seq.logical_axes import constrain, param
+from seq2seq.logical_axes import constrain, gathered, param
 
 Array = jax.Array
 Scoring = Literal["additive", "dot", "general", "scaled_dot"]
@@ -528,7 +528,9 @@ class AlignmentAttention(nnx.Module):
         step's temporary memory, 4% slower on a CPU); inside the loop it adds A numbers a step,
         one small all-reduce when the batch is split over devices.
         """
-        return {"w_a": self.w_a.kernel[...].astype(dtype)} if self.scoring == "additive" else {}
+        if self.scoring != "additive":
+            return {}
+        return {"w_a": gathered(self.w_a.kernel[...].astype(dtype), "hidden", "alignment")}
 
     def __call__(
         self,

@@ -38,7 +38,7 @@ from flax import nnx
 
 from seq2seq.attention.layers import AlignmentAttention
 from seq2seq.linear import Linear
-from seq2seq.logical_axes import constrain, lookup, metadata
+from seq2seq.logical_axes import constrain, gathered, lookup, metadata
 from seq2seq.models.base import (
     PAD_ID,
     Array,
@@ -223,8 +223,10 @@ class GRU(nnx.Module):
     def recurrent_weights(self) -> dict[str, Array]:
         """``[U_z U_r]`` and ``U`` in the compute dtype, as ``recurrent_scan`` takes them."""
         return {
-            "u_gates": self.u_gates.kernel[...].astype(self.dtype),
-            "u_candidate": self.u_candidate.kernel[...].astype(self.dtype),
+            "u_gates": gathered(self.u_gates.kernel[...].astype(self.dtype), "hidden", "gates"),
+            "u_candidate": gathered(
+                self.u_candidate.kernel[...].astype(self.dtype), "hidden", "gates"
+            ),
         }
 
     def step(
@@ -428,6 +430,10 @@ class RNNSearch(EncoderDecoder):
             backward = self.backward_encoder.run(
                 self.backward_encoder.input_projection(x), valid, reverse=True
             )  # [B, S, n] each
+        # Laid out by sentence here, where the states leave their loops: so is the sum of their
+        # gradients (from the annotations and from s_0) that the backward loops read.
+        forward = constrain(forward, "batch", "length", None)
+        backward = constrain(backward, "batch", "length", None)
         if self.attention is None:
             # h_N: the forward state after the last real word (kept over padding) and the
             # backward state after the first.
@@ -529,7 +535,8 @@ class RNNSearch(EncoderDecoder):
             **self.attention.loop_weights(self.dtype),
         }
         if not projected_once:
-            loop_weights["context_to_gates"] = self.context_to_gates.kernel[...].astype(self.dtype)
+            kernel = self.context_to_gates.kernel[...].astype(self.dtype)
+            loop_weights["context_to_gates"] = gathered(kernel, "hidden", "gates")
 
         def body(products, previous_state, projected_input):
             context, weights = self.attention(
