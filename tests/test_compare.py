@@ -224,6 +224,10 @@ def test_named_suites_expand_to_existing_configs():
         (["--suite", "table3"], "--suite table3 needs --base"),
         (["--configs", "configs/quickstart_transformer.py", "--rows", "base"], "--rows picks"),
         (["--configs", "configs/quickstart_transformer.py", "--config.train.stepz=3"], "stepz"),
+        (
+            ["--configs", "configs/quickstart_transformer.py", "--config.train.dtype=float8"],
+            "quickstart_transformer: config.train.dtype='float8' is not one of",
+        ),  # a value every run refuses: one line, and no report of failed runs
         # found before any run trains, not after each one has:
         (["--configs", "configs/nope.py"], "--configs: no config file at configs/nope.py"),
         (
@@ -272,8 +276,16 @@ def test_bad_invocations_end_with_one_line(tmp_path, arguments, message):
 
 
 def test_a_comparison_whose_every_run_failed_says_so_and_exits_non_zero(tmp_path):
+    """A config that builds but cannot train (its corpus is missing: a machine without the data
+    fails only the runs that read it) fails its runs, and the report says why."""
     broken = tmp_path / "broken.py"
-    broken.write_text("def get_config():\n    raise ValueError('no such model')\n")
+    broken.write_text(
+        "from seq2seq.config import load_config_file\n\n\ndef get_config():\n"
+        f"    config = load_config_file({str(REPO / 'configs' / 'quickstart_transformer.py')!r})\n"
+        "    config.data.source = 'text'\n"
+        f"    config.data.dir = {str(tmp_path / 'no_corpus_here')!r}\n"
+        "    return config\n"
+    )
     result = subprocess.run(
         [sys.executable, "-m", "seq2seq.compare", "--configs", str(broken),
          "--workdir", str(tmp_path / "work"), "--budget_steps", "4"],
@@ -282,7 +294,18 @@ def test_a_comparison_whose_every_run_failed_says_so_and_exits_non_zero(tmp_path
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: every run failed;") and "report.md" in last, result.stderr
-    assert "no such model" in (tmp_path / "work" / "report.md").read_text()
+    assert "no_corpus_here" in (tmp_path / "work" / "report.md").read_text()
+
+
+def test_a_config_file_that_fails_is_refused_before_anything_is_written(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def get_config():\n    raise ValueError('no such model')\n")
+    (tmp_path / "work").mkdir()
+    assert_compare_refuses(
+        tmp_path / "work",
+        ["--configs", str(broken), "--budget_steps", "4"],
+        "broken.py line 2: ValueError: no such model; fix the config file (nothing was trained)",
+    )
 
 
 def test_help_says_where_the_config_keys_are_instead_of_listing_the_default_config():

@@ -145,15 +145,21 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
     every tuning trial) reads ``data.eval_split``: scores on either would not be test scores.
     A ``--split`` the data lacks, and ``--checkpoint average:K`` beyond the checkpoints a run
     keeps, would fail each run only once it had trained. A config that cannot be built, or
-    whose data is missing, is passed over here; its runs fail with the reason.
+    whose data is missing, is passed over here; its runs fail with the reason. When no config
+    passes ``seq2seq.config.validate`` (a bad ``--config`` value applies to all of them), the
+    first reason is the error, and nothing is written.
 
     Raises:
       ConfigError: one line naming the config, the problem and the fix.
     """
     count = average_count(settings.checkpoint)
+    invalid = []
     for spec in specs:
         try:
             config = run_config(spec, settings, 0)
+        except config_lib.ConfigError as error:
+            invalid.append(f"{spec.name}: {error}")
+            continue
         except Exception:  # reported by its runs
             continue
         if count is not None and count > config.checkpoint.keep:
@@ -177,6 +183,8 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
                     f"{spec.name}: {given} {scored!r}, the split it {use} (data.{key}); score "
                     "another split (e.g. --split test) or set a separate data." + key
                 )
+    if invalid and len(invalid) == len(specs):
+        raise config_lib.ConfigError(f"{invalid[0]} (nothing was trained)")
 
 
 def prepare(spec: RunSpec, settings: Settings, seed_index: int, root: Path) -> RunOutcome:
