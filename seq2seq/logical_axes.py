@@ -20,6 +20,8 @@ Names (the shape letters of the package docstring in brackets):
 
 A parameter carries its names as Flax NNX sharding metadata (``out_sharding``), with eager
 sharding off: a model builds on one device as before, and the trainer places it by the table.
+Inside the compiled step ``constrain`` lays out an activation by its names, and ``gathered`` a
+weight that a loop multiplies by at every step.
 """
 
 from __future__ import annotations
