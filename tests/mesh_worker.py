@@ -10,7 +10,6 @@ It reports the losses of every run and the partition spec of every parameter aft
 from __future__ import annotations
 
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from seq2seq.bench.collectives import collectives_in_loops as loop_collectives
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.training import sharding
 from seq2seq.training.step import make_train_step
@@ -137,13 +137,10 @@ def run_model(model_name: str, directory: Path) -> dict:
     return report
 
 
-COLLECTIVES = "all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter"
-
-
 def collectives_in_loops(model_name: str, mesh_label: str, after_loop: bool = True) -> list:
-    """[kind, numbers] of each collective inside a while loop's body in the compiled step on
-    the mesh ``mesh_label`` ("data,fsdp,tensor"), with each recurrence's weight gradients taken
-    after its loop or summed inside it (``model.rnnsearch.weight_gradients_after_loop``)."""
+    """(kind, numbers) of each collective in a loop body of the compiled step on the mesh
+    ``mesh_label`` ("data,fsdp,tensor"), with each recurrence's weight gradients taken after
+    its loop or summed inside it (``model.rnnsearch.weight_gradients_after_loop``)."""
     config = config_for(model_name)
     config.model.rnnsearch.weight_gradients_after_loop = after_loop
     state, schedule = create_state(config, VOCAB, VOCAB)
@@ -151,18 +148,7 @@ def collectives_in_loops(model_name: str, mesh_label: str, after_loop: bool = Tr
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     state = jax.device_put(state, sharding.state_sharding(mesh, state, rules))
     step, place = mesh_step(config, state, schedule, mesh)
-    hlo = step.lower(state, place(batches()[0])).compile().as_text()
-    bodies = set(re.findall(r"body=%?([\w.-]+)", hlo))
-    found, inside = [], False
-    for line in hlo.splitlines():
-        if line and not line[0].isspace() and line.rstrip().endswith("{"):
-            name = line.split()[1] if line.startswith("ENTRY") else line.split()[0]
-            inside = name.lstrip("%") in bodies
-        elif inside and (match := re.search(rf"= (.*?) ({COLLECTIVES})(-start)?\(", line)):
-            shapes = re.findall(r"\[([\d,]*)\]", match.group(1))  # one, or a tuple's
-            size = sum(int(np.prod([int(d) for d in s.split(",") if d])) for s in shapes)
-            found.append([match.group(2), size])
-    return found
+    return loop_collectives(step.lower(state, place(batches()[0])).compile().as_text())
 
 
 def main() -> None:

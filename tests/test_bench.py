@@ -232,6 +232,9 @@ def test_bench_train_on_each_mesh_shape_of_two_simulated_devices():
         assert mesh["tokens_per_s"] == pytest.approx(4 * 8 / (mesh["step_ms"] / 1e3))
     assert data["split_arrays"] == 0 < tensor["split_arrays"]  # data parallelism splits none
     assert tensor["final_loss"] == pytest.approx(data["final_loss"], rel=1e-5)
+    # The Transformer has no recurrence: its step runs no collective per loop iteration (the
+    # RNNsearch counts: tests/test_mesh.py).
+    assert data["loop_collectives"] == tensor["loop_collectives"] == 0
 
 
 def test_bench_meshes_that_do_not_parse_are_one_error_line():

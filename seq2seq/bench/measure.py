@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from seq2seq.bench.collectives import collectives_in_loops
 from seq2seq.bench.settings import MATMUL_SIZES, TARGET_DATA_MULTIPLE  # noqa: F401 (re-exported)
 from seq2seq.data import sources
 from seq2seq.data.encoded import encode_corpus, filter_pairs
@@ -258,7 +259,7 @@ def mesh_benchmark(
 
     Returns:
       {"model", "devices", "batch", "meshes": {"DxFxT": {"step_ms", "tokens_per_s",
-      "compile_s", "split_arrays", "final_loss"}}}.
+      "compile_s", "split_arrays", "final_loss", "loop_collectives"}}}.
     """
     meshes = {}
     for data, fsdp, tensor in shapes:
@@ -277,6 +278,8 @@ def mesh_benchmark(
                 not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(state.params)
             ),
             "final_loss": float(metrics["loss"]),
+            # what the step runs at every iteration of its loops (a recurrence's time steps)
+            "loop_collectives": len(collectives_in_loops(compiled.step.as_text())),
         }
     return {
         "model": config.model.name,

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import jax
 import ml_collections
 
+from seq2seq.bench.collectives import COMPUTATION as _COMPUTATION
 from seq2seq.bench.measure import compile_train_step
 
 KINDS = ("products", "communication", "reductions", "data movement", "element-wise")
@@ -72,7 +73,6 @@ _PLUMBING = {  # move or make no data by themselves
     "tuple",
     "get-tuple-element",
 }
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+.*?\s([a-z][\w\-]*)\((.*)$")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _TO_APPLY = re.compile(r"to_apply=%?([\w.\-]+)")
