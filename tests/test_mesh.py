@@ -225,9 +225,9 @@ def test_rnnsearch_loops_move_no_weight_and_no_state_between_devices(mesh_report
     (``model.rnnsearch.weight_gradients_after_loop``), once. Only ``v_a``'s n' = 16 numbers stay
     (see ``AlignmentAttention.loop_weights``). With FSDP the loops' weights are gathered before
     the loop (``logical_axes.gathered``) and the encoder's states leave theirs split by sentence,
-    so no state or gradient is gathered or exchanged in a loop. Tensor
-    parallelism splits the alignment's n' on purpose (docs/scaling.md): per step the scores
-    [B, S] and, backward, the state's gradient through ``W_a`` [B, n] are all-reduced."""
+    so no state or gradient is gathered or exchanged in a loop. Tensor parallelism splits the
+    alignment's n' on purpose (docs/scaling.md): per step the scores [B, S] and, backward, the
+    state's gradient through ``W_a`` [B, n] are all-reduced."""
     found = {mesh: sorted(map(tuple, sizes)) for mesh, sizes in
              mesh_report["rnnsearch"]["collectives_in_loops"].items()}  # fmt: skip
     n, n_align, source_length = 24, 16, 12  # tests.conftest.tiny_config, mesh_worker.batches
