@@ -96,7 +96,11 @@ def _assert_same_gradients(gradients, expected, rtol: float, atol: float, learni
 def test_weight_gradients_after_the_loop_equal_those_summed_inside_it(attention, unroll, joint):
     logits, gradients = _logits_and_gradients(_model(attention, unroll, joint, after_loop=False))
     late_logits, late_gradients = _logits_and_gradients(_model(attention, unroll, joint))
-    np.testing.assert_array_equal(late_logits, logits)  # the forward pass is the same program
+    # The same program but for v_a's product, taken sentence by sentence (recurrent_scan's
+    # per_row), which rounds differently.
+    np.testing.assert_allclose(late_logits, logits, rtol=1e-5, atol=1e-6)
+    if attention != "additive":
+        np.testing.assert_array_equal(late_logits, logits)
     recurrent = ("u_gates", "u_candidate", "w_a", "context_to_gates")
     _assert_same_gradients(late_gradients, gradients, 1e-5, 1e-7, learning=recurrent)
 
@@ -110,9 +114,9 @@ def test_no_backward_loop_carries_a_recurrent_weights_gradient(after_loop):
     weights = {
         path: leaf.shape
         for path, leaf in jax.tree_util.tree_leaves_with_path(params)
-        if any(n in jax.tree_util.keystr(path) for n in ("u_gates", "u_candidate", "w_a"))
+        if any(n in jax.tree_util.keystr(path) for n in ("u_gates", "u_candidate", "w_a", "v_a"))
     }
-    assert len(weights) == 7  # [U_z U_r] and U of three GRUs, and W_a
+    assert len(weights) == 8  # [U_z U_r] and U of three GRUs, W_a and v_a
 
     def loss(params):
         logits, _ = nnx.merge(graphdef, params)(SOURCE, shift_right(TARGET))

@@ -68,16 +68,23 @@ def additive_scores(projected_queries: Array, projected_keys: Array, v: Array) -
     Args:
       projected_queries: [B, T, A], ``W_a s_{i-1}`` for each decoder step.
       projected_keys: [B, S, A], ``U_a h_j`` for each source position.
-      v: [A], the vector ``v_a``.
+      v: [A], the vector ``v_a``; or the product by it, [B, T, S, A] -> [B, T, S], as a
+        recurrent loop hands it to its step (``seq2seq.models.recurrence``).
 
     Returns:
       [B, 1, T, S] scores (one "head", so the masks and softmax below serve all scorings).
     """
     hidden = jnp.tanh(projected_queries[:, :, None, :] + projected_keys[:, None, :, :])  # [B,T,S,A]
-    scores = jnp.einsum(
-        "btsa,a->bts", hidden, v.astype(hidden.dtype), preferred_element_type=jnp.float32
-    )  # in the compute dtype, accumulated in float32
+    scores = v(hidden) if callable(v) else times_v(hidden, v)
     return scores[:, None]
+
+
+def times_v(hidden: Array, v: Array) -> Array:
+    """[..., A] alignment hidden layer . ``v_a`` [A] -> [...] scores: in the hidden layer's
+    dtype, accumulated in float32."""
+    return jnp.einsum(
+        "...a,a->...", hidden, v.astype(hidden.dtype), preferred_element_type=jnp.float32
+    )
 
 
 def masked_softmax(scores: Array, mask: Array | None) -> Array:

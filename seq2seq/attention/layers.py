@@ -52,6 +52,7 @@ from seq2seq.attention.equations import (
     additive_scores,
     masked_softmax,
     scaled_dot_product_scores,
+    times_v,
     weighted_values,
 )
 from seq2seq.attention.equations import dot_product_scores as dot_product_scores  # re-exported
@@ -518,19 +519,28 @@ class AlignmentAttention(nnx.Module):
             return self.w_general(keys)
         return keys
 
+    # How ``recurrent_scan`` multiplies by ``v_a`` (a vector, not a matrix), and that its
+    # gradient is taken per row inside the loop (see ``loop_weights``).
+    LOOP_MULTIPLY = {"v_a": times_v}
+    LOOP_PER_ROW = frozenset({"v_a"})
+
     def loop_weights(self, dtype) -> dict[str, Array]:
         """What a decoder step multiplies by, for ``seq2seq.models.recurrence.recurrent_scan``:
-        additive scoring's ``W_a``, in ``dtype``; nothing for dot and general scoring, whose one
-        product is of the keys, once per sentence.
+        additive scoring's ``W_a`` (in ``dtype``) and ``v_a``; nothing for dot and general
+        scoring, whose one product is of the keys, once per sentence.
 
-        ``v_a`` stays out: its gradient is a reduction over the loop's [B, S, A] hidden layer,
-        which would be kept a second time for a product after the loop (measured: +28% of the
-        step's temporary memory, 4% slower on a CPU); inside the loop it adds A numbers a step,
-        one small all-reduce when the batch is split over devices.
+        ``W_a``'s gradient is taken after the loop. ``v_a``'s is taken in the loop, for each
+        sentence apart (``LOOP_PER_ROW``): after the loop it would need the loop's
+        [B, S, A] hidden layer kept a second time (measured: +28% of the step's temporary
+        memory, 4% slower on a CPU), and summed over the batch in the loop it was all-reduced
+        at every step when the batch is split over devices.
         """
         if self.scoring != "additive":
             return {}
-        return {"w_a": gathered(self.w_a.kernel[...].astype(dtype), "hidden", "alignment")}
+        return {
+            "w_a": gathered(self.w_a.kernel[...].astype(dtype), "hidden", "alignment"),
+            "v_a": gathered(self.v_a[...], "alignment"),
+        }
 
     def __call__(
         self,
@@ -549,16 +559,18 @@ class AlignmentAttention(nnx.Module):
           precomputed_keys: [B, S, A] from ``precompute_keys``.
           values: [B, S, Dk], the annotations ``h_j``.
           key_valid: [B, S] bool, True at real source positions.
-          products: ``w_a`` (additive; see ``loop_weights``) as a recurrent loop gives it to
-            its step, in place of ``self.w_a``.
+          products: ``w_a`` and ``v_a`` (additive; see ``loop_weights``) as a recurrent loop
+            gives them to its step, in place of ``self.w_a`` and ``self.v_a``.
 
         Returns:
           (context [B * N, Dk], weights [B * N, S]).
         """
         queries = group_rows(query, values.shape[0])  # [B, N, Dq]: N queries per sentence
         if self.scoring == "additive":
-            project_query = (products or {}).get("w_a", self.w_a)
-            scores = additive_scores(project_query(queries), precomputed_keys, self.v_a[...])
+            products = products or {}
+            project_query = products.get("w_a", self.w_a)
+            v = products.get("v_a", self.v_a[...])
+            scores = additive_scores(project_query(queries), precomputed_keys, v)
         else:  # dot and general are both q . (key-side projection)
             scores = jnp.einsum("btq,bsq->bts", queries, precomputed_keys)[:, None]
         weights = masked_softmax(scores, key_valid[:, None, None, :])[:, 0]  # [B, N, S]

@@ -24,11 +24,16 @@ Inside the loop the weights are constants, so no running sum of their gradient i
 ``jax.custom_vjp`` then joins the two: its backward pass runs the loop's own backward pass for
 everything but the weights, and takes the weights' gradients from the stacked ``dp_t`` and the
 products' inputs, saved in the forward pass.
+
+A weight whose product's inputs are too large to keep (``v_a``: the [B, S, n'] hidden layer of
+every step) is tapped instead of its product, one copy per batch row (``per_row``). The tap's
+gradient is then that row's part of the weight's gradient, taken inside the loop as before, but
+not summed over the batch there: a batch split over devices needs no all-reduce in the loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import jax
@@ -49,6 +54,7 @@ def recurrent_scan(
     xs,
     *,
     multiply: Mapping[str, Callable[[Array, Array], Array]] | None = None,
+    per_row: Collection[str] = (),
     unroll: int = 1,
     reverse: bool = False,
     weight_gradients_after_loop: bool = True,
@@ -64,24 +70,38 @@ def recurrent_scan(
         (``inputs [..., I] . weight [I, O]``, ``seq2seq.linear.project``), e.g. a batched
         one. After the loop it is given every step's inputs at once, the time axis next to
         last: it must accept more axes there.
+      per_row: weights whose gradient is taken inside the loop, but for each batch row apart
+        (the first axis of the product's inputs; the tap is added to the weight, one copy per
+        row), and summed over the rows and steps after it. No sum over rows in the loop, so a
+        batch split over devices needs no collective there, and the product's inputs are not
+        kept: for ``v_a``, whose inputs are the [B, S, n'] hidden layer of every step.
       unroll, reverse: as for ``jax.lax.scan``.
 
     Returns:
       (final carry, stacked ``y_t``), as ``jax.lax.scan``.
     """
     multiply = {name: (multiply or {}).get(name, project) for name in weights}
+    rows: dict[str, int] = {}  # a per_row weight's rows, B, filled in as the loop is traced
 
     def loop(weights, carry, xs, taps):
-        """The scan; ``taps`` (per step, added to each product): None for the plain loop, zeros
-        for the one whose weight gradients come after it (XLA drops adding zeros: the forward
-        pass compiles to the same operations either way)."""
+        """The scan; ``taps`` (per step, added to each product, or to a per_row weight): None
+        for the plain loop, zeros for the one whose weight gradients come after it (XLA drops
+        adding zeros: the forward pass compiles to the same operations either way, except a
+        per_row weight's product, taken row by row)."""
 
         def body(carry, inputs):
             x, tap = inputs
-            seen = {}  # the products' inputs at this step
+            seen = {}  # the products' inputs at this step (none for a per_row weight)
+            used = set()
 
             def product(name: str) -> Product:
                 def apply(v: Array) -> Array:
+                    used.add(name)
+                    if name in per_row:
+                        rows[name] = v.shape[0]
+                        if tap is not None:  # one copy of the weight per row, and its tap
+                            return jax.vmap(multiply[name])(v, weights[name] + tap[name])
+                        return multiply[name](v, weights[name])
                     seen[name] = v
                     out = multiply[name](v, weights[name])
                     return out if tap is None else out + tap[name]
@@ -89,9 +109,9 @@ def recurrent_scan(
                 return apply
 
             carry, y = step({name: product(name) for name in weights}, carry, x)
-            if seen.keys() != weights.keys():
+            if used != weights.keys():
                 raise ValueError(
-                    f"a recurrent step used the weights {sorted(seen)} of {sorted(weights)}: "
+                    f"a recurrent step used the weights {sorted(used)} of {sorted(weights)}: "
                     "pass only the weights the step multiplies by"
                 )
             return carry, (y, seen)
@@ -102,13 +122,18 @@ def recurrent_scan(
     if not weight_gradients_after_loop:
         return loop(weights, carry, xs, None)[0]
 
-    # The taps' shapes: each product's output at every step, [T, ...].
+    # The taps' shapes: each product's output at every step, [T, ...]; for a per_row weight,
+    # the weight once per row, [T, B, ...].
     _, seen_shapes = jax.eval_shape(loop, weights, carry, xs, None)
+    steps = jax.tree.leaves(xs)[0].shape[0]
     zero_taps = {}
     for name, seen in seen_shapes.items():  # seen: [T, ...] inputs of the product
         one_step = jax.ShapeDtypeStruct(seen.shape[1:], seen.dtype)
         output = jax.eval_shape(multiply[name], one_step, weights[name])
-        zero_taps[name] = jnp.zeros((seen.shape[0], *output.shape), output.dtype)
+        zero_taps[name] = jnp.zeros((steps, *output.shape), output.dtype)
+    for name, count in rows.items():
+        weight = weights[name]
+        zero_taps[name] = jnp.zeros((steps, count, *weight.shape), weight.dtype)
     # custom_vjp differentiates only its arguments: every array the step reads that may need a
     # gradient (a module's parameters, the encoder's annotations) becomes one, ``consts``.
     explicit_loop, consts = jax.closure_convert(loop, weights, carry, xs, zero_taps)
@@ -131,6 +156,9 @@ def recurrent_scan(
         d_carry, d_xs, d_taps, d_consts = backward(output_gradients)
         d_weights = {}
         for name, weight in weights.items():
+            if name in rows:  # each step's and row's gradient, from the loop: their sum
+                d_weights[name] = d_taps[name].sum(axis=(0, 1))
+                continue
             # sum_t inputs_t^T dp_t: the product applied to every step's inputs at once, so its
             # weight gradient is one product over all B x T rows (see seq2seq/linear.py).
             inputs, gradients = _time_inside(seen[name]), _time_inside(d_taps[name])

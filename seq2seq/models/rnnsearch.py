@@ -554,7 +554,12 @@ class RNNSearch(EncoderDecoder):
             return new_state, (previous_state, context, weights)
 
         final_state, (previous_states, contexts, weights) = self._recurrence(
-            body, loop_weights, state, projected
+            body,
+            loop_weights,
+            state,
+            projected,
+            multiply=AlignmentAttention.LOOP_MULTIPLY,
+            per_row=AlignmentAttention.LOOP_PER_ROW,
         )  # time-major: [T, B, ...]
         contexts = jnp.swapaxes(contexts, 0, 1)
         return (
@@ -583,13 +588,15 @@ class RNNSearch(EncoderDecoder):
         )
         return final_state, jnp.swapaxes(previous_states, 0, 1), self.c_o(context)[:, None]
 
-    def _recurrence(self, body, weights: dict[str, Array], state: Array, inputs: Array):
-        """The decoder's loop (``recurrent_scan``) over [B, T, ...] ``inputs``, time-major."""
+    def _recurrence(self, body, weights: dict[str, Array], state: Array, inputs: Array, **products):
+        """The decoder's loop (``recurrent_scan``, with ``products``: its ``multiply`` and
+        ``per_row``) over [B, T, ...] ``inputs``, time-major."""
         return recurrent_scan(
             body,
             weights,
             state,
             jnp.swapaxes(inputs, 0, 1),
+            **products,
             unroll=self.config.scan_unroll,
             weight_gradients_after_loop=self.config.weight_gradients_after_loop,
         )
