@@ -11,7 +11,9 @@ old double host split) changes the batch and the loss at the first logged step.
 
 from __future__ import annotations
 
+import errno
 import json
+import random
 import signal
 import socket
 import subprocess
@@ -35,9 +37,39 @@ TINY = [
 
 
 def _free_port() -> int:
+    """A port for a coordinator, free on every interface, below Linux's ephemeral range
+    (32768-60999).
+
+    A port the kernel hands out (``bind(("localhost", 0))``) comes from that range, and so does
+    the local port of every outgoing connection: another test's client took one between this
+    probe and the coordinator's bind on ``[::]`` ("Failed to add port to server", seen once in
+    CI). Below the range only a listener can hold the port, and the probe binds as the
+    coordinator does, on all interfaces.
+    """
+    draw = random.SystemRandom()
+    for _ in range(200):
+        port = draw.randint(20_000, 32_767)
+        try:
+            _probe(port)
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port in 20000-32767 after 200 tries")
+
+
+def _probe(port: int) -> None:
+    """Binds ``port`` on all interfaces (IPv6 and IPv4 where the machine has IPv6)."""
+    if socket.has_ipv6:
+        try:
+            with socket.socket(socket.AF_INET6) as probe:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                probe.bind(("::", port))
+            return
+        except OSError as error:
+            if error.errno != errno.EAFNOSUPPORT:  # IPv6 compiled in but switched off
+                raise
     with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
+        probe.bind(("0.0.0.0", port))
 
 
 def _train_records(workdir) -> dict[int, dict]:
