@@ -102,9 +102,10 @@ def constrain(x: Array, *names: str | None) -> Array:
     return _laid_out(x, names)
 
 
-def gathered(weight: Array, *names: str | None) -> Array:
-    """A parameter laid out for use: as the rules say, but whole along ``fsdp``, where FSDP
-    stores it in parts (tensor-parallel splits stay). The identity outside ``on_mesh``.
+def gathered(parameter: nnx.Variable, dtype=None) -> Array:
+    """A parameter's value (in ``dtype``, if given) laid out for use: by its names as the
+    rules say, but whole along ``fsdp``, where FSDP stores it in parts (tensor-parallel splits
+    stay). The identity outside ``on_mesh``.
 
     A loop that multiplies by a weight at every step (a recurrence) takes it gathered, once,
     before the loop. Left to choose, XLA kept an FSDP weight in parts and moved the loop's
@@ -112,7 +113,8 @@ def gathered(weight: Array, *names: str | None) -> Array:
     all-gathered its [B, n] state and exchanged it all-to-all 16 times in its loop bodies.
     The weight's gradient comes back in parts after the loop, as every FSDP gradient does.
     """
-    return _laid_out(weight, names, skip=frozenset({"fsdp"}))
+    value = parameter[...] if dtype is None else parameter[...].astype(dtype)
+    return _laid_out(value, names_of(parameter), skip=frozenset({"fsdp"}))
 
 
 def _laid_out(x: Array, names: Names, skip: frozenset[str] = frozenset()) -> Array:

@@ -538,8 +538,8 @@ class AlignmentAttention(nnx.Module):
         if self.scoring != "additive":
             return {}
         return {
-            "w_a": gathered(self.w_a.kernel[...].astype(dtype), "hidden", "alignment"),
-            "v_a": gathered(self.v_a[...], "alignment"),
+            "w_a": gathered(self.w_a.kernel, dtype),
+            "v_a": gathered(self.v_a),  # float32: times_v casts it
         }
 
     def __call__(

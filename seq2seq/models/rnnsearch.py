@@ -223,10 +223,8 @@ class GRU(nnx.Module):
     def recurrent_weights(self) -> dict[str, Array]:
         """``[U_z U_r]`` and ``U`` in the compute dtype, as ``recurrent_scan`` takes them."""
         return {
-            "u_gates": gathered(self.u_gates.kernel[...].astype(self.dtype), "hidden", "gates"),
-            "u_candidate": gathered(
-                self.u_candidate.kernel[...].astype(self.dtype), "hidden", "gates"
-            ),
+            "u_gates": gathered(self.u_gates.kernel, self.dtype),
+            "u_candidate": gathered(self.u_candidate.kernel, self.dtype),
         }
 
     def step(
@@ -535,8 +533,7 @@ class RNNSearch(EncoderDecoder):
             **self.attention.loop_weights(self.dtype),
         }
         if not projected_once:
-            kernel = self.context_to_gates.kernel[...].astype(self.dtype)
-            loop_weights["context_to_gates"] = gathered(kernel, "hidden", "gates")
+            loop_weights["context_to_gates"] = gathered(self.context_to_gates.kernel, self.dtype)
 
         def body(products, previous_state, projected_input):
             context, weights = self.attention(
