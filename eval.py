@@ -235,7 +235,11 @@ def main(argv: list[str]) -> None:
     config = run.load_config() if run else None
     if _DATA_DIR.value is not None:  # read from there; the run's config.json is not touched
         config.data.dir = _DATA_DIR.value
-    split = None if _INPUT.value else resolve_split(config.data, _SPLIT.value or "test")
+    split = (
+        None
+        if _INPUT.value
+        else resolve_split(config.data, _SPLIT.value or "test", overrides=False)
+    )
     from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
 
     translator = _translator(run, config, sampling)

@@ -103,6 +103,43 @@ def test_an_unknown_eval_split_lists_the_roles_and_the_splits(text_run):
     assert (text_run / "config.json").read_text() == saved
 
 
+def test_a_validation_stem_the_folder_lacks_stops_train_py_before_it_writes(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for stem in ("train", "dev"):  # the corpus says "dev" where the config says "validation"
+        (data / f"{stem}.en").write_text("a dog\n")
+        (data / f"{stem}.de").write_text("ein Hund\n")
+    workdir = tmp_path / "run"
+    command = train_command(workdir, "transformer", "--config.data.source=text",
+                            f"--config.data.dir={data}")  # fmt: skip
+    line = _one_error_line(_run(command))
+    assert line == (
+        f"error: data.eval_split='validation': no validation.en and validation.de in {data} "
+        "(its en-de splits: dev, train); pass --config.data.eval_split=dev"
+    )
+    assert not workdir.exists()  # no tokenizer trained, no folder left behind
+
+
+def test_a_test_stem_the_moved_corpus_lacks_is_named_with_what_eval_py_can_pass(text_run):
+    """eval.py takes no config keys: where the folder's own stem is a role's name ("test"),
+    the files themselves are the way to score it; other stems are passed as --split."""
+    moved = text_run.parent / "moved"
+    moved.mkdir()
+    for stem in ("train", "val", "test", "dev2010"):
+        (moved / f"{stem}.en").write_text("a dog\n")
+        (moved / f"{stem}.de").write_text("ein Hund\n")
+    command = [sys.executable, "eval.py", "--workdir", str(text_run), "--data_dir", str(moved)]
+    line = _one_error_line(_run(command))
+    assert line.startswith("error: data.test_split='test_2016_flickr': no test_2016_flickr.en and ")
+    assert line.endswith(
+        "(its en-de splits: dev2010, test, train, val); "
+        f"pass --input {moved / 'test.en'} --reference {moved / 'test.de'}"
+    ), line
+    (moved / "test.en").unlink()
+    line = _one_error_line(_run(command))
+    assert line.endswith("(its en-de splits: dev2010, train, val); pass --split=dev2010")
+
+
 def test_eval_split_roles_are_resolved_before_the_model_is_loaded(text_run):
     # "validation" means the config's eval split "val": the run gets as far as loading the
     # model, which this work directory lacks (an unknown split would have stopped earlier).

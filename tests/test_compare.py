@@ -275,6 +275,34 @@ def test_bad_invocations_end_with_one_line(tmp_path, arguments, message):
     assert_compare_refuses(tmp_path, arguments, message)
 
 
+def test_a_stem_the_corpus_lacks_is_refused_before_any_run_trains(tmp_path):
+    """A corpus whose validation and test stems are named otherwise than the config's would
+    fail every run after its tokenizer and training; the comparison names the key at once."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for stem in ("train", "valid", "test"):
+        (corpus / f"{stem}.fr").write_text("un chien\n")
+        (corpus / f"{stem}.de").write_text("ein Hund\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    arguments = ["--configs", "configs/multi30k_transformer.py", "--budget_steps", "4",
+                 f"--config.data.dir={corpus}", "--config.data.src_lang=fr"]  # fmt: skip
+    assert_compare_refuses(  # the config's target language (en) is not there at all
+        work, arguments, f"{corpus} has both a .fr and a .en file (its files' languages: de, fr)"
+    )
+    arguments.append("--config.data.tgt_lang=de")
+    assert_compare_refuses(
+        work, arguments, "multi30k_transformer: data.eval_split='val': no val.fr and val.de in"
+    )
+    assert_compare_refuses(
+        work,
+        [*arguments, "--config.data.eval_split=valid"],
+        "multi30k_transformer: --split: data.test_split='test_2016_flickr': no "
+        "test_2016_flickr.fr and test_2016_flickr.de in "
+        f"{corpus} (its fr-de splits: test, train, valid); pass --config.data.test_split=test",
+    )
+
+
 def test_a_comparison_whose_every_run_failed_says_so_and_exits_non_zero(tmp_path):
     """A config that builds but cannot train (its corpus is missing: a machine without the data
     fails only the runs that read it) fails its runs, and the report says why."""

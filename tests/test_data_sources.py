@@ -5,7 +5,14 @@ import gzip
 import ml_collections
 import pytest
 
-from seq2seq.data.sources import DataError, TextCorpus, load_pairs, open_corpus
+from seq2seq.data.sources import (
+    DataError,
+    TextCorpus,
+    check_split_keys,
+    load_pairs,
+    open_corpus,
+    resolve_split,
+)
 
 GERMAN = ["Ein Hund läuft.", "Zwei Männer stehen am Herd.", "", "Eine Frau liest."]
 ENGLISH = ["A dog runs.", "Two men are at the stove.", "Empty source.", "A woman reads."]
@@ -105,3 +112,35 @@ def test_reads_the_shared_multi30k_corpus(multi30k):
     first_source, first_target = corpus.take([0])[0]
     assert first_source == (multi30k / "val.de").read_text("utf-8").splitlines()[0]
     assert first_target == (multi30k / "val.en").read_text("utf-8").splitlines()[0]
+
+
+def test_a_split_key_whose_stem_is_absent_names_the_key_the_stems_and_the_fix(tmp_path):
+    for stem in ("train", "valid", "newstest2014"):
+        _write(tmp_path, f"{stem}.de", GERMAN)
+        _write(tmp_path, f"{stem}.en", ENGLISH)
+    _write(tmp_path, "dev.de", GERMAN)  # one side only: not a split of de-en
+    data = _data(tmp_path, train_split="train", eval_split="val", test_split="test")
+    check_split_keys(data, ("train_split",))  # present: nothing to say
+    with pytest.raises(DataError) as error:
+        check_split_keys(data, ("train_split", "eval_split"))
+    assert _one_line(error) == (
+        f"data.eval_split='val': no val.de and val.en in {tmp_path} (its de-en splits: "
+        "newstest2014, train, valid); pass --config.data.eval_split=valid"
+    )
+    # a role resolves only to a stem that is there; the test role's fix is the newstest stem
+    with pytest.raises(DataError, match=r"data.test_split='test'.*; pass --split=newstest2014$"):
+        resolve_split(data, "test")
+    assert resolve_split(data, "train") == "train"
+
+
+def test_a_folder_without_the_language_pair_names_the_languages_it_has(tmp_path):
+    # no folder: the reader's own error names it
+    check_split_keys(_data(tmp_path / "nowhere", eval_split="val"), ("eval_split",))
+    _write(tmp_path, "train.fr", GERMAN)
+    _write(tmp_path, "train.en", ENGLISH, compress=True)
+    with pytest.raises(DataError) as error:
+        check_split_keys(_data(tmp_path, train_split="train"), ("train_split",))
+    assert _one_line(error) == (
+        f"no split of {tmp_path} has both a .de and a .en file (its files' languages: en, fr); "
+        "check config.data.src_lang and config.data.tgt_lang"
+    )

@@ -22,7 +22,7 @@ from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import average_count
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data import sources
-from seq2seq.data.sources import DataError, available_splits, resolve_split
+from seq2seq.data.sources import DataError, available_splits, check_split_keys, resolve_split
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.restore import checkpoint_choice
 from seq2seq.evaluation.translator import Translator, with_decoding
@@ -143,9 +143,11 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
 
     Training reads ``data.train_split``, and validation (the curves, ``--checkpoint best`` and
     every tuning trial) reads ``data.eval_split``: scores on either would not be test scores.
-    A ``--split`` the data lacks, and ``--checkpoint average:K`` beyond the checkpoints a run
-    keeps, would fail each run only once it had trained. A config that cannot be built, or
-    whose data is missing, is passed over here; its runs fail with the reason. When no config
+    A ``--split`` the data lacks, a training or validation stem its folder lacks (Multi30k's
+    ``val`` where a corpus says ``valid``), and ``--checkpoint average:K`` beyond the
+    checkpoints a run keeps, would fail each run only once it had trained. A config that cannot
+    be built, or whose data folder is missing, is passed over here; its runs fail with the
+    reason. When no config
     passes ``seq2seq.config.validate`` (a bad ``--config`` value applies to all of them), the
     first reason is the error, and nothing is written.
 
@@ -168,6 +170,10 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
                 f"checkpoints but its runs keep {config.checkpoint.keep} (checkpoint.keep); "
                 f"lower K or pass --config.checkpoint.keep={count}"
             )
+        try:  # the stems training and validation read, then the one scored
+            check_split_keys(config.data, ("train_split", "eval_split"))
+        except DataError as error:
+            raise config_lib.ConfigError(f"{spec.name}: {error}") from error
         try:
             scored = scored_split(config, settings.split)
         except DataError as error:  # a split that data on this machine lacks

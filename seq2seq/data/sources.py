@@ -9,6 +9,7 @@ tokenizer's random sample).
 from __future__ import annotations
 
 import abc
+import difflib
 import gzip
 import hashlib
 import itertools
@@ -272,7 +273,70 @@ def available_splits(data: ml_collections.ConfigDict) -> list[str] | None:
     return sorted(stem for stem in stems if stem + target_suffix in names)
 
 
-def resolve_split(data: ml_collections.ConfigDict, name: str) -> str:
+# The roles a command may name a split by, and data's keys that say which split each means
+ROLES = {"train": "train_split", "validation": "eval_split", "test": "test_split"}
+SPLIT_KEYS = tuple(ROLES.values())
+
+
+def check_split_keys(
+    data: ml_collections.ConfigDict,
+    keys: Sequence[str],
+    by_name: bool = False,
+    overrides: bool = True,
+) -> None:
+    """Each of ``data``'s split keys in ``keys`` (e.g. ``"train_split"``, ``"eval_split"``)
+    names a stem with both files in ``data.dir``: checked before a run writes or reads
+    anything, so that a validation stem named otherwise (``valid``, ``dev``) stops it at once
+    rather than after its tokenizer has trained. Only ``text`` data whose folder exists is
+    checked (a missing folder is left to the reader's own error, which says so).
+
+    The fix offered: ``--config.data.KEY=STEM``; with ``by_name`` (a command that names the
+    split it reads, as ``eval.py`` and ``compare`` do) ``--split=STEM`` unless STEM is itself a
+    role's name; there, without ``overrides`` (``eval.py`` takes no config keys), the files
+    themselves as ``--input`` and ``--reference``.
+
+    Raises:
+      DataError: one line naming the key, the stems the folder has and the override to pass;
+        or, where no stem has both languages' files, the languages the folder's files have.
+    """
+    available = available_splits(data) if data.source == "text" else None
+    if available is None:
+        return
+    if not available:
+        names = [path.name.removesuffix(".gz") for path in Path(data.dir).iterdir()]
+        languages = sorted({name.rsplit(".", 1)[1] for name in names if "." in name})
+        raise DataError(
+            f"no split of {data.dir} has both a .{data.src_lang} and a .{data.tgt_lang} file "
+            f"(its files' languages: {', '.join(languages) or 'none'}); check "
+            "config.data.src_lang and config.data.tgt_lang"
+        )
+    for key in keys:
+        stem = data[key]
+        if stem in available:
+            continue
+        # the fix offered: a stem no other split key names, by its spelling or as the only one
+        others = {data.get(other) for other in SPLIT_KEYS if other != key}
+        candidates = [name for name in available if name not in others]
+        close = difflib.get_close_matches(stem, candidates, n=1, cutoff=0.4)
+        fix = (close or candidates)[0] if close or len(candidates) == 1 else "STEM"
+        if by_name and fix not in ROLES:
+            advice = f"--split={fix}"
+        elif overrides:
+            advice = f"--config.data.{key}={fix}"
+        else:
+            folder = Path(data.dir)
+            advice = (
+                f"--input {folder / f'{fix}.{data.src_lang}'} "
+                f"--reference {folder / f'{fix}.{data.tgt_lang}'}"
+            )
+        raise DataError(
+            f"data.{key}={stem!r}: no {stem}.{data.src_lang} and {stem}.{data.tgt_lang} in "
+            f"{data.dir} (its {data.src_lang}-{data.tgt_lang} splits: {', '.join(available)}); "
+            f"pass {advice}"
+        )
+
+
+def resolve_split(data: ml_collections.ConfigDict, name: str, overrides: bool = True) -> str:
     """The split (or file stem) that ``name`` means: a role or a split's own name.
 
     The roles ``train``, ``validation`` and ``test`` stand for ``data.train_split``,
@@ -280,12 +344,15 @@ def resolve_split(data: ml_collections.ConfigDict, name: str) -> str:
     Multi30k); any other name is taken as a split name or file stem.
 
     Raises:
-      DataError: ``name`` is neither a role nor a split the data has (the message lists both).
+      DataError: ``name`` is neither a role nor a split the data has (the message lists both),
+        or is a role whose stem the folder lacks (the message names its key).
     """
-    roles = {"train": data.train_split, "validation": data.eval_split, "test": data.test_split}
-    if name in roles:
-        return roles[name]
+    roles = {role: data[key] for role, key in ROLES.items()}
     available = available_splits(data)
+    if name in roles:
+        # the stem it stands for is there (``overrides``: whether the caller takes config keys)
+        check_split_keys(data, (ROLES[name],), by_name=True, overrides=overrides)
+        return roles[name]
     if available is None or name in available:
         return name
     described = ", ".join(f"{role} ({split})" for role, split in roles.items())

@@ -216,6 +216,8 @@ def _train(
     preemption: Preemption,
 ) -> RunSummary:
     primary = jax.process_index() == 0  # the one process that writes the run's files
+    # Before anything is written: the stems it will read (validation's only if it validates).
+    sources.check_split_keys(config.data, ("train_split", "eval_split")[: 1 + bool(make_validate)])
     # A corpus moved to another folder continues the run when its training files are the same.
     run.create().save_config(config, write=primary, fingerprint=sources.corpus_fingerprint)
     if primary:
