@@ -257,6 +257,17 @@ def _without_jax(tmp_path) -> dict[str, str]:
             ["-m", "seq2seq.bench", "train", "--config", "configs/bench_small.py", "--meshes=2x2"],
             "--meshes '2x2': give DATAxFSDPxTENSOR",
         ),
+        # the accelerator's commands: a refusal there costs the loan's seconds
+        (["-m", "seq2seq.bench.device", "--minutes=0"], "--minutes=0: give a budget above 0"),
+        (
+            ["-m", "seq2seq.bench.real_loop", "--config", "configs/wmt14_ende_transformer_base.py"],
+            "--config FILE and --out DIR are required",
+        ),
+        (
+            ["-m", "seq2seq.bench.rnnsearch_bound", "--config", "configs/multi30k_transformer.py"],
+            "--config trains model.name='transformer'; this measures RNNsearch's recurrences",
+        ),
+        (["-m", "seq2seq.bench.step_alone", "--batches=0"], "--batches=0 must be at least 1"),
     ],
 )
 def test_a_refused_command_line_ends_before_jax_is_imported(tmp_path, arguments, message):

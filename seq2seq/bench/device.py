@@ -344,6 +344,9 @@ def main() -> None:
             choices = ", ".join(known)
             print(f"error: unknown --parts {unknown}; choose from {choices}", file=sys.stderr)
             sys.exit(1)
+        if not minutes.value > 0:  # every part would be skipped, and an empty table written
+            print(f"error: --minutes={minutes.value:g}: give a budget above 0", file=sys.stderr)
+            sys.exit(1)
         results = bench(Path(out.value), minutes.value, only.value or None)
         print(markdown(results))
 

@@ -38,23 +38,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import jax
 import ml_collections
 import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from seq2seq.bench import measure
 from seq2seq.bench.device_frontier import HOST_WORK
 from seq2seq.config import MULTI30K, ConfigError, validate
-from seq2seq.data.pipeline import build_training_data
-from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
-from seq2seq.training import sharding
 from seq2seq.training.logs import steady_means
-from seq2seq.training.step import configured_train_step
-from seq2seq.training.trainer import HOST_PARTS, create_state, train
 from seq2seq.vocabulary import PAD_ID
+
+# JAX and the trainer are imported where they are used, so that a command line refused on its
+# flags ends before them (tests/test_cli_errors.py).
 
 GOAL = 0.9  # issue 55: the loop at 90% of the device bench's tokens/s at least
 REPO = Path(__file__).resolve().parents[2]
@@ -126,6 +122,8 @@ def loop_figures(metrics_file: Path) -> dict:
     """Target tokens per second of the run's log intervals (training clock), all of them and
     those after the first (``steady``), the host's milliseconds a step in the steady intervals
     (``HOST_PARTS``, weighted by their steps), and what was kept off the clock."""
+    from seq2seq.training.trainer import HOST_PARTS
+
     records = [json.loads(line) for line in metrics_file.read_text().splitlines() if line]
     train = [r for r in records if r["kind"] == "train"]
     if not train:
@@ -168,6 +166,13 @@ def replay_figures(
     tokenizer in ``tokenizer_dir``, trained there if it is not; the pipeline's order), placed on
     the devices first; median of 3 passes, each waited for once at its end (as the loop keeps
     steps in flight)."""
+    import jax
+
+    from seq2seq.data.pipeline import build_training_data
+    from seq2seq.training import sharding
+    from seq2seq.training.step import configured_train_step
+    from seq2seq.training.trainer import create_state
+
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     multiple = sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
@@ -210,6 +215,8 @@ def replay_figures(
 
 def synthetic_figures(config: ml_collections.ConfigDict, vocab: int, steps: int) -> dict:
     """The device bench's step: the config's largest batch, every position real, at ``vocab``."""
+    from seq2seq.bench import measure
+
     config = config.copy_and_resolve_references()
     config.data.vocab_size = vocab
     compiled = measure.compile_train_step(config)
@@ -232,6 +239,11 @@ def real_loop_benchmark(
     synthetic_steps: int = 10,
 ) -> dict:
     """The three figures (module docstring) and their ratios."""
+    import jax
+
+    from seq2seq.evaluation.validation import make_validate_fn
+    from seq2seq.training.trainer import train
+
     languages = (config.data.src_lang, config.data.tgt_lang)
     corpus = write_joined_corpus(data, workdir / "corpus", languages, config.seed)
     looped = loop_config(config, corpus, minutes)
@@ -310,6 +322,8 @@ ROWS = (
 
 
 def markdown(result: dict) -> str:
+    from seq2seq.training.trainer import HOST_PARTS
+
     lines = [
         f"{result['model']} on {result['device_kind']}: {result['loop_steps']:,} steps in "
         f"{result['loop_wall_s']:.0f} s of wall clock, {result['compiled_shapes']} batch shapes, "

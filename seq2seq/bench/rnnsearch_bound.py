@@ -57,16 +57,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from seq2seq.bench import measure
 from seq2seq.bench.settings import parse_matmul_sizes
 from seq2seq.config import ConfigError, validate
 from seq2seq.models import compute_dtype
+
+# JAX is imported where it is used, so that a command line refused on its flags ends before it
+# (tests/test_cli_errors.py).
 
 DEFAULT_SHAPES = (
     "80x51x1", "80x51x1:inloop", "80x51x1:joint", "80x51x4", "80x51x4:joint",
@@ -139,6 +139,7 @@ def shaped_config(config: ml_collections.ConfigDict, shape: Shape) -> ml_collect
 
 def _loop(body: Callable, iterations: int, unroll: int) -> Callable:
     """A jitted ``jax.lax.scan`` of ``iterations`` steps of ``body(state, x) -> state``."""
+    import jax
 
     def run(state, inputs):
         def step(carry, x):
@@ -155,6 +156,11 @@ def loop_floors(
 ) -> dict[str, float]:
     """Median seconds of the two floor loops (module docstring) of ``iterations`` steps on a
     [batch, width] state: ``{"floor_empty_s", "floor_product_s"}``."""
+    import jax
+    import jax.numpy as jnp
+
+    from seq2seq.bench import measure
+
     key = jax.random.PRNGKey(0)
     state = jax.random.normal(key, (batch, width), jnp.float32).astype(dtype)
     inputs = jax.random.normal(key, (iterations, batch, width), jnp.float32).astype(dtype)
@@ -182,6 +188,8 @@ def shape_figures(
     config: ml_collections.ConfigDict, steps: int, warmup: int, peak_flops: float
 ) -> dict:
     """The step of ``config`` (already shaped) timed, with its two floors and MFU."""
+    from seq2seq.bench import measure
+
     rows, length = measure.batch_shape(config)
     unroll = config.model.rnnsearch.scan_unroll
     joint = config.model.rnnsearch.joint_encoder_loop
@@ -227,6 +235,10 @@ def bound_benchmark(
 ) -> dict:
     """Every shape's figures (``shape_figures``) in order while ``budget_s`` lasts: a shape is
     skipped where the slowest one so far would end past it. ``on_shape(result)`` after each."""
+    import jax
+
+    from seq2seq.bench import measure
+
     start = time.perf_counter()
     peak = measure.matmul_peak(compute_dtype(config), matmul_sizes)
     result = {
