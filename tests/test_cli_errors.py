@@ -268,6 +268,11 @@ def _without_jax(tmp_path) -> dict[str, str]:
             "--config trains model.name='transformer'; this measures RNNsearch's recurrences",
         ),
         (["-m", "seq2seq.bench.step_alone", "--batches=0"], "--batches=0 must be at least 1"),
+        (["-m", "seq2seq.serve", "--workdir", "{tmp}/no_run"], "no work directory at {tmp}/no_run"),
+        (
+            ["-m", "seq2seq.bench.device_frontier", "--out", "{tmp}/o", "--checkpoint", "7"],
+            "checkpoint='7': a comparison applies one rule to every run",
+        ),
     ],
 )
 def test_a_refused_command_line_ends_before_jax_is_imported(tmp_path, arguments, message):

@@ -104,7 +104,7 @@ def check_inputs(out: Path, rows: list[str], data: Path | None, checkpoint: str)
     Raises:
       ValueError: one line naming the problem and the fix.
     """
-    from seq2seq.compare.runner import describe_checkpoint_rule
+    from seq2seq.checkpoints.rule import describe_checkpoint_rule
     from seq2seq.compare.suites import expand_suite, select_runs
 
     select_runs(expand_suite("frontier_tuned"), rows, keep_first=False)  # names the runs there are

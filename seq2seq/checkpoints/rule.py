@@ -100,6 +100,30 @@ class CheckpointChoice:
         return f"step {self.steps[0]}"
 
 
+# Which checkpoint of every run a comparison scores, and how its report says it; ``average:K``
+# scores the mean of each run's last K, as Vaswani et al. evaluate their base (5) and big (20).
+CHECKPOINTS = {
+    "latest": "each run's last",
+    "best": "each run's best by validation BLEU",
+}
+
+
+def describe_checkpoint_rule(rule: str) -> str:
+    """How the report names ``rule`` (a key of CHECKPOINTS or ``average:K``).
+
+    Raises:
+      ValueError: any other rule (a step number would name a different point of every run).
+    """
+    if rule in CHECKPOINTS:
+        return CHECKPOINTS[rule]
+    if (count := average_count(rule)) is not None:
+        return f"the parameter mean of each run's last {count}"
+    raise ValueError(
+        f"checkpoint={rule!r}: a comparison applies one rule to every run, use one of "
+        f"{', '.join(CHECKPOINTS)} or average:K (the mean of each run's last K checkpoints)"
+    )
+
+
 def resolve(
     rule: str | CheckpointRule,
     available: Sequence[int],

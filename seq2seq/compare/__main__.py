@@ -16,7 +16,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from seq2seq import cli
-from seq2seq.checkpoints.rule import rules_help
+from seq2seq.checkpoints.rule import describe_checkpoint_rule, rules_help
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
 
 if TYPE_CHECKING:
@@ -367,8 +367,6 @@ def _one_mode(flag: SimpleNamespace) -> None:
             "--devices, or --configs/--suite to train"
         )
     if given and given[0] != "--configs or --suite":
-        from seq2seq.compare.runner import describe_checkpoint_rule
-
         describe_checkpoint_rule(flag.checkpoint)
 
 

@@ -19,7 +19,7 @@ import ml_collections
 
 from seq2seq import cli
 from seq2seq import config as config_lib
-from seq2seq.checkpoints.rule import average_count
+from seq2seq.checkpoints.rule import average_count, describe_checkpoint_rule
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data import sources
 from seq2seq.data.sources import DataError, available_splits, check_split_keys, resolve_split
@@ -33,30 +33,6 @@ from seq2seq.training.stopping import CONVERGED
 from seq2seq.training.trainer import Preemption, train
 
 logger = logging.getLogger(__name__)
-
-
-# Which checkpoint of every run is scored, and how the report says it; ``average:K`` (below)
-# scores the mean of each run's last K, as Vaswani et al. evaluate their base (5) and big (20).
-CHECKPOINTS = {
-    "latest": "each run's last",
-    "best": "each run's best by validation BLEU",
-}
-
-
-def describe_checkpoint_rule(rule: str) -> str:
-    """How the report names ``rule`` (a key of CHECKPOINTS or ``average:K``).
-
-    Raises:
-      ValueError: any other rule (a step number would name a different point of every run).
-    """
-    if rule in CHECKPOINTS:
-        return CHECKPOINTS[rule]
-    if (count := average_count(rule)) is not None:
-        return f"the parameter mean of each run's last {count}"
-    raise ValueError(
-        f"checkpoint={rule!r}: a comparison applies one rule to every run, use one of "
-        f"{', '.join(CHECKPOINTS)} or average:K (the mean of each run's last K checkpoints)"
-    )
 
 
 @dataclasses.dataclass(frozen=True)

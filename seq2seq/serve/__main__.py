@@ -20,6 +20,7 @@ from absl import flags
 
 from seq2seq import cli
 from seq2seq.checkpoints.rule import rules_help
+from seq2seq.records.run_directory import RunDirectory
 
 
 def _define_flags() -> SimpleNamespace:
@@ -55,11 +56,6 @@ def _define_flags() -> SimpleNamespace:
 
 def serve(f: SimpleNamespace) -> None:
     """Loads the runs, then serves them until interrupted."""
-    import uvicorn
-
-    from seq2seq.serve.app import Limits, create_app
-    from seq2seq.serve.models import load_models
-
     if not f.workdir.value:
         raise ValueError(
             "pass --workdir RUN (repeat it for several runs), e.g. after make quickstart"
@@ -72,6 +68,13 @@ def serve(f: SimpleNamespace) -> None:
             f"--max_sentences {f.max_sentences.value} must not exceed --max_batch "
             f"{f.max_batch.value}: a request is searched in one batch"
         )
+    for path in f.workdir.value:  # each a run, checked before JAX and the models load
+        RunDirectory(path).require()
+    import uvicorn
+
+    from seq2seq.serve.app import Limits, create_app
+    from seq2seq.serve.models import load_models
+
     models = load_models(
         f.workdir.value, f.checkpoint.value, ensemble=f.ensemble.value,
         beam_size=f.beam_size.value, alpha=f.alpha.value,
