@@ -269,6 +269,7 @@ def _without_jax(tmp_path) -> dict[str, str]:
         ),
         (["-m", "seq2seq.bench.step_alone", "--batches=0"], "--batches=0 must be at least 1"),
         (["-m", "seq2seq.serve", "--workdir", "{tmp}/no_run"], "no work directory at {tmp}/no_run"),
+        (["-m", "seq2seq.bench.timed_run", "--job", "{tmp}/j.json"], "no job file at {tmp}/j.json"),
         (
             ["-m", "seq2seq.bench.device_frontier", "--out", "{tmp}/o", "--checkpoint", "7"],
             "checkpoint='7': a comparison applies one rule to every run",

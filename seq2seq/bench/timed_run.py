@@ -171,6 +171,10 @@ def main() -> None:
     def run(argv: list[str]) -> None:
         del argv
         job_path = Path(job_flag.value)
+        if not job_path.is_file():
+            raise ValueError(
+                f"no job file at {job_path}; seq2seq.bench.device_frontier writes one per run"
+            )
         result = run_job(Job.read(job_path))
         result_path(job_path).write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(result))
