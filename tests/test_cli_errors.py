@@ -246,6 +246,19 @@ def _without_jax(tmp_path) -> dict[str, str]:
             "config.model.transformer.norm='mid' is not one of post, pre",
         ),
         (["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "nope"], "--suite=nope"),
+        (
+            [
+                "-m",
+                "seq2seq.compare",
+                "--workdir",
+                "{tmp}/w",
+                "--suite",
+                "quickstart",
+                "--beam_size",
+                "0",
+            ],
+            "--beam_size 0 must be >= 1 (1: greedy)",
+        ),  # fmt: skip
         (["-m", "seq2seq.bench.summary"], "--config is required: Experiment config file"),
         (["-m", "seq2seq.bench", "nope"], "name one command of matmul, train"),
         (["-m", "seq2seq.bench", "train"], "bench train needs --config FILE"),

@@ -230,6 +230,16 @@ def test_named_suites_expand_to_existing_configs():
         ),  # a value every run refuses: one line, and no report of failed runs
         # found before any run trains, not after each one has:
         (["--configs", "configs/nope.py"], "--configs: no config file at configs/nope.py"),
+        # decoding's values are used only after training: checked before it
+        (
+            ["--configs", "configs/quickstart_transformer.py", "--beam_size", "0"],
+            "--beam_size 0 must be >= 1 (1: greedy)",
+        ),
+        (["--configs", "configs/quickstart_transformer.py", "--alpha=-1"], "--alpha -1.0 must be"),
+        (
+            ["--configs", "configs/quickstart_transformer.py", "--max_test_sentences=-3"],
+            "--max_test_sentences -3 must be >= 0 (0: all of them)",
+        ),
         (
             ["--configs", "configs/quickstart_transformer.py", "--split", "nosuch"],
             "quickstart_transformer: --split: unknown split 'nosuch'; use a role",

@@ -20,7 +20,8 @@ from seq2seq.checkpoints.rule import describe_checkpoint_rule, rules_help
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
 
 if TYPE_CHECKING:
-    from seq2seq.compare.runner import RunOutcome, Settings
+    from seq2seq.compare.runner import RunOutcome
+    from seq2seq.compare.settings import Settings
 
 # The comparison itself (JAX, scipy, grain, matplotlib: 2.5 s of imports) is imported by the
 # functions that use it, so that a refused invocation answers in about a second.
@@ -278,7 +279,7 @@ def _devices(flag: SimpleNamespace) -> None:
 
 
 def _settings(flag: SimpleNamespace) -> Settings:
-    from seq2seq.compare.runner import Settings
+    from seq2seq.compare.settings import Settings
 
     given = config_flags.get_override_values(flags.FLAGS["config"])
     return Settings(
@@ -316,10 +317,10 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
     """Trains and scores the runs (tuned first where asked), then prints the verdict."""
     extra = [arg for arg in argv[1:] if not arg.startswith("-")]
     specs, title = _specs([*flag.configs, *extra], flag.suite, flag.base, flag.rows)
+    settings = _settings(flag)  # budgets, decoding and checkpoint rule: refused before JAX
     from seq2seq.compare.comparison import compare  # once the invocation is known to be sound
     from seq2seq.compare.grid import make_tuning, scaled_tuned_values
 
-    settings = _settings(flag)
     tuning = make_tuning(
         flag.tune,
         flag.tune_minutes,
