@@ -144,10 +144,7 @@ def _check_options() -> None:
             )
     if _BATCH_SIZE.value is not None and _BATCH_SIZE.value < 1:
         raise ValueError(f"--batch_size {_BATCH_SIZE.value} must be at least 1 (sentences a batch)")
-    if _BEAM_SIZE.value is not None and _BEAM_SIZE.value < 1:
-        raise ValueError(f"--beam_size {_BEAM_SIZE.value} must be at least 1 (1: greedy)")
-    if _ALPHA.value is not None and _ALPHA.value < 0:
-        raise ValueError(f"--alpha {_ALPHA.value} must be >= 0 (0 turns the length penalty off)")
+    cli.check_decoding_flags(_BEAM_SIZE.value, _ALPHA.value)
     if _NBEST.value is not None and _NBEST.value < 1:
         raise ValueError(f"--nbest {_NBEST.value} must be at least 1 (K outputs per sentence)")
     if _NBEST.value is not None and not _INPUT.value:

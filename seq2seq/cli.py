@@ -200,6 +200,20 @@ def define_config_overrides() -> None:
     flags.FLAGS["config"].default_as_str = None
 
 
+def check_decoding_flags(beam_size: int | None, alpha: float | None) -> None:
+    """Refuses a ``--beam_size`` below 1 or an ``--alpha`` below 0 (None: the config's) by the
+    flags' names, before any model or JAX loads: a command that decodes after training or
+    loading would otherwise fail only then.
+
+    Raises:
+      ConfigError: one line naming the flag and what it takes.
+    """
+    if beam_size is not None and beam_size < 1:
+        raise ConfigError(f"--beam_size {beam_size} must be at least 1 (1: greedy)")
+    if alpha is not None and alpha < 0:
+        raise ConfigError(f"--alpha {alpha} must be >= 0 (0 turns the length penalty off)")
+
+
 def check_work_directory(
     path: Path,
     flag: str = "--workdir",

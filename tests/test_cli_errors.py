@@ -259,7 +259,7 @@ def _without_jax(tmp_path) -> dict[str, str]:
                 "--beam_size",
                 "0",
             ],
-            "--beam_size 0 must be >= 1 (1: greedy)",
+            "--beam_size 0 must be at least 1 (1: greedy)",
         ),  # fmt: skip
         (["-m", "seq2seq.bench.summary"], "--config is required: Experiment config file"),
         (["-m", "seq2seq.bench", "nope"], "name one command of matmul, train"),
@@ -284,6 +284,7 @@ def _without_jax(tmp_path) -> dict[str, str]:
         ),
         (["-m", "seq2seq.bench.step_alone", "--batches=0"], "--batches=0 must be at least 1"),
         (["-m", "seq2seq.serve", "--workdir", "{tmp}/no_run"], "no work directory at {tmp}/no_run"),
+        (["-m", "seq2seq.serve", "--workdir", "{tmp}", "--beam_size=0"], "--beam_size 0 must be"),
         (["-m", "seq2seq.bench.timed_run", "--job", "{tmp}/j.json"], "no job file at {tmp}/j.json"),
         (
             ["-m", "seq2seq.bench.device_frontier", "--out", "{tmp}/o", "--checkpoint", "7"],

@@ -233,7 +233,7 @@ def test_named_suites_expand_to_existing_configs():
         # decoding's values are used only after training: checked before it
         (
             ["--configs", "configs/quickstart_transformer.py", "--beam_size", "0"],
-            "--beam_size 0 must be >= 1 (1: greedy)",
+            "--beam_size 0 must be at least 1 (1: greedy)",
         ),
         (["--configs", "configs/quickstart_transformer.py", "--alpha=-1"], "--alpha -1.0 must be"),
         (

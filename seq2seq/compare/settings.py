@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import describe_checkpoint_rule
 
@@ -38,12 +39,7 @@ class Settings:
         if self.budget_minutes is not None and self.budget_minutes <= 0:
             raise config_lib.ConfigError(f"--budget_minutes {self.budget_minutes} must be > 0")
         # decoding and scoring, which come only after every run has trained
-        if self.beam_size < 1:
-            raise config_lib.ConfigError(f"--beam_size {self.beam_size} must be >= 1 (1: greedy)")
-        if self.alpha < 0:
-            raise config_lib.ConfigError(
-                f"--alpha {self.alpha} must be >= 0 (0 turns the length penalty off)"
-            )
+        cli.check_decoding_flags(self.beam_size, self.alpha)
         if self.max_test_sentences < 0:
             raise config_lib.ConfigError(
                 f"--max_test_sentences {self.max_test_sentences} must be >= 0 (0: all of them)"

@@ -68,6 +68,7 @@ def serve(f: SimpleNamespace) -> None:
             f"--max_sentences {f.max_sentences.value} must not exceed --max_batch "
             f"{f.max_batch.value}: a request is searched in one batch"
         )
+    cli.check_decoding_flags(f.beam_size.value, f.alpha.value)
     for path in f.workdir.value:  # each a run, checked before JAX and the models load
         RunDirectory(path).require()
     import uvicorn
