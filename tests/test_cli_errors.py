@@ -261,6 +261,21 @@ def _without_jax(tmp_path) -> dict[str, str]:
             ],
             "--beam_size 0 must be at least 1 (1: greedy)",
         ),  # fmt: skip
+        (
+            [
+                "-m",
+                "seq2seq.compare",
+                "--workdir",
+                "{tmp}/w",
+                "--suite",
+                "quickstart",
+                "--tune",
+                "nope.key=1,2",
+                "--tune_steps",
+                "5",
+            ],
+            "--tune: unknown config key 'nope.key'",
+        ),  # fmt: skip
         (["-m", "seq2seq.bench.summary"], "--config is required: Experiment config file"),
         (["-m", "seq2seq.bench", "nope"], "name one command of matmul, train"),
         (["-m", "seq2seq.bench", "train"], "bench train needs --config FILE"),

@@ -16,7 +16,7 @@ from seq2seq.compare.comparison import compare
 from seq2seq.compare.grid import make_tuning, scaled_tuned_values
 from seq2seq.compare.report import describe
 from seq2seq.compare.report_sections import provenance_warnings
-from seq2seq.compare.runner import Settings
+from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec, expand_suite, select_runs, table3_runs
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory

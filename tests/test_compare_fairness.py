@@ -9,7 +9,8 @@ import pytest
 
 from seq2seq.compare import verdict
 from seq2seq.compare.comparison import compare
-from seq2seq.compare.runner import RunOutcome, Settings
+from seq2seq.compare.runner import RunOutcome
+from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec
 from seq2seq.config import ConfigError
 from seq2seq.data.pipeline import load_pairs

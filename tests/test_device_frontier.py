@@ -11,7 +11,7 @@ import pytest
 
 from seq2seq.bench.device_frontier import ROWS, runs_at_once
 from seq2seq.bench.timed_run import scoring_rule
-from seq2seq.compare.runner import Settings, run_config
+from seq2seq.compare.settings import Settings, run_config
 from seq2seq.compare.suites import expand_suite, select_runs
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import Deadline, train

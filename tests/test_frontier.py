@@ -22,7 +22,7 @@ from seq2seq.compare.frontier import (
     upper_envelope,
 )
 from seq2seq.compare.frontier_report import write_frontier_report
-from seq2seq.compare.runner import Settings, run_config
+from seq2seq.compare.settings import Settings, run_config
 from seq2seq.compare.suites import RunSpec, expand_suite, select_runs
 from seq2seq.models import train_flops
 from seq2seq.records.run_directory import RunDirectory

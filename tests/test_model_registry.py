@@ -14,7 +14,7 @@ from flax import nnx
 
 from seq2seq import config as config_lib
 from seq2seq.compare.comparison import compare
-from seq2seq.compare.runner import Settings
+from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec
 from seq2seq.config import ConfigError, default_config, validate
 from seq2seq.decoding.beam_search import beam_search

@@ -10,7 +10,7 @@ import pytest
 from seq2seq.compare import grid, grid_ends, report_sections, runner, tuning
 from seq2seq.compare.comparison import compare
 from seq2seq.compare.grid import make_tuning
-from seq2seq.compare.runner import Settings
+from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec
 from seq2seq.config import ConfigError
 from seq2seq.data import sources

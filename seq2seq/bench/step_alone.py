@@ -50,7 +50,7 @@ TOKENIZER_KEYS = (
 def row_config(row: str, overrides: dict):
     """The config ``make device-frontier`` trains for ``row`` (seed index 0), with ``overrides``
     (``--config.KEY=VALUE``, the data's folder among them)."""
-    from seq2seq.compare.runner import Settings, run_config
+    from seq2seq.compare.settings import Settings, run_config
     from seq2seq.compare.suites import expand_suite, select_runs
 
     (spec,) = select_runs(expand_suite("frontier_tuned"), [row], keep_first=False)

@@ -66,7 +66,7 @@ def result_path(job_path: Path) -> Path:
 
 
 def _spec_and_settings(job: Job):
-    from seq2seq.compare.runner import Settings
+    from seq2seq.compare.settings import Settings
     from seq2seq.compare.suites import expand_suite, select_runs
 
     (spec,) = select_runs(expand_suite("frontier_tuned"), [job.row], keep_first=False)

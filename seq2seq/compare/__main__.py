@@ -317,10 +317,10 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
     """Trains and scores the runs (tuned first where asked), then prints the verdict."""
     extra = [arg for arg in argv[1:] if not arg.startswith("-")]
     specs, title = _specs([*flag.configs, *extra], flag.suite, flag.base, flag.rows)
-    settings = _settings(flag)  # budgets, decoding and checkpoint rule: refused before JAX
-    from seq2seq.compare.comparison import compare  # once the invocation is known to be sound
     from seq2seq.compare.grid import make_tuning, scaled_tuned_values
 
+    # budgets, decoding, checkpoint rule and tuning grid: refused before JAX loads
+    settings = _settings(flag)
     tuning = make_tuning(
         flag.tune,
         flag.tune_minutes,
@@ -336,6 +336,8 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
             f"({'; '.join(scaled)}); the committed trials scaled --suite frontier's rows",
             file=sys.stderr,
         )
+    from seq2seq.compare.comparison import compare  # once the invocation is known to be sound
+
     outcomes, report = compare(specs, Path(flag.workdir), settings, title, tuning)
     finished = [o for o in outcomes if o.status == "ok" and o.result is not None]
     _keep_records(flag, finished, title)

@@ -14,13 +14,13 @@ from seq2seq.compare.grid import Tuning, check_overrides, check_trials_outlast_w
 from seq2seq.compare.report import build_report, write_report
 from seq2seq.compare.runner import (
     RunOutcome,
-    Settings,
     check_reuse,
     check_splits,
     evaluate_outcome,
     prepare,
     train_in_slices,
 )
+from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec
 from seq2seq.compare.tuning import reuse_winners, tune, write_tuning_records
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.compare.runner import Settings, run_config
+from seq2seq.compare.settings import Settings, run_config
 from seq2seq.compare.suites import FRONTIER_TUNED, RunSpec
 from seq2seq.config import for_model
 

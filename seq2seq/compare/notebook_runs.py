@@ -27,7 +27,7 @@ import ml_collections
 
 from seq2seq.compare.comparison import compare
 from seq2seq.compare.report import read_report
-from seq2seq.compare.runner import Settings
+from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import expand_suite
 from seq2seq.config import ConfigError, load_config_file
 from seq2seq.evaluation.translator import Translator

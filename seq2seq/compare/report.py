@@ -18,7 +18,8 @@ from seq2seq.checkpoints.rule import describe_checkpoint_rule
 from seq2seq.compare import grid, report_sections
 from seq2seq.compare import tuning as tuning_lib
 from seq2seq.compare import verdict as verdict_lib
-from seq2seq.compare.runner import RunOutcome, Settings
+from seq2seq.compare.runner import RunOutcome
+from seq2seq.compare.settings import Settings
 from seq2seq.records import provenance
 from seq2seq.report import figures
 

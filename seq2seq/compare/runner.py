@@ -17,10 +17,9 @@ from pathlib import Path
 
 import ml_collections
 
-from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import average_count
-from seq2seq.compare.settings import Settings
+from seq2seq.compare.settings import Settings, run_config
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data import sources
 from seq2seq.data.sources import DataError, available_splits, check_split_keys, resolve_split
@@ -46,31 +45,6 @@ class RunOutcome:
     reason: str = ""  # the one line saying why a run failed
     result: dict | None = None  # its eval JSON
     config: ml_collections.ConfigDict | None = None
-
-
-def run_config(spec: RunSpec, settings: Settings, seed_index: int) -> ml_collections.ConfigDict:
-    """The config of one run: the file, the suite's overrides, then the comparison's."""
-    try:
-        config = config_lib.load_config_file(spec.config)
-    except config_lib.ConfigError:
-        raise
-    except Exception as error:  # an error inside the config file: name the file and line
-        message = cli.config_file_error_message(error, [str(spec.config)])
-        raise config_lib.ConfigError(message or f"{spec.config}: {error}") from error
-    for key, value in (*spec.overrides, *settings.overrides):
-        config_lib.set_value(config, key, value)
-    apply_budget(config, settings)
-    config.seed = config.seed + seed_index
-    return config_lib.validate(config)
-
-
-def apply_budget(config: ml_collections.ConfigDict, settings: Settings) -> None:
-    """The comparison's budget (``--budget_minutes`` or ``--budget_steps``) over the config's."""
-    if settings.budget_minutes is not None:
-        config.train.time_budget_minutes = settings.budget_minutes
-    if settings.budget_steps is not None:
-        config.train.steps = settings.budget_steps
-        config.train.time_budget_minutes = 0.0  # equal steps: no clock may cut a run short
 
 
 def run_names(spec: RunSpec, seeds: int) -> list[str]:

@@ -1,16 +1,20 @@
-"""What every run of one comparison shares (``Settings``), checked where it is built.
+"""What every run of one comparison shares (``Settings``), checked where it is built, and the
+config each run gets from it (``run_config``).
 
 Apart from the runner, which trains, so that ``python -m seq2seq.compare`` refuses a bad budget,
-beam or checkpoint rule before JAX is imported (tests/test_cli_errors.py).
+beam, checkpoint rule or tuning grid before JAX is imported (tests/test_cli_errors.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import ml_collections
+
 from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import describe_checkpoint_rule
+from seq2seq.compare.suites import RunSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,3 +52,28 @@ class Settings:
             raise config_lib.ConfigError(
                 f"--slice_minutes {self.slice_minutes} must be >= 0 (0: one run after another)"
             )
+
+
+def run_config(spec: RunSpec, settings: Settings, seed_index: int) -> ml_collections.ConfigDict:
+    """The config of one run: the file, the suite's overrides, then the comparison's."""
+    try:
+        config = config_lib.load_config_file(spec.config)
+    except config_lib.ConfigError:
+        raise
+    except Exception as error:  # an error inside the config file: name the file and line
+        message = cli.config_file_error_message(error, [str(spec.config)])
+        raise config_lib.ConfigError(message or f"{spec.config}: {error}") from error
+    for key, value in (*spec.overrides, *settings.overrides):
+        config_lib.set_value(config, key, value)
+    apply_budget(config, settings)
+    config.seed = config.seed + seed_index
+    return config_lib.validate(config)
+
+
+def apply_budget(config: ml_collections.ConfigDict, settings: Settings) -> None:
+    """The comparison's budget (``--budget_minutes`` or ``--budget_steps``) over the config's."""
+    if settings.budget_minutes is not None:
+        config.train.time_budget_minutes = settings.budget_minutes
+    if settings.budget_steps is not None:
+        config.train.steps = settings.budget_steps
+        config.train.time_budget_minutes = 0.0  # equal steps: no clock may cut a run short

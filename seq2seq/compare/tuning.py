@@ -64,14 +64,8 @@ from seq2seq.compare.grid import (
     shown,
 )
 from seq2seq.compare.grid_ends import grid_edges
-from seq2seq.compare.runner import (
-    RunOutcome,
-    Settings,
-    apply_budget,
-    check_reuse,
-    run_config,
-    train_in_slices,
-)
+from seq2seq.compare.runner import RunOutcome, check_reuse, train_in_slices
+from seq2seq.compare.settings import Settings, apply_budget, run_config
 from seq2seq.compare.suites import RunSpec
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.report import figures
