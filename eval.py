@@ -111,10 +111,12 @@ def _sampling() -> "Sampling | None":
     temperature = 1.0 if _TEMPERATURE.value is None else _TEMPERATURE.value
     if not temperature > 0:
         raise ValueError(f"--temperature {temperature} must be > 0")
-    from seq2seq.decoding.sampling import SamplingMethod
+    from seq2seq.decoding.sampling_method import SamplingMethod
+
+    method = SamplingMethod.parse(_SAMPLING.value)  # refused before JAX loads
     from seq2seq.evaluation.translator import Sampling
 
-    return Sampling(SamplingMethod.parse(_SAMPLING.value), temperature, _SEED.value or 0)
+    return Sampling(method, temperature, _SEED.value or 0)
 
 
 def _check_options() -> None:

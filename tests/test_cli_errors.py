@@ -229,6 +229,7 @@ def _without_jax(tmp_path) -> dict[str, str]:
         (["eval.py", "--workdir", "{tmp}", "--engine", "nope"], "unknown --engine 'nope'"),
         (["eval.py", "--workdir", "{tmp}", "--beam_size", "0"], "--beam_size 0 must be at least 1"),
         (["eval.py", "--workdir", "{tmp}", "--alpha=-0.5"], "--alpha -0.5 must be >= 0"),
+        (["eval.py", "--workdir", "{tmp}", "--sampling", "topk:0"], "topk takes a whole number"),
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
         (["train.py", "-h"], None),  # the help page, exit 0
         (
