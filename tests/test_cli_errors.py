@@ -218,6 +218,9 @@ def _without_jax(tmp_path) -> dict[str, str]:
     return env
 
 
+_QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "quickstart"]
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -249,34 +252,11 @@ def _without_jax(tmp_path) -> dict[str, str]:
             "config.model.transformer.norm='mid' is not one of post, pre",
         ),
         (["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "nope"], "--suite=nope"),
+        ([*_QUICK_COMPARISON, "--beam_size", "0"], "--beam_size 0 must be at least 1 (1: greedy)"),
         (
-            [
-                "-m",
-                "seq2seq.compare",
-                "--workdir",
-                "{tmp}/w",
-                "--suite",
-                "quickstart",
-                "--beam_size",
-                "0",
-            ],
-            "--beam_size 0 must be at least 1 (1: greedy)",
-        ),  # fmt: skip
-        (
-            [
-                "-m",
-                "seq2seq.compare",
-                "--workdir",
-                "{tmp}/w",
-                "--suite",
-                "quickstart",
-                "--tune",
-                "nope.key=1,2",
-                "--tune_steps",
-                "5",
-            ],
+            [*_QUICK_COMPARISON, "--tune", "nope.key=1,2", "--tune_steps", "5"],
             "--tune: unknown config key 'nope.key'",
-        ),  # fmt: skip
+        ),
         (["-m", "seq2seq.bench.summary"], "--config is required: Experiment config file"),
         (["-m", "seq2seq.bench", "nope"], "name one command of matmul, train"),
         (["-m", "seq2seq.bench", "train"], "bench train needs --config FILE"),
