@@ -67,9 +67,8 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
     ``val`` where a corpus says ``valid``), and ``--checkpoint average:K`` beyond the
     checkpoints a run keeps, would fail each run only once it had trained. A config that cannot
     be built, or whose data folder is missing, is passed over here; its runs fail with the
-    reason. When no config
-    passes ``seq2seq.config.validate`` (a bad ``--config`` value applies to all of them), the
-    first reason is the error, and nothing is written.
+    reason. When no config passes ``seq2seq.config.validate`` (a bad ``--config`` value applies
+    to all of them), the first reason is the error, and nothing is written.
 
     Raises:
       ConfigError: one line naming the config, the problem and the fix.

@@ -1,8 +1,9 @@
 """What every run of one comparison shares (``Settings``), checked where it is built, and the
 config each run gets from it (``run_config``).
 
-Apart from the runner, which trains, so that ``python -m seq2seq.compare`` refuses a bad budget,
-beam, checkpoint rule or tuning grid before JAX is imported (tests/test_cli_errors.py).
+Kept apart from the runner, which trains and imports JAX, so that ``python -m seq2seq.compare``
+refuses a bad budget, beam, checkpoint rule or tuning grid before JAX loads
+(tests/test_cli_errors.py).
 """
 
 from __future__ import annotations
