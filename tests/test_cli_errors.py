@@ -133,7 +133,7 @@ def test_a_test_stem_the_moved_corpus_lacks_is_named_with_what_eval_py_can_pass(
     assert line.startswith("error: data.test_split='test_2016_flickr': no test_2016_flickr.en and ")
     assert line.endswith(
         "(its en-de splits: dev2010, test, train, val); "
-        f"pass --input {moved / 'test.en'} --reference {moved / 'test.de'}"
+        f"pass --input {moved / 'test.en'} --output FILE --reference {moved / 'test.de'}"
     ), line
     (moved / "test.en").unlink()
     line = _one_error_line(_run(command))

@@ -293,7 +293,7 @@ def check_split_keys(
     The fix offered: ``--config.data.KEY=STEM``; with ``by_name`` (a command that names the
     split it reads, as ``eval.py`` and ``compare`` do) ``--split=STEM`` unless STEM is itself a
     role's name; there, without ``overrides`` (``eval.py`` takes no config keys), the files
-    themselves as ``--input`` and ``--reference``.
+    themselves as ``--input`` and ``--reference`` (with the ``--output`` those need).
 
     Raises:
       DataError: one line naming the key, the stems the folder has and the override to pass;
@@ -326,7 +326,7 @@ def check_split_keys(
         else:
             folder = Path(data.dir)
             advice = (
-                f"--input {folder / f'{fix}.{data.src_lang}'} "
+                f"--input {folder / f'{fix}.{data.src_lang}'} --output FILE "
                 f"--reference {folder / f'{fix}.{data.tgt_lang}'}"
             )
         raise DataError(
