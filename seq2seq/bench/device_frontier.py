@@ -66,7 +66,7 @@ DATA_FILES = tuple(
 MEMORY_SHARED = 0.9  # of the accelerator's memory, split between the runs at once
 STOP_GRACE_S = 10.0  # between SIGTERM and SIGKILL for a worker still running at the end
 POLL_S = 1.0
-# The host's work a step, from each run's log lines (``seq2seq.training.trainer.HOST_PARTS`` less
+# The host's work a step, from each run's log lines (``seq2seq.training.logs.HOST_PARTS`` less
 # waiting, which is the device's time): a run whose parts add up to its step time was host-bound.
 HOST_WORK = ("input", "placing", "dispatch")
 

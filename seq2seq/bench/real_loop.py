@@ -46,7 +46,7 @@ from ml_collections import config_flags
 from seq2seq.bench.device_frontier import HOST_WORK
 from seq2seq.config import MULTI30K, ConfigError, validate
 from seq2seq.records.run_directory import RunDirectory
-from seq2seq.training.logs import steady_means
+from seq2seq.training.logs import HOST_PARTS, steady_means
 from seq2seq.vocabulary import PAD_ID
 
 # JAX and the trainer are imported where they are used, so that a command line refused on its
@@ -122,8 +122,6 @@ def loop_figures(metrics_file: Path) -> dict:
     """Target tokens per second of the run's log intervals (training clock), all of them and
     those after the first (``steady``), the host's milliseconds a step in the steady intervals
     (``HOST_PARTS``, weighted by their steps), and what was kept off the clock."""
-    from seq2seq.training.trainer import HOST_PARTS
-
     records = [json.loads(line) for line in metrics_file.read_text().splitlines() if line]
     train = [r for r in records if r["kind"] == "train"]
     if not train:
@@ -322,8 +320,6 @@ ROWS = (
 
 
 def markdown(result: dict) -> str:
-    from seq2seq.training.trainer import HOST_PARTS
-
     lines = [
         f"{result['model']} on {result['device_kind']}: {result['loop_steps']:,} steps in "
         f"{result['loop_wall_s']:.0f} s of wall clock, {result['compiled_shapes']} batch shapes, "

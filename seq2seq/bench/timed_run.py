@@ -86,8 +86,7 @@ def _spent(records: list[dict]) -> dict:
     """What the run's clock says it spent: training, and apart from it validation, compiling
     and checkpoints (seconds), from its last record; and a step's milliseconds, with the
     host's share of them (``HOST_PARTS``), over its log lines after the first."""
-    from seq2seq.training.logs import steady_means
-    from seq2seq.training.trainer import HOST_PARTS
+    from seq2seq.training.logs import HOST_PARTS, steady_means
 
     last = next((r for r in reversed(records) if "elapsed_seconds" in r), {})
     keys = ("elapsed_seconds", "validation_seconds", "compile_seconds", "checkpoint_seconds")

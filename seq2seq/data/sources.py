@@ -348,11 +348,11 @@ def resolve_split(data: ml_collections.ConfigDict, name: str, overrides: bool = 
         or is a role whose stem the folder lacks (the message names its key).
     """
     roles = {role: data[key] for role, key in ROLES.items()}
-    available = available_splits(data)
     if name in roles:
         # the stem it stands for is there (``overrides``: whether the caller takes config keys)
         check_split_keys(data, (ROLES[name],), by_name=True, overrides=overrides)
         return roles[name]
+    available = available_splits(data)
     if available is None or name in available:
         return name
     described = ", ".join(f"{role} ({split})" for role, split in roles.items())

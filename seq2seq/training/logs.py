@@ -14,6 +14,15 @@ from seq2seq.records.run_directory import RunDirectory
 
 logger = logging.getLogger(__name__)
 
+# Where the host's time goes in each step, logged per step as ``host_<part>_ms`` (means over a
+# log interval), as the trainer's loop times them: the next batch from the input pipeline,
+# waiting for the step ``IN_FLIGHT`` before (the device's time, not the host's), placing the
+# batch on the devices, and the step's dispatch (steps that compile a new shape left out). With
+# steps in flight the host keeps the device busy while input + placing + dispatch stay under a
+# step's time; waiting near zero with those adding up to ``step_seconds`` means the host, not
+# the device, sets the pace.
+HOST_PARTS = ("input", "waiting", "placing", "dispatch")
+
 
 def interval_record(step_metrics: list[dict], seconds: float, devices: int) -> dict:
     """One logged line: the logged step's own loss, and means over the interval since the last.

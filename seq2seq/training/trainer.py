@@ -32,6 +32,7 @@ from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training import sharding
 from seq2seq.training.clock import TrainingClock
 from seq2seq.training.logs import (
+    HOST_PARTS,
     MetricsWriter,
     interval_record,
     sample_line,
@@ -47,13 +48,6 @@ logger = logging.getLogger(__name__)
 ValidateFn = Callable[[TrainState], dict]
 IN_FLIGHT = 2  # steps dispatched and not yet waited for
 PACE_TICKS = 8  # clock readings the loop's step time is taken over, to foresee a budget's end
-# Where the host's time goes in each step, logged per step as ``host_<part>_ms`` (means over a
-# log interval): the next batch from the input pipeline, waiting for the step ``IN_FLIGHT``
-# before (the device's time, not the host's), placing the batch on the devices, and the step's
-# dispatch (steps that compile a new shape left out). With steps in flight the host keeps the
-# device busy while input + placing + dispatch stay under a step's time; waiting near zero
-# with those adding up to ``step_seconds`` means the host, not the device, sets the pace.
-HOST_PARTS = ("input", "waiting", "placing", "dispatch")
 # Builds a ValidateFn once the tokenizer and model structure exist: (config, tokenizer, graphdef).
 MakeValidateFn = Callable[..., ValidateFn]
 
