@@ -123,6 +123,17 @@ def test_unprepared_dataset_says_how_to_prepare_it(tmp_path):
     assert "\n" not in message and "tfds build" in message and str(tmp_path) in message
 
 
+def test_training_on_an_unprepared_dataset_stops_before_writing(tmp_path):
+    from seq2seq.training.trainer import train
+
+    config = tiny_config()
+    config.data.update(source="tfds", name="wmt14_translate/de-en", dir=str(tmp_path / "tfds"))
+    config.data.update(src_lang="en", tgt_lang="de")
+    with pytest.raises(DataError, match="is not prepared in .*tfds build"):
+        train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # no config.json or provenance.json left behind
+
+
 def test_unknown_dataset_is_one_line():
     with pytest.raises(DataError) as error:
         open_corpus(_data("wmt99_translate/de-en", "en", "de"), "train")

@@ -288,7 +288,9 @@ def check_split_keys(
     names a stem with both files in ``data.dir``: checked before a run writes or reads
     anything, so that a validation stem named otherwise (``valid``, ``dev``) stops it at once
     rather than after its tokenizer has trained. Only ``text`` data whose folder exists is
-    checked (a missing folder is left to the reader's own error, which says so).
+    checked (a missing folder is left to the reader's own error, which says so); ``tfds`` data
+    is opened for each key's split, so that a dataset not prepared where ``data.dir`` points
+    stops the run as early, with the reader's own line.
 
     The fix offered: ``--config.data.KEY=STEM``; with ``by_name`` (a command that names the
     split it reads, as ``eval.py`` and ``compare`` do) ``--split=STEM`` unless STEM is itself a
@@ -299,6 +301,10 @@ def check_split_keys(
       DataError: one line naming the key, the stems the folder has and the override to pass;
         or, where no stem has both languages' files, the languages the folder's files have.
     """
+    if data.source == "tfds":
+        for key in keys:  # opening is cheap (no record is read) and raises the reader's line
+            TfdsCorpus(data.name, data[key], data.src_lang, data.tgt_lang, data.dir)
+        return
     available = available_splits(data) if data.source == "text" else None
     if available is None:
         return
