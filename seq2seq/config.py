@@ -388,6 +388,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _check_source(config.data)
     _check_families(config)
     _validate_processes(config.mesh)
+    _validate_sizes(config.mesh)
     _validate_rules(config.mesh)
     _require(
         config.train.grad_accum_steps >= 1,
@@ -492,6 +493,15 @@ def _check_families(config: ml_collections.ConfigDict) -> None:
             family.check(config)
         except ValueError as error:  # one line, naming the key inside the config
             raise ConfigError(f"config.{error}") from None
+
+
+def _validate_sizes(mesh: ml_collections.ConfigDict) -> None:
+    _require(
+        mesh.data == -1 or mesh.data >= 1,
+        f"config.mesh.data={mesh.data} must be >= 1, or -1 (all the devices fsdp and tensor leave)",
+    )
+    for axis in ("fsdp", "tensor"):
+        _require(mesh[axis] >= 1, f"config.mesh.{axis}={mesh[axis]} must be >= 1 (1: unsplit)")
 
 
 def _validate_rules(mesh: ml_collections.ConfigDict) -> None:

@@ -120,6 +120,25 @@ def test_a_validation_stem_the_folder_lacks_stops_train_py_before_it_writes(tmp_
     assert not workdir.exists()  # no tokenizer trained, no folder left behind
 
 
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        (("--config.mesh.tensor=3",), "config.mesh.fsdp=1 x mesh.tensor=3 does not divide the 4 "
+         "devices; pick sizes whose product divides 4"),
+        (("--config.mesh.data=2",), "config.mesh.data=2 x mesh.fsdp=1 x mesh.tensor=1 is 2 "
+         "devices, not the 4 there are; set mesh.data=-1"),
+    ],
+)  # fmt: skip
+def test_a_mesh_the_devices_cannot_hold_stops_train_py_before_it_writes(tmp_path, sizes, expected):
+    workdir = tmp_path / "run"
+    result = subprocess.run(
+        train_command(workdir, "transformer", *sizes), cwd=REPO, env=subprocess_env(devices=4),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert _one_error_line(result).startswith(f"error: {expected}")
+    assert not workdir.exists()  # it used to leave config.json and provenance.json
+
+
 def test_a_test_stem_the_moved_corpus_lacks_is_named_with_what_eval_py_can_pass(text_run):
     """eval.py takes no config keys: where the folder's own stem is a role's name ("test"),
     the files themselves are the way to score it; other stems are passed as --split."""

@@ -116,6 +116,28 @@ def test_processes_started_by_hand_are_named_together(address, processes, proces
             validate(config)
 
 
+@pytest.mark.parametrize(
+    ("data", "fsdp", "tensor", "error"),
+    [
+        (0, 1, 1, r"config\.mesh\.data=0 must be >= 1, or -1"),
+        (-2, 1, 1, r"config\.mesh\.data=-2 must be >= 1, or -1"),
+        (-1, 0, 1, r"config\.mesh\.fsdp=0 must be >= 1"),
+        (4, 2, -1, r"config\.mesh\.tensor=-1 must be >= 1"),
+        (-1, 2, 2, None),
+        (1, 1, 1, None),
+    ],
+)
+def test_mesh_sizes_are_counts_of_devices(data, fsdp, tensor, error):
+    """A size of 0 used to reach the mesh as a division by zero."""
+    config = default_config()
+    config.mesh.update(data=data, fsdp=fsdp, tensor=tensor)
+    if error is None:
+        validate(config)
+    else:
+        with pytest.raises(ConfigError, match=error):
+            validate(config)
+
+
 def _parse(*arguments: str):
     """The config that ``--config FILE ARGUMENTS`` gives an entry point."""
     from absl import flags

@@ -112,12 +112,18 @@ def build_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> 
     """A ("data", "fsdp", "tensor") mesh over ``devices`` (default: all of every process);
     ``data=-1`` takes what the others leave."""
     count = jax.device_count() if devices is None else len(devices)
+    if data == -1 and count % (fsdp * tensor):
+        raise ValueError(
+            f"config.mesh.fsdp={fsdp} x mesh.tensor={tensor} does not divide the {count} "
+            f"devices; pick sizes whose product divides {count}"
+        )
     if data == -1:
         data = count // (fsdp * tensor)
     if data * fsdp * tensor != count:
         raise ValueError(
-            f"mesh data={data} x fsdp={fsdp} x tensor={tensor} does not match the {count} "
-            "devices; set config.mesh.data=-1 or sizes whose product is the device count"
+            f"config.mesh.data={data} x mesh.fsdp={fsdp} x mesh.tensor={tensor} is "
+            f"{data * fsdp * tensor} devices, not the {count} there are; set mesh.data=-1 (all "
+            "the devices fsdp and tensor leave) or sizes whose product is the device count"
         )
     # Auto axes: jit propagates shardings from the inputs and the models' constraints.
     auto = (jax.sharding.AxisType.Auto,) * 3

@@ -21,6 +21,7 @@ from pathlib import Path
 import jax
 import ml_collections
 from jax.experimental import multihost_utils
+from jax.sharding import Mesh
 from tqdm import tqdm
 
 from seq2seq.checkpoints.store import Checkpoints
@@ -210,7 +211,9 @@ def _train(
     preemption: Preemption,
 ) -> RunSummary:
     primary = jax.process_index() == 0  # the one process that writes the run's files
-    # Before anything is written: the stems it will read (validation's only if it validates).
+    # Before anything is written: the mesh over this job's devices, and the stems it will read
+    # (validation's only if it validates).
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     sources.check_split_keys(config.data, ("train_split", "eval_split")[: 1 + bool(make_validate)])
     # A corpus moved to another folder continues the run when its training files are the same.
     run.create().save_config(config, write=primary, fingerprint=sources.corpus_fingerprint)
@@ -218,7 +221,7 @@ def _train(
         run.record_corpus(config, sources.corpus_fingerprint)  # at the first start only
         # versions, devices, commit and compute dtype of this (re)start
         provenance.record_start(run.path, compute_dtype=compute_dtype(config))
-    loop, state, params = _build_loop(config, run, make_validate, primary)
+    loop, state, params = _build_loop(config, run, mesh, make_validate, primary)
     try:
         with preemption:
             state = loop.run(state, preemption)
@@ -246,12 +249,12 @@ def _train(
 def _build_loop(
     config: ml_collections.ConfigDict,
     run: RunDirectory,
+    mesh: Mesh,
     make_validate: MakeValidateFn | None,
     primary: bool,
 ) -> tuple[_Loop, TrainState, int]:
-    """The mesh, data, state (restored if the run has a checkpoint) and jitted step of a run,
-    assembled into its loop; also the state and its parameter count."""
-    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    """The data, state (restored if the run has a checkpoint) and jitted step of a run on
+    ``mesh``, assembled into its loop; also the state and its parameter count."""
     rules = sharding.AxisRules.from_config(config.mesh.rules)
     multiple = sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
     data = build_training_data(
