@@ -123,10 +123,10 @@ def test_a_validation_stem_the_folder_lacks_stops_train_py_before_it_writes(tmp_
 @pytest.mark.parametrize(
     ("sizes", "expected"),
     [
-        (("--config.mesh.tensor=3",), "config.mesh.fsdp=1 x mesh.tensor=3 does not divide the 4 "
-         "devices; pick sizes whose product divides 4"),
-        (("--config.mesh.data=2",), "config.mesh.data=2 x mesh.fsdp=1 x mesh.tensor=1 is 2 "
-         "devices, not the 4 there are; set mesh.data=-1"),
+        (("--config.mesh.tensor=3",), "config.mesh.fsdp=1 x mesh.tensor=3 does not divide the "
+         "job's device count, 4; pick sizes whose product divides it"),
+        (("--config.mesh.data=2",), "config.mesh.data=2 x mesh.fsdp=1 x mesh.tensor=1 makes 2 "
+         "devices, but the job has 4; set mesh.data=-1"),
     ],
 )  # fmt: skip
 def test_a_mesh_the_devices_cannot_hold_stops_train_py_before_it_writes(tmp_path, sizes, expected):

@@ -254,6 +254,11 @@ def test_named_suites_expand_to_existing_configs():
             ],
             "averages the last 9 checkpoints but its runs keep 2 (checkpoint.keep); lower K",
         ),  # fmt: skip
+        (
+            ["--configs", "configs/quickstart_transformer.py", "--config.mesh.data=2"],
+            "quickstart_transformer: config.mesh.data=2 x mesh.fsdp=1 x mesh.tensor=1 makes 2 "
+            "devices, but the job has 1; set mesh.data=-1",
+        ),  # each run used to fail once started
         # records: the rule they were scored under, one mode at a time, each folder once
         (
             ["--records", "docs/records/multi30k_ende"],

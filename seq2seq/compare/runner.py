@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import jax
 import ml_collections
 
 from seq2seq import config as config_lib
@@ -29,6 +30,7 @@ from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.logs import duration
+from seq2seq.training.sharding import mesh_shape
 from seq2seq.training.stopping import CONVERGED
 from seq2seq.training.trainer import Preemption, train
 
@@ -64,8 +66,9 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
     Training reads ``data.train_split``, and validation (the curves, ``--checkpoint best`` and
     every tuning trial) reads ``data.eval_split``: scores on either would not be test scores.
     A ``--split`` the data lacks, a training or validation stem its folder lacks (Multi30k's
-    ``val`` where a corpus says ``valid``), and ``--checkpoint average:K`` beyond the
-    checkpoints a run keeps, would fail each run only once it had trained. A config that cannot
+    ``val`` where a corpus says ``valid``), ``--checkpoint average:K`` beyond the checkpoints
+    a run keeps, and a mesh this process's devices cannot hold would fail each run only once
+    it had started. A config that cannot
     be built, or whose data folder is missing, is passed over here; its runs fail with the
     reason. When no config passes ``seq2seq.config.validate`` (a bad ``--config`` value applies
     to all of them), the first reason is the error, and nothing is written.
@@ -89,6 +92,12 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
                 f"checkpoints but its runs keep {config.checkpoint.keep} (checkpoint.keep); "
                 f"lower K or pass --config.checkpoint.keep={count}"
             )
+        mesh = config.mesh
+        if not (mesh.distributed or mesh.coordinator_address):  # one process: its devices
+            try:
+                mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, jax.device_count())
+            except ValueError as error:
+                raise config_lib.ConfigError(f"{spec.name}: {error}") from error
         try:  # the stems training and validation read, then the one scored
             check_split_keys(config.data, ("train_split", "eval_split"))
         except DataError as error:

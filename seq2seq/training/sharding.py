@@ -111,25 +111,35 @@ def stop_every_process_on_error() -> Iterator[None]:
 def build_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:
     """A ("data", "fsdp", "tensor") mesh over ``devices`` (default: all of every process);
     ``data=-1`` takes what the others leave."""
-    count = jax.device_count() if devices is None else len(devices)
+    shape = mesh_shape(data, fsdp, tensor, jax.device_count() if devices is None else len(devices))
+    # Auto axes: jit propagates shardings from the inputs and the models' constraints.
+    auto = (jax.sharding.AxisType.Auto,) * 3
+    # Tensor parallelism innermost: its collectives run every layer, so its devices should be
+    # the closest ones (make_mesh orders devices so that the last axis is the best connected).
+    return jax.make_mesh(shape, MESH_AXES, axis_types=auto, devices=devices)
+
+
+def mesh_shape(data: int, fsdp: int, tensor: int, count: int) -> tuple[int, int, int]:
+    """The mesh's (data, fsdp, tensor) sizes over ``count`` devices, ``data=-1`` resolved.
+
+    Raises:
+      ValueError: one line naming the sizes as configured, where ``count`` devices cannot
+        hold them.
+    """
     if data == -1 and count % (fsdp * tensor):
         raise ValueError(
-            f"config.mesh.fsdp={fsdp} x mesh.tensor={tensor} does not divide the {count} "
-            f"devices; pick sizes whose product divides {count}"
+            f"config.mesh.fsdp={fsdp} x mesh.tensor={tensor} does not divide the job's "
+            f"device count, {count}; pick sizes whose product divides it"
         )
     if data == -1:
         data = count // (fsdp * tensor)
     if data * fsdp * tensor != count:
         raise ValueError(
-            f"config.mesh.data={data} x mesh.fsdp={fsdp} x mesh.tensor={tensor} is "
-            f"{data * fsdp * tensor} devices, not the {count} there are; set mesh.data=-1 (all "
+            f"config.mesh.data={data} x mesh.fsdp={fsdp} x mesh.tensor={tensor} makes "
+            f"{data * fsdp * tensor} devices, but the job has {count}; set mesh.data=-1 (all "
             "the devices fsdp and tensor leave) or sizes whose product is the device count"
         )
-    # Auto axes: jit propagates shardings from the inputs and the models' constraints.
-    auto = (jax.sharding.AxisType.Auto,) * 3
-    # Tensor parallelism innermost: its collectives run every layer, so its devices should be
-    # the closest ones (make_mesh orders devices so that the last axis is the best connected).
-    return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=auto, devices=devices)
+    return data, fsdp, tensor
 
 
 def batch_axes(rules: AxisRules) -> tuple[str, ...]:
