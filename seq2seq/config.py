@@ -565,12 +565,21 @@ def load_saved(path: Path) -> ml_collections.ConfigDict:
     """Reads a config saved by ``save`` back into the current schema (types checked).
 
     Raises:
-      ConfigError: the file is missing, or holds a key the current schema does not know.
+      ConfigError: the file is missing, is not a JSON object, or holds a key the current
+        schema does not know.
     """
     if not path.exists():
         raise ConfigError(f"no config at {path}; is this a training work directory?")
+    try:
+        saved = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(
+            f"{path} is not a saved config (not JSON: {error}); is this a training work directory?"
+        ) from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path} is not a saved config (not a JSON object)")
     config = default_config()
-    for key, value in flatten(ml_collections.ConfigDict(json.loads(path.read_text()))):
+    for key, value in flatten(ml_collections.ConfigDict(saved)):
         key = _RENAMED.get(key, key)
         try:
             _set(config, key, value)

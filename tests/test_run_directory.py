@@ -127,6 +127,28 @@ def test_a_start_that_failed_before_making_anything_does_not_hold_the_folder(tmp
     assert run.load_config().data.src_lang == right.data.src_lang
 
 
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"architectures": ["BertModel"]}\n', "unknown config key 'architectures'"),
+        ("hidden_size: 768\n", "not JSON: Expecting value"),
+        ("[1, 2]\n", "not a JSON object"),
+    ],
+)
+def test_another_tools_config_json_is_never_replaced(tmp_path, text, reason):
+    # Alone in its folder, it looked like the config of a start that made nothing.
+    (tmp_path / "config.json").write_text(text)
+    run = RunDirectory(tmp_path).create()
+    with pytest.raises(RunDirectoryError) as error:
+        run.save_config(tiny_config("transformer"))
+    message = str(error.value)
+    assert message.startswith(f"{run.config_file} is not a config this version of seq2seq saved")
+    assert reason in message and "nothing was overwritten" in message and "\n" not in message
+    assert (tmp_path / "config.json").read_text() == text
+    with pytest.raises(config_lib.ConfigError, match=reason):  # eval.py's reading of it
+        run.load_config()
+
+
 def test_reading_a_run_for_evaluation_never_imports_the_trainer():
     code = (
         "import sys, seq2seq.evaluation.evaluate, seq2seq.evaluation.translator;"

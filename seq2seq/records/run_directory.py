@@ -148,8 +148,18 @@ class RunDirectory:
 
         Raises:
           RunDirectoryError: a key of the run's identity (``config.identity_keys``) differs
-            from a run that made anything (``never_started``); nothing is written.
+            from a run that made anything (``never_started``), or the folder's config file is
+            not a run's (another tool's ``config.json``); nothing is written.
         """
+        if self.config_file.exists():
+            try:  # a folder of another tool's, whose config.json a start would replace
+                config_lib.load_saved(self.config_file)
+            except config_lib.ConfigError as error:
+                raise RunDirectoryError(
+                    f"{self.config_file} is not a config this version of seq2seq saved ("
+                    f"{str(error).removeprefix(f'{self.config_file}: ')}); nothing was "
+                    "overwritten: use another --workdir"
+                ) from None
         if self.config_file.exists() and not self.never_started():
             differences = self.identity_differences(config, fingerprint)
             if differences:
