@@ -120,6 +120,15 @@ def test_a_validation_stem_the_folder_lacks_stops_train_py_before_it_writes(tmp_
     assert not workdir.exists()  # no tokenizer trained, no folder left behind
 
 
+def test_a_data_folder_that_does_not_exist_stops_train_py_before_it_writes(tmp_path):
+    workdir, gone = tmp_path / "run", tmp_path / "gone"
+    command = train_command(workdir, "transformer", "--config.data.source=text",
+                            f"--config.data.dir={gone}")  # fmt: skip
+    line = _one_error_line(_run(command))
+    assert line.startswith(f"error: data folder {gone} does not exist; point config.data.dir")
+    assert not workdir.exists()  # it used to leave config.json behind
+
+
 @pytest.mark.parametrize(
     ("sizes", "expected"),
     [

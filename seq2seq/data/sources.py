@@ -283,12 +283,14 @@ def check_split_keys(
     keys: Sequence[str],
     by_name: bool = False,
     overrides: bool = True,
+    require_folder: bool = False,
 ) -> None:
     """Each of ``data``'s split keys in ``keys`` (e.g. ``"train_split"``, ``"eval_split"``)
     names a stem with both files in ``data.dir``: checked before a run writes or reads
     anything, so that a validation stem named otherwise (``valid``, ``dev``) stops it at once
     rather than after its tokenizer has trained. Only ``text`` data whose folder exists is
-    checked (a missing folder is left to the reader's own error, which says so); ``tfds`` data
+    checked (a missing folder is left to the reader's own error, which says so, unless
+    ``require_folder``: then that error comes here); ``tfds`` data
     is opened for each key's split, so that a dataset not prepared where ``data.dir`` points
     stops the run as early, with the reader's own line.
 
@@ -307,6 +309,8 @@ def check_split_keys(
         return
     available = available_splits(data) if data.source == "text" else None
     if available is None:
+        if require_folder and data.source == "text" and keys:  # the reader's line: no folder
+            _split_files(Path(data.dir), data[keys[0]], data.src_lang, data.tgt_lang)
         return
     if not available:
         names = [path.name.removesuffix(".gz") for path in Path(data.dir).iterdir()]

@@ -214,7 +214,8 @@ def _train(
     # Before anything is written: the mesh over this job's devices, and the stems it will read
     # (validation's only if it validates).
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    sources.check_split_keys(config.data, ("train_split", "eval_split")[: 1 + bool(make_validate)])
+    splits = ("train_split", "eval_split")[: 1 + bool(make_validate)]
+    sources.check_split_keys(config.data, splits, require_folder=True)
     # A corpus moved to another folder continues the run when its training files are the same.
     run.create().save_config(config, write=primary, fingerprint=sources.corpus_fingerprint)
     if primary:
