@@ -380,6 +380,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     Raises:
       ConfigError: one line naming the offending key and what would fix it.
     """
+    _check_schema(config)
     _check_choices(config)
     _check_ranges(config)
     _check_decode(config.decode)
@@ -400,6 +401,25 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         " tokens, 0 (whole batch) or -1 (auto)",
     )
     return config
+
+
+def _check_schema(config: ml_collections.ConfigDict) -> None:
+    """The config has the schema's keys and no others: a config file starts from
+    ``default_config()`` and changes what its experiment needs."""
+    start = "start get_config() from seq2seq.config.default_config() (see configs/quickstart_*.py)"
+    _require(
+        isinstance(config, ml_collections.ConfigDict),
+        f"the config is of type {type(config).__name__}, not a ConfigDict; {start}",
+    )
+    schema, keys = dict(flatten(default_config())), dict(flatten(config))
+    missing = [key for key in schema if key not in keys]
+    _require(
+        not missing,
+        f"the config lacks {len(missing)} of the schema's keys ({', '.join(missing[:3])}"
+        f"{', ...' if len(missing) > 3 else ''}); {start}",
+    )
+    unknown = [key for key in keys if key not in schema]
+    _require(not unknown, unknown_key_message(unknown[0]) if unknown else "")
 
 
 def _check_choices(config: ml_collections.ConfigDict) -> None:

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 from flax import nnx
 
@@ -136,6 +137,23 @@ def test_mesh_sizes_are_counts_of_devices(data, fsdp, tensor, error):
     else:
         with pytest.raises(ConfigError, match=error):
             validate(config)
+
+
+def test_a_config_not_built_from_the_schema_is_one_line():
+    """A config file written from scratch used to end in a KeyError traceback."""
+    scratch = ml_collections.ConfigDict({"model": {"name": "transformer"}, "foo": 1})
+    with pytest.raises(ConfigError) as error:
+        validate(scratch)
+    message = str(error.value)
+    assert message.startswith("the config lacks ") and "default_config()" in message
+    assert "model.name" not in message.split("(")[1]  # the keys it lacks, not the one it has
+    with pytest.raises(ConfigError, match="of type int, not a ConfigDict"):
+        validate(5)
+    extra = default_config()
+    with extra.unlocked():
+        extra.train.stepz = 3
+    with pytest.raises(ConfigError, match="unknown config key 'train.stepz'; did you mean"):
+        validate(extra)
 
 
 def _parse(*arguments: str):
