@@ -325,3 +325,28 @@ def test_a_refused_command_line_ends_before_jax_is_imported(tmp_path, arguments,
         assert result.returncode == 0 and "--workdir" in result.stdout, result.stderr[-2000:]
     else:
         assert message.format(tmp=tmp_path) in _one_error_line(result)
+
+
+def test_a_port_in_use_is_refused_before_the_models_load(tmp_path):
+    """It used to be found by uvicorn after every model had compiled, below a line saying the
+    models were being served."""
+    import socket
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")  # a run's folder, as far as the check goes
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "seq2seq.serve", "--workdir", str(run),
+                   "--port", str(port)]  # fmt: skip
+        result = subprocess.run(
+            command, cwd=REPO, env=_without_jax(tmp_path), capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+    assert _one_error_line(result) == (
+        f"error: cannot listen on 127.0.0.1:{port} (Address already in use); pass another --port "
+        "(0: any free one)"
+    )
+    assert result.stdout == ""

@@ -14,6 +14,9 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 
     cli.start()
 
+import contextlib
+import errno
+import socket
 from types import SimpleNamespace
 
 from absl import flags
@@ -71,6 +74,7 @@ def serve(f: SimpleNamespace) -> None:
     cli.check_decoding_flags(f.beam_size.value, f.alpha.value)
     for path in f.workdir.value:  # each a run, checked before JAX and the models load
         RunDirectory(path).require()
+    listener = listen(f.host.value, f.port.value)  # a busy port, before the models compile
     import uvicorn
 
     from seq2seq.serve.app import Limits, create_app
@@ -89,10 +93,40 @@ def serve(f: SimpleNamespace) -> None:
             examples = model.card["examples"] or ["a warm-up sentence"]
             seconds = model.warm_up(examples)
             print(f"{name}: compiled for one-sentence requests in {seconds:.1f} s", flush=True)
-    print(f"serving {', '.join(models)} at http://{f.host.value}:{f.port.value}/", flush=True)
-    uvicorn.run(
-        create_app(models, limits), host=f.host.value, port=f.port.value, log_level="warning"
-    )
+    port = listener.getsockname()[1]  # --port 0's choice
+    print(f"serving {', '.join(models)} at http://{f.host.value}:{port}/", flush=True)
+    config = uvicorn.Config(create_app(models, limits), log_level="warning")
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down, as it says
+        uvicorn.Server(config).run(sockets=[listener])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for the server to accept on.
+
+    Raises:
+      ValueError: one line, where the address is not this machine's or the port is taken.
+    """
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise ValueError(
+            f"--host {host}: {error.strerror}; pass an address such as 127.0.0.1"
+        ) from None
+    listener = socket.socket(family, kind, protocol)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not over a live listener
+    try:
+        listener.bind(address)
+    except OSError as error:
+        listener.close()
+        fix = (
+            "pass an address of this machine as --host (0.0.0.0: all of them)"
+            if error.errno == errno.EADDRNOTAVAIL
+            else "pass another --port (0: any free one)"
+        )
+        raise ValueError(f"cannot listen on {host}:{port} ({error.strerror}); {fix}") from None
+    return listener
 
 
 if __name__ == "__main__":
