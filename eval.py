@@ -237,6 +237,12 @@ def main(argv: list[str]) -> None:
     run = RunDirectory(_WORKDIR.value[0]) if _WORKDIR.value else None  # the one opening
     config = run.load_config() if run else None
     if _DATA_DIR.value is not None:  # read from there; the run's config.json is not touched
+        if config.data.source == "synthetic":
+            raise ValueError(
+                "--data_dir: this run's data is the built-in synthetic task, read from no "
+                "folder; drop --data_dir, or translate and score files with --input, --output "
+                "and --reference"
+            )
         config.data.dir = _DATA_DIR.value
     split = (
         None

@@ -295,7 +295,7 @@ def test_a_stem_the_corpus_lacks_is_refused_before_any_run_trains(tmp_path):
     fail every run after its tokenizer and training; the comparison names the key at once."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    for stem in ("train", "valid", "test"):
+    for stem in ("train", "valid", "test2016"):
         (corpus / f"{stem}.fr").write_text("un chien\n")
         (corpus / f"{stem}.de").write_text("ein Hund\n")
     work = tmp_path / "work"
@@ -314,7 +314,7 @@ def test_a_stem_the_corpus_lacks_is_refused_before_any_run_trains(tmp_path):
         [*arguments, "--config.data.eval_split=valid"],
         "multi30k_transformer: --split: data.test_split='test_2016_flickr': no "
         "test_2016_flickr.fr and test_2016_flickr.de in "
-        f"{corpus} (its fr-de splits: test, train, valid); pass --config.data.test_split=test",
+        f"{corpus} (its fr-de splits: test2016, train, valid); pass --split=test2016",
     )
 
 

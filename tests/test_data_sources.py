@@ -133,9 +133,35 @@ def test_a_split_key_whose_stem_is_absent_names_the_key_the_stems_and_the_fix(tm
     assert resolve_split(data, "train") == "train"
 
 
+def test_a_role_whose_stem_is_absent_reads_the_files_of_its_own_name(tmp_path, caplog):
+    """A held-out corpus of train/valid/test files, read by a run configured for Multi30k's
+    stems: ``test`` means test.de and test.en there, with a warning, once."""
+    for stem in ("train", "valid", "test"):
+        _write(tmp_path, f"{stem}.de", GERMAN)
+        _write(tmp_path, f"{stem}.en", ENGLISH)
+    data = _data(tmp_path, train_split="train", eval_split="val", test_split="test_2016_flickr")
+    with caplog.at_level("WARNING"):
+        assert resolve_split(data, "test") == "test"
+        assert resolve_split(data, "test") == "test"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"data.test_split='test_2016_flickr': no such files in {tmp_path}; reading its test.de "
+        "and test.en, the role's own name"
+    ]
+    # no files of the role's name ("validation"): the stem to pass is named as before
+    with pytest.raises(DataError, match=r"data.eval_split='val'.*; pass --split=valid$"):
+        resolve_split(data, "validation")
+    # the configured stem, where it is there, comes first
+    _write(tmp_path, "test_2016_flickr.de", GERMAN)
+    _write(tmp_path, "test_2016_flickr.en", ENGLISH)
+    assert resolve_split(data, "test") == "test_2016_flickr"
+
+
 def test_a_folder_without_the_language_pair_names_the_languages_it_has(tmp_path):
-    # no folder: the reader's own error names it
+    # no folder: the reader's own error names it, here only where the caller asks
     check_split_keys(_data(tmp_path / "nowhere", eval_split="val"), ("eval_split",))
+    with pytest.raises(DataError, match="data folder .*nowhere does not exist"):
+        nowhere = _data(tmp_path / "nowhere", eval_split="val")
+        check_split_keys(nowhere, ("eval_split",), require_folder=True)
     _write(tmp_path, "train.fr", GERMAN)
     _write(tmp_path, "train.en", ENGLISH, compress=True)
     with pytest.raises(DataError) as error:

@@ -13,6 +13,7 @@ import difflib
 import gzip
 import hashlib
 import itertools
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -20,6 +21,9 @@ import ml_collections
 import numpy as np
 
 from seq2seq.data import synthetic
+
+logger = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # resolve_split's warnings given in this process
 
 Pair = tuple[str, str]  # (source sentence, target sentence)
 
@@ -351,13 +355,26 @@ def resolve_split(data: ml_collections.ConfigDict, name: str, overrides: bool = 
 
     The roles ``train``, ``validation`` and ``test`` stand for ``data.train_split``,
     ``data.eval_split`` and ``data.test_split`` (e.g. ``test`` is ``test_2016_flickr`` for
-    Multi30k); any other name is taken as a split name or file stem.
+    Multi30k); any other name is taken as a split name or file stem. A role whose stem a text
+    folder lacks, where the folder has files of the role's own name (``test.de``, ``test.en``:
+    a held-out corpus read with ``eval.py --data_dir``), means those files, with a warning.
 
     Raises:
       DataError: ``name`` is neither a role nor a split the data has (the message lists both),
         or is a role whose stem the folder lacks (the message names its key).
     """
     roles = {role: data[key] for role, key in ROLES.items()}
+    if name in roles and data.source == "text" and roles[name] != name:
+        available = available_splits(data) or []
+        if roles[name] not in available and name in available:
+            message = (
+                f"data.{ROLES[name]}={roles[name]!r}: no such files in {data.dir}; reading its "
+                f"{name}.{data.src_lang} and {name}.{data.tgt_lang}, the role's own name"
+            )
+            if message not in _WARNED:  # once, however often the split is resolved
+                _WARNED.add(message)
+                logger.warning(message)
+            return name
     if name in roles:
         # the stem it stands for is there (``overrides``: whether the caller takes config keys)
         check_split_keys(data, (ROLES[name],), by_name=True, overrides=overrides)
