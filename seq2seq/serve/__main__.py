@@ -96,7 +96,7 @@ def serve(f: SimpleNamespace) -> None:
     port = listener.getsockname()[1]  # --port 0's choice
     print(f"serving {', '.join(models)} at http://{f.host.value}:{port}/", flush=True)
     config = uvicorn.Config(create_app(models, limits), log_level="warning")
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down, as it says
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C, after uvicorn closed its connections
         uvicorn.Server(config).run(sockets=[listener])
 
 
