@@ -15,6 +15,7 @@ import difflib
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import ml_collections
 # before JAX loads (``cli.start``), and a config is made and checked without it.
 from seq2seq.models import MODELS
 from seq2seq.models.schema import section_defaults
+from seq2seq.vocabulary import SPECIAL_TOKENS
 
 DATA_SOURCES = ("synthetic", "text", "tfds")
 SYNTHETIC_LENGTHS = ("grammar", "uniform")
@@ -450,6 +452,10 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
         if key == "seed":  # it seeds numpy's and JAX's generators, which take no sign
             _require(value >= 0, f"config.seed={value} must be >= 0")
+        if key == "train.learning_rate":  # 0 trains nothing; below 0 climbs the loss
+            _require(value > 0, f"config.{key}={value} must be > 0")
+        if key == "checkpoint.keep":  # the newest K; 0 used to keep every checkpoint
+            _require(value >= 1, f"config.{key}={value} must be >= 1 (the newest checkpoints kept)")
 
 
 def _check_decode(decode: ml_collections.ConfigDict) -> None:
@@ -503,7 +509,17 @@ def _check_source(data: ml_collections.ConfigDict) -> None:
         _require(bool(data.name), "config.data.name is empty; data.source='tfds' needs a dataset")
     if data.source == "text":
         _require(bool(data.dir), "config.data.dir is empty; data.source='text' needs a folder")
+    for key in ("src_lang", "tgt_lang"):  # a file suffix and a key of TFDS's records
+        _require(
+            re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", data[key]) is not None,
+            f"config.data.{key}={data[key]!r} is not a language code such as 'de' or 'en'",
+        )
     _require(data.src_lang != data.tgt_lang, "config.data.src_lang equals data.tgt_lang")
+    _require(
+        data.vocab_size > len(SPECIAL_TOKENS),
+        f"config.data.vocab_size={data.vocab_size} must exceed the {len(SPECIAL_TOKENS)} special "
+        f"tokens ({', '.join(SPECIAL_TOKENS)})",
+    )
 
 
 def _check_families(config: ml_collections.ConfigDict) -> None:

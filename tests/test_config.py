@@ -139,6 +139,34 @@ def test_mesh_sizes_are_counts_of_devices(data, fsdp, tensor, error):
             validate(config)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("data.src_lang", "", r"config\.data\.src_lang='' is not a language code"),
+        ("data.tgt_lang", "d/e", r"config\.data\.tgt_lang='d/e' is not a language code"),
+        ("data.tgt_lang", "zh-Hant", None),
+        ("data.vocab_size", 4, r"vocab_size=4 must exceed the 4 special tokens \(pad, unk, bos"),
+        ("data.vocab_size", 5, None),
+        ("train.learning_rate", 0.0, r"config\.train\.learning_rate=0\.0 must be > 0"),
+        ("train.learning_rate", -1.0, r"config\.train\.learning_rate=-1\.0 must be > 0"),
+        ("checkpoint.keep", 0, r"config\.checkpoint\.keep=0 must be >= 1"),
+        ("checkpoint.keep", 1, None),
+    ],
+)
+def test_values_that_used_to_fail_late_or_run_wrongly_are_refused(key, value, error):
+    """An empty language code and a vocabulary of the special tokens alone failed inside the
+    tokenizer; a learning rate of 0 trained nothing, and checkpoint.keep=0 kept every
+    checkpoint."""
+    config = default_config()
+    section, name = key.split(".")
+    config[section][name] = value
+    if error is None:
+        validate(config)
+    else:
+        with pytest.raises(ConfigError, match=error):
+            validate(config)
+
+
 def test_a_config_not_built_from_the_schema_is_one_line():
     """A config file written from scratch used to end in a KeyError traceback."""
     scratch = ml_collections.ConfigDict({"model": {"name": "transformer"}, "foo": 1})

@@ -8,7 +8,7 @@ import pytest
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from seq2seq.data.pipeline import build_tokenizer
-from seq2seq.data.sources import ListCorpus, TextCorpus
+from seq2seq.data.sources import DataError, ListCorpus, TextCorpus
 from seq2seq.data.tokenizer import (
     MosesWords,
     load_tokenizer,
@@ -195,3 +195,16 @@ def test_word_vocabulary_needs_languages(tmp_path):
         train_tokenizer(
             [("a", "b")], model_type="word", vocab_size=10, shared=True, directory=tmp_path
         )
+
+
+def test_a_vocabulary_smaller_than_the_corpus_characters_is_one_line(tmp_path):
+    """SentencePiece's own check ended in its multi-line INTERNAL message."""
+    pairs = [("abc def ghi", "jkl mno pqr"), ("stu vwx", "yz äöü")]  # 27 characters in all
+    with pytest.raises(DataError) as error:
+        train_tokenizer(pairs, model_type="unigram", vocab_size=12, shared=True, directory=tmp_path)
+    message = str(error.value)
+    assert message.startswith("config.data.vocab_size=12 is smaller than the ")
+    needed = int(message.split("smaller than the ")[1].split()[0])
+    assert needed > 27 and message.endswith(f"raise it to at least {needed}")
+    assert "\n" not in message and not any(tmp_path.iterdir())  # no model half written
+    train_tokenizer(pairs, model_type="unigram", vocab_size=needed, shared=True, directory=tmp_path)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from seq2seq.data.sources import DataError
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SOURCE_MODEL = "source.model"
@@ -143,9 +144,35 @@ def sample_indices(total: int, sample_size: int, seed: int) -> list[int]:
 
 
 def _train_model(sentences: Sequence[str], model_type: str, vocab_size: int) -> bytes:
+    """A SentencePiece model of ``sentences``, serialized.
+
+    Raises:
+      DataError: one line, where SentencePiece cannot train ``vocab_size`` pieces on them.
+    """
     model = io.BytesIO()
     # A word vocabulary keeps Moses' tokens as they are (no NFKC), so detokenizing restores text.
     normalization = "identity" if model_type == "word" else "nmt_nfkc"
+    try:
+        _train_sentencepiece(sentences, model, model_type, vocab_size, normalization)
+    except RuntimeError as error:  # SentencePiece's checks, as "INTERNAL: file(line) [...] why"
+        reason = str(error).strip().splitlines()[0]
+        needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", reason)
+        if needed:
+            raise DataError(
+                f"config.data.vocab_size={vocab_size} is smaller than the {needed[1]} characters "
+                f"and special tokens of this corpus; raise it to at least {needed[1]}"
+            ) from None
+        raise DataError(
+            f"SentencePiece cannot train a {model_type} vocabulary of config.data.vocab_size="
+            f"{vocab_size} here ({reason.rsplit('] ', 1)[-1] or reason}); change vocab_size"
+        ) from None
+    return model.getvalue()
+
+
+def _train_sentencepiece(
+    sentences: Sequence[str], model: io.BytesIO, model_type: str, vocab_size: int,
+    normalization: str,
+) -> None:  # fmt: skip
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
         model_writer=model,
@@ -164,7 +191,6 @@ def _train_model(sentences: Sequence[str], model_type: str, vocab_size: int) -> 
         num_threads=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
         minloglevel=2,
     )
-    return model.getvalue()
 
 
 def _processor(model: bytes) -> spm.SentencePieceProcessor:
