@@ -473,6 +473,15 @@ def _check_decode(decode: ml_collections.ConfigDict) -> None:
 def _check_batches(data: ml_collections.ConfigDict) -> None:
     _require(data.max_length >= 2, f"config.data.max_length={data.max_length} must be >= 2")
     _require(
+        data.bucket_width >= 1,
+        f"config.data.bucket_width={data.bucket_width} must be >= 1 (padded lengths are its "
+        "multiples; 1: a bucket for every length)",
+    )
+    _require(
+        data.max_train_examples >= 0,
+        f"config.data.max_train_examples={data.max_train_examples} must be >= 0 (0: all pairs)",
+    )
+    _require(
         data.sentences_per_batch >= 0,
         f"config.data.sentences_per_batch={data.sentences_per_batch} must be >= 0 (0: by tokens)",
     )

@@ -151,12 +151,15 @@ def test_mesh_sizes_are_counts_of_devices(data, fsdp, tensor, error):
         ("train.learning_rate", -1.0, r"config\.train\.learning_rate=-1\.0 must be > 0"),
         ("checkpoint.keep", 0, r"config\.checkpoint\.keep=0 must be >= 1"),
         ("checkpoint.keep", 1, None),
+        ("data.bucket_width", 0, r"config\.data\.bucket_width=0 must be >= 1"),  # ZeroDivision
+        ("data.bucket_width", -3, r"config\.data\.bucket_width=-3 must be >= 1"),  # ran
+        ("data.max_train_examples", -1, r"max_train_examples=-1 must be >= 0 \(0: all pairs\)"),
     ],
 )
 def test_values_that_used_to_fail_late_or_run_wrongly_are_refused(key, value, error):
     """An empty language code and a vocabulary of the special tokens alone failed inside the
-    tokenizer; a learning rate of 0 trained nothing, and checkpoint.keep=0 kept every
-    checkpoint."""
+    tokenizer; a learning rate of 0 trained nothing, checkpoint.keep=0 kept every checkpoint
+    and a bucket width of 0 divided by zero."""
     config = default_config()
     section, name = key.split(".")
     config[section][name] = value
