@@ -434,6 +434,19 @@ def _check_choices(config: ml_collections.ConfigDict) -> None:
     _choice(config, "train.dtype", DTYPES)
 
 
+# Values whose sign the schema's other rules leave open: those where 0 means "off" or "all"
+# (what it means, for the message), those that must be positive, and the optimizers' decays.
+_AT_LEAST_ZERO = {
+    "train.time_budget_minutes": "0: no budget",
+    "train.clip_grad_norm": "0: no clipping",
+    "eval.num_examples": "0: every validation sentence",
+    "eval.num_samples": "0: none",
+    "decode.max_extra_length": "output tokens beyond the input's length",
+}
+_ABOVE_ZERO = frozenset({"decode.max_input_length", "train.adam_eps", "train.adadelta_eps"})
+_DECAYS = frozenset({"train.adam_b1", "train.adam_b2", "train.adadelta_rho"})
+
+
 def _check_ranges(config: ml_collections.ConfigDict) -> None:
     """Sizes and step counts positive (counts that may be 0 for "off": non-negative), minutes
     non-negative; each family checks its own section (_check_families)."""
@@ -452,6 +465,12 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
             _require(0.0 <= value < 1.0, f"config.{key}={value} must be in [0, 1)")
         if key == "seed":  # it seeds numpy's and JAX's generators, which take no sign
             _require(value >= 0, f"config.seed={value} must be >= 0")
+        if key in _AT_LEAST_ZERO:
+            _require(value >= 0, f"config.{key}={value} must be >= 0 ({_AT_LEAST_ZERO[key]})")
+        if key in _ABOVE_ZERO:
+            _require(value > 0, f"config.{key}={value} must be > 0")
+        if key in _DECAYS:
+            _require(0 <= value < 1, f"config.{key}={value} must be in [0, 1)")
         if key == "train.learning_rate":  # 0 trains nothing; below 0 climbs the loss
             _require(value > 0, f"config.{key}={value} must be > 0")
         if key == "checkpoint.keep":  # the newest K; 0 used to keep every checkpoint

@@ -154,6 +154,14 @@ def test_mesh_sizes_are_counts_of_devices(data, fsdp, tensor, error):
         ("data.bucket_width", 0, r"config\.data\.bucket_width=0 must be >= 1"),  # ZeroDivision
         ("data.bucket_width", -3, r"config\.data\.bucket_width=-3 must be >= 1"),  # ran
         ("data.max_train_examples", -1, r"max_train_examples=-1 must be >= 0 \(0: all pairs\)"),
+        ("eval.num_examples", -1, r"num_examples=-1 must be >= 0 \(0: every validation"),
+        ("eval.num_examples", 0, None),
+        ("train.clip_grad_norm", -1.0, r"clip_grad_norm=-1\.0 must be >= 0 \(0: no clipping\)"),
+        ("train.time_budget_minutes", -5.0, r"time_budget_minutes=-5\.0 must be >= 0"),
+        ("decode.max_input_length", 0, r"max_input_length=0 must be > 0"),
+        ("train.adam_eps", 0.0, r"adam_eps=0\.0 must be > 0"),
+        ("train.adam_b2", 1.0, r"adam_b2=1\.0 must be in \[0, 1\)"),
+        ("train.adadelta_rho", -0.5, r"adadelta_rho=-0\.5 must be in \[0, 1\)"),
     ],
 )
 def test_values_that_used_to_fail_late_or_run_wrongly_are_refused(key, value, error):
