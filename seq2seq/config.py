@@ -443,13 +443,21 @@ _AT_LEAST_ZERO = {
     "eval.num_samples": "0: none",
     "decode.max_extra_length": "output tokens beyond the input's length",
 }
-_ABOVE_ZERO = frozenset({"decode.max_input_length", "train.adam_eps", "train.adadelta_eps"})
+_ABOVE_ZERO = frozenset(
+    {
+        "decode.max_input_length",
+        "train.adam_eps",
+        "train.adadelta_eps",
+        "train.learning_rate",  # 0 trains nothing; below 0 climbs the loss
+    }
+)
 _DECAYS = frozenset({"train.adam_b1", "train.adam_b2", "train.adadelta_rho"})
 
 
 def _check_ranges(config: ml_collections.ConfigDict) -> None:
     """Sizes and step counts positive (counts that may be 0 for "off": non-negative), minutes
-    non-negative; each family checks its own section (_check_families)."""
+    non-negative, and the signs and ranges of the tables above; each family checks its own
+    section (_check_families)."""
     may_be_zero = ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps")
     for key, value in flatten(config):
         if key.startswith("model."):
@@ -471,8 +479,6 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
             _require(value > 0, f"config.{key}={value} must be > 0")
         if key in _DECAYS:
             _require(0 <= value < 1, f"config.{key}={value} must be in [0, 1)")
-        if key == "train.learning_rate":  # 0 trains nothing; below 0 climbs the loss
-            _require(value > 0, f"config.{key}={value} must be > 0")
         if key == "checkpoint.keep":  # the newest K; 0 used to keep every checkpoint
             _require(value >= 1, f"config.{key}={value} must be >= 1 (the newest checkpoints kept)")
 
