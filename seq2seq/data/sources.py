@@ -292,11 +292,11 @@ def check_split_keys(
     """Each of ``data``'s split keys in ``keys`` (e.g. ``"train_split"``, ``"eval_split"``)
     names a stem with both files in ``data.dir``: checked before a run writes or reads
     anything, so that a validation stem named otherwise (``valid``, ``dev``) stops it at once
-    rather than after its tokenizer has trained. Only ``text`` data whose folder exists is
-    checked (a missing folder is left to the reader's own error, which says so, unless
-    ``require_folder``: then that error comes here); ``tfds`` data
-    is opened for each key's split, so that a dataset not prepared where ``data.dir`` points
-    stops the run as early, with the reader's own line.
+    rather than after its tokenizer has trained. ``text`` data is checked where its folder
+    exists (a missing folder is left to the reader's own error, which says so, unless
+    ``require_folder`` asks for that error here); ``tfds`` data is opened for each key's split,
+    so that a dataset not prepared where ``data.dir`` points stops the run as early, with the
+    reader's own line.
 
     The fix offered: ``--config.data.KEY=STEM``; with ``by_name`` (a command that names the
     split it reads, as ``eval.py`` and ``compare`` do) ``--split=STEM`` unless STEM is itself a
