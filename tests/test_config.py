@@ -110,28 +110,11 @@ def test_processes_started_by_hand_are_named_together(address, processes, proces
     config.mesh.coordinator_address = address
     config.mesh.num_processes = processes
     config.mesh.process_id = process
-    if error is None:
-        validate(config)
-    else:
-        with pytest.raises(ConfigError, match=error):
-            validate(config)
+    _validates_or_raises(config, error)
 
 
-@pytest.mark.parametrize(
-    ("data", "fsdp", "tensor", "error"),
-    [
-        (0, 1, 1, r"config\.mesh\.data=0 must be >= 1, or -1"),
-        (-2, 1, 1, r"config\.mesh\.data=-2 must be >= 1, or -1"),
-        (-1, 0, 1, r"config\.mesh\.fsdp=0 must be >= 1"),
-        (4, 2, -1, r"config\.mesh\.tensor=-1 must be >= 1"),
-        (-1, 2, 2, None),
-        (1, 1, 1, None),
-    ],
-)
-def test_mesh_sizes_are_counts_of_devices(data, fsdp, tensor, error):
-    """A size of 0 used to reach the mesh as a division by zero."""
-    config = default_config()
-    config.mesh.update(data=data, fsdp=fsdp, tensor=tensor)
+def _validates_or_raises(config, error: str | None) -> None:
+    """``validate(config)`` passes where ``error`` is None, else raises a match for it."""
     if error is None:
         validate(config)
     else:
@@ -162,20 +145,21 @@ def test_mesh_sizes_are_counts_of_devices(data, fsdp, tensor, error):
         ("train.adam_eps", 0.0, r"adam_eps=0\.0 must be > 0"),
         ("train.adam_b2", 1.0, r"adam_b2=1\.0 must be in \[0, 1\)"),
         ("train.adadelta_rho", -0.5, r"adadelta_rho=-0\.5 must be in \[0, 1\)"),
+        ("mesh.data", 0, r"config\.mesh\.data=0 must be >= 1, or -1"),
+        ("mesh.data", -2, r"config\.mesh\.data=-2 must be >= 1, or -1"),
+        ("mesh.fsdp", 0, r"config\.mesh\.fsdp=0 must be >= 1"),  # a division by zero
+        ("mesh.tensor", -1, r"config\.mesh\.tensor=-1 must be >= 1"),
+        ("mesh.tensor", 2, None),
     ],
 )
 def test_values_that_used_to_fail_late_or_run_wrongly_are_refused(key, value, error):
     """An empty language code and a vocabulary of the special tokens alone failed inside the
     tokenizer; a learning rate of 0 trained nothing, checkpoint.keep=0 kept every checkpoint
-    and a bucket width of 0 divided by zero."""
+    and a bucket width or mesh size of 0 divided by zero."""
     config = default_config()
     section, name = key.split(".")
     config[section][name] = value
-    if error is None:
-        validate(config)
-    else:
-        with pytest.raises(ConfigError, match=error):
-            validate(config)
+    _validates_or_raises(config, error)
 
 
 def test_a_config_not_built_from_the_schema_is_one_line():
