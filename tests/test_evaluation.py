@@ -30,7 +30,7 @@ from seq2seq.evaluation.averaging import write_averaged_run
 from seq2seq.evaluation.bleu import bleu_by_source_length
 from seq2seq.evaluation.evaluate import evaluate, nbest_lines, read_lines, translate_file
 from seq2seq.evaluation.restore import choose_checkpoints, restore_model
-from seq2seq.evaluation.stream import translate_stream
+from seq2seq.evaluation.stream import line_batches, translate_stream
 from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
 from seq2seq.evaluation.translator import (
     LineTranslator,
@@ -106,6 +106,23 @@ def test_read_lines_keeps_empty_lines_and_splits_on_newlines_only(tmp_path):
     assert read_lines(path) == ["first", "", "third has a \u2028 inside", "last without newline"]
     with pytest.raises(FileNotFoundError, match="no input file at"):
         read_lines(tmp_path / "missing.txt")
+
+
+def test_a_line_that_is_not_utf8_is_named_by_its_number(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"first\nsecond \xff\nthird\n")
+    with pytest.raises(ValueError, match=r"^input file .*input.txt line 2 is not UTF-8 \("):
+        read_lines(path)
+    # a stream: the lines before it are handed over first, however the input arrives
+    for tail in (b"\nthird\n", b""):
+        read, write = os.pipe()
+        os.write(write, b"first\nsecond \xff" + tail)
+        os.close(write)
+        with os.fdopen(read, "rb") as stream:
+            batches = line_batches(stream, batch_size=8)
+            assert next(batches) == ["first"]
+            with pytest.raises(ValueError, match=r"^standard input line 2 is not UTF-8"):
+                next(batches)
 
 
 def test_a_truncated_input_still_ends_with_eos():

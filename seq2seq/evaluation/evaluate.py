@@ -106,10 +106,23 @@ def _write_lines(path: Path, lines: Sequence[str]) -> None:
 
 
 def read_lines(path: Path, what: str = "input") -> list[str]:
-    """One sentence per line (``\\n`` only: other line separators stay inside sentences)."""
+    """One sentence per line (``\\n`` only: other line separators stay inside sentences).
+
+    Raises:
+      FileNotFoundError: no file at ``path``.
+      ValueError: one line naming the file and the line that is not UTF-8.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"no {what} file at {path}")
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{what} file {path} line {line} is not UTF-8 ({error.reason}); convert the file to "
+            "UTF-8"
+        ) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line

@@ -27,28 +27,53 @@ def _ready(fd: int) -> bool:
         return True
 
 
+def _decode(line: bytes, number: int) -> str:
+    try:
+        return line.decode("utf-8").removesuffix("\r")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"standard input line {number} is not UTF-8 ({error.reason}); the lines before it "
+            "were translated; convert the input to UTF-8"
+        ) from None
+
+
 def line_batches(stream: BinaryIO, batch_size: int) -> Iterator[list[str]]:
     """Lines of ``stream`` (UTF-8, ``\\n``-separated, a final line without one included) in
     batches of at most ``batch_size``: a batch is handed over as soon as it is full or no more
-    input is waiting."""
+    input is waiting.
+
+    Raises:
+      ValueError: a line is not UTF-8 (after the batches before it were handed over).
+    """
     fd = stream.fileno()
     lines: list[str] = []
     partial = b""
+    read = 0  # lines decoded so far
     while True:
         if len(lines) >= batch_size or (lines and not _ready(fd)):
             batch, lines = lines[:batch_size], lines[batch_size:]
             yield batch
             continue
         data = os.read(fd, 1 << 16)
-        if not data:  # end of input
-            if partial:
-                lines.append(partial.decode("utf-8").removesuffix("\r"))
-            while lines:
-                batch, lines = lines[:batch_size], lines[batch_size:]
-                yield batch
-            return
-        *complete, partial = (partial + data).split(b"\n")
-        lines += [line.decode("utf-8").removesuffix("\r") for line in complete]
+        if data:
+            *complete, partial = (partial + data).split(b"\n")
+        else:  # the end of input: a last line without a newline
+            complete, partial = [partial] if partial else [], b""
+        failure = None
+        try:
+            for line in complete:
+                read += 1
+                lines.append(_decode(line, read))
+        except ValueError as error:
+            failure = error
+        if data and failure is None:
+            continue
+        while lines:  # the end of input, or a line that is not UTF-8: the lines before it first
+            batch, lines = lines[:batch_size], lines[batch_size:]
+            yield batch
+        if failure is not None:
+            raise failure
+        return
 
 
 def translate_stream(translator: LineTranslator, source: BinaryIO, output: TextIO) -> dict:
