@@ -67,6 +67,26 @@ def _config_file_arguments(argv: list[str]) -> dict[str, str]:
     return {name: value.split(":", 1)[0] for name, value in files.items()}
 
 
+def _config_files_first(argv: list[str]) -> list[str]:
+    """``argv`` with each config file moved before its overrides: ml_collections reads
+    ``--config.train.steps=3 --config FILE`` as an override of a config not yet given."""
+    end = argv.index("--", 1) if "--" in argv[1:] else len(argv)
+    argv = list(argv)
+    for name in CONFIG_FILE_FLAGS:  # a command without the flag has no file to move
+        flag = f"--{name}"
+        at = next(
+            (i for i in range(1, end) if argv[i] == flag or argv[i].startswith(f"{flag}=")), None
+        )
+        first = next((i for i in range(1, end) if argv[i].startswith(f"{flag}.")), None)
+        if at is None or first is None or first > at:
+            continue
+        width = 2 if argv[at] == flag and at + 1 < end else 1  # "--config FILE" or "=FILE"
+        given = argv[at : at + width]
+        del argv[at : at + width]
+        argv[first:first] = given
+    return argv
+
+
 def missing_config_file_message(argv: list[str]) -> str | None:
     """The one-line error for a ``--config`` that names no readable file, else None."""
     for name, path in _config_file_arguments(argv).items():
@@ -124,6 +144,9 @@ def parse_flags(argv: list[str]) -> list[str]:
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
     argv = _with_long_help(argv)
+    ordered = _config_files_first(argv)
+    if ordered != argv:  # ml_collections reads its overrides from sys.argv itself
+        sys.argv = argv = ordered
     try:
         return flags.FLAGS(argv)
     except SystemExit as stop:  # absl ends every help it prints with exit 1

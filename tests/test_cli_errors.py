@@ -357,3 +357,27 @@ def test_a_port_in_use_is_refused_before_the_models_load(tmp_path):
         "(0: any free one)"
     )
     assert result.stdout == ""
+
+
+def test_overrides_given_before_the_config_file_apply_to_it(tmp_path):
+    """ml_collections refuses ``--config.KEY=V`` before ``--config FILE`` ("Found ... before a
+    value for --config was specified"); the commands move the file first instead."""
+    from seq2seq.cli import _config_files_first
+
+    argv = ["train.py", "--config.train.steps=3", "--workdir", "w", "--config", "c.py", "-x"]
+    assert _config_files_first(argv) == [
+        "train.py", "--config", "c.py", "--config.train.steps=3", "--workdir", "w", "-x"
+    ]  # fmt: skip
+    equals = ["eval.py", "--config.seed=1", "--config=c.py:big"]
+    assert _config_files_first(equals) == ["eval.py", "--config=c.py:big", "--config.seed=1"]
+    after = ["t.py", "--config", "c.py", "--config.seed=1", "--", "--config.seed=2"]
+    assert _config_files_first(after) == after  # in order already; nothing after "--" moves
+    summaries = [
+        _run([sys.executable, "-m", "seq2seq.bench.summary", *arguments]).stdout
+        for arguments in (
+            ["--config.model.transformer.d_model=64", "--config", "configs/bench_small.py"],
+            ["--config", "configs/bench_small.py", "--config.model.transformer.d_model=64"],
+            ["--config", "configs/bench_small.py"],
+        )
+    ]
+    assert summaries[0] == summaries[1] != summaries[2] and '"params"' in summaries[0]
