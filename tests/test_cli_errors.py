@@ -381,3 +381,18 @@ def test_overrides_given_before_the_config_file_apply_to_it(tmp_path):
         )
     ]
     assert summaries[0] == summaries[1] != summaries[2] and '"params"' in summaries[0]
+
+
+def test_distributed_without_a_cluster_says_how_to_start_processes_by_hand(tmp_path):
+    env = {
+        key: value
+        for key, value in subprocess_env().items()
+        if not key.startswith(("SLURM_", "KUBERNETES_", "OMPI_", "TPU_", "CLOUD_TPU"))
+    }
+    workdir = tmp_path / "run"
+    command = train_command(workdir, "transformer", "--config.mesh.distributed=True")
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    line = _one_error_line(result)  # JAX's own was "coordinator_address should be defined."
+    assert line.startswith("error: config.mesh.distributed=True found no cluster to join")
+    assert "set mesh.coordinator_address, mesh.num_processes and mesh.process_id" in line
+    assert not workdir.exists()

@@ -76,14 +76,23 @@ def initialize_processes(
     # Devices of different processes on CPU reduce gradients over TCP with Gloo: the default
     # of the installed jax, named here so that a jax whose default is "none" still works.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=coordinator_address or None,
-        num_processes=num_processes or None,
-        process_id=process_id if process_id >= 0 else None,
-        # A process silent this long is taken for dead and every other one stops (without a
-        # checkpoint) instead of waiting for it in a collective; JAX's default is 100 s.
-        heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
-    )
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address or None,
+            num_processes=num_processes or None,
+            process_id=process_id if process_id >= 0 else None,
+            # A process silent this long is taken for dead and every other one stops (without
+            # a checkpoint) instead of waiting for it in a collective; JAX's default is 100 s.
+            heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
+        )
+    except ValueError as error:  # JAX's "coordinator_address should be defined."
+        if coordinator_address:
+            raise
+        raise ValueError(
+            f"config.mesh.distributed=True found no cluster to join ({error}); outside Slurm, "
+            "a Cloud TPU slice, Kubernetes or Open MPI, set mesh.coordinator_address, "
+            "mesh.num_processes and mesh.process_id for each process (docs/scaling.md)"
+        ) from None
 
 
 @contextlib.contextmanager
