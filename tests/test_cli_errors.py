@@ -315,6 +315,11 @@ _QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite",
         ),
         (["-m", "seq2seq.bench.step_alone", "--batches=0"], "--batches=0 must be at least 1"),
         (["-m", "seq2seq.serve", "--workdir", "{tmp}/no_run"], "no work directory at {tmp}/no_run"),
+        (["-m", "seq2seq.bench", "decode", "--engine", "nope"], "unknown --engine 'nope'"),
+        (
+            ["-m", "seq2seq.bench", "decode", "--workdir", "{tmp}", "--engine", "ctranslate2"],
+            "--engine ctranslate2 times a whole split beside JAX; pass --split",
+        ),  # it used to be ignored, timing JAX alone
         (["-m", "seq2seq.serve", "--workdir", "{tmp}", "--beam_size=0"], "--beam_size 0 must be"),
         (["-m", "seq2seq.bench.timed_run", "--job", "{tmp}/j.json"], "no job file at {tmp}/j.json"),
         (

@@ -369,8 +369,6 @@ def _decode_split(flag: SimpleNamespace) -> tuple[dict, str]:
     """``decode --split``: a trained run translating a whole split, as eval.py does."""
     if not flag.workdir:
         raise ConfigError("bench decode --split needs --workdir RUN (a trained run)")
-    if flag.engine not in ("jax", "ctranslate2"):
-        raise ConfigError(f"unknown --engine {flag.engine!r}; choose jax or ctranslate2")
     if flag.batch_size is not None and flag.batch_size < 1:
         raise ConfigError(f"--batch_size {flag.batch_size} must be at least 1")
     from seq2seq.bench import measure
@@ -385,6 +383,12 @@ def _decode_split(flag: SimpleNamespace) -> tuple[dict, str]:
 
 def _decode(flag: SimpleNamespace) -> tuple[dict, str]:
     """``decode``: made-up sources of a fixed length, through a trained run or a fresh model."""
+    if flag.engine not in ("jax", "ctranslate2"):
+        raise ConfigError(f"unknown --engine {flag.engine!r}; choose jax or ctranslate2")
+    if flag.engine != "jax" and not flag.split:  # it used to be ignored
+        raise ConfigError(
+            f"--engine {flag.engine} times a whole split beside JAX; pass --split (e.g. test)"
+        )
     if flag.split:
         return _decode_split(flag)
     workdir = Path(flag.workdir) if flag.workdir else None
