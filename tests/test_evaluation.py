@@ -622,6 +622,15 @@ def test_averaged_run_holds_the_mean_of_the_last_checkpoints(workdir, tmp_path):
     assert max(jax.tree.leaves(differs)) > 0, "the two checkpoints must differ for this to test"
 
 
+def test_averaging_more_checkpoints_than_kept_names_the_flag_before_building(workdir, tmp_path):
+    with pytest.raises(CheckpointError) as error:
+        write_averaged_run(workdir, 9, tmp_path / "averaged")
+    message = str(error.value)  # it said --checkpoint=average:9, eval.py's flag
+    assert message.startswith("--last 9 needs the last 9 checkpoints but ")
+    assert "lower --last or raise config.checkpoint.keep" in message
+    assert not (tmp_path / "averaged").exists()
+
+
 @pytest.mark.slow
 def test_a_checkpoint_that_does_not_fit_the_config_is_one_clear_line(workdir, tmp_path):
     edited = tmp_path / "edited"

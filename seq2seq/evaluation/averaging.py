@@ -15,6 +15,7 @@ from pathlib import Path
 
 import ml_collections
 
+from seq2seq.checkpoints.rule import CheckpointError
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation.restore import choose_checkpoints, load_run_tokenizer, restore_params
@@ -38,12 +39,15 @@ def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, obj
         raise ValueError(f"{output} exists and is not empty; choose a new --output")
     config = source_run.load_config()
     tokenizer = load_run_tokenizer(source_run)
-    template, _ = _training_state(config, tokenizer)
     source = Checkpoints(source_run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
-        choice = choose_checkpoints(
-            f"average:{count}", source.all_steps(), source_run, keep=source.keep
-        )
+        rule = f"average:{count}"
+        try:  # before the model is built
+            choice = choose_checkpoints(rule, source.all_steps(), source_run, keep=source.keep)
+        except CheckpointError as error:  # named as this command's flag
+            message = str(error).replace(f"--checkpoint={rule}", f"--last {count}")
+            raise CheckpointError(message.replace("lower K", "lower --last")) from None
+        template, _ = _training_state(config, tokenizer)
         mean = restore_params(source, template.params, choice)
         state, record = source.restore(template, choice.steps[-1])
     finally:
