@@ -447,10 +447,15 @@ def test_checkpoint_best_scores_each_runs_best_validated_step(tmp_path, monkeypa
     assert eval_json.stat().st_mtime_ns == written
 
 
-@pytest.mark.parametrize("rule", ["12", "average:0", "average", "mean:5"])
+@pytest.mark.parametrize("rule", ["12", "average", "mean:5"])
 def test_a_comparison_applies_one_checkpoint_rule_to_every_run(rule):
     with pytest.raises(ValueError, match=r"use one of latest, best or average:K"):
         Settings(checkpoint=rule)
+
+
+def test_an_average_of_no_checkpoint_says_k_must_be_at_least_one():
+    with pytest.raises(ValueError, match=r"'average:0' averages no checkpoint; K must be at least"):
+        Settings(checkpoint="average:0")  # it was named with the rules, as if K had no bound
 
 
 def test_x_factors_over_the_tuned_suite_name_each_tuned_value_they_scale():
