@@ -118,7 +118,7 @@ def describe_checkpoint_rule(rule: str) -> str:
         return CHECKPOINTS[rule]
     if (count := average_count(rule)) is not None:
         return f"the parameter mean of each run's last {count}"
-    if re.fullmatch(r"average:0*", rule):
+    if re.fullmatch(r"average:0+", rule):
         raise ValueError(f"checkpoint={rule!r} averages no checkpoint; K must be at least 1")
     raise ValueError(
         f"checkpoint={rule!r}: a comparison applies one rule to every run, use one of "

@@ -153,7 +153,24 @@ def _train_model(sentences: Sequence[str], model_type: str, vocab_size: int) -> 
     # A word vocabulary keeps Moses' tokens as they are (no NFKC), so detokenizing restores text.
     normalization = "identity" if model_type == "word" else "nmt_nfkc"
     try:
-        _train_sentencepiece(sentences, model, model_type, vocab_size, normalization)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            model_type=model_type,
+            vocab_size=vocab_size,
+            hard_vocab_limit=False,  # a small corpus may not support the requested size
+            character_coverage=1.0,
+            normalization_rule_name=normalization,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            # Every core this process may use: WMT-sized samples take minutes, and the other hosts
+            # of a run wait for it. BPE counts are integers, so its vocabulary is the same on any
+            # number of cores; unigram's EM sums floats per thread and may round differently.
+            num_threads=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
+            minloglevel=2,
+        )
     except RuntimeError as error:  # SentencePiece's checks, as "INTERNAL: file(line) [...] why"
         reason = str(error).strip().splitlines()[0]
         needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", reason)
@@ -167,30 +184,6 @@ def _train_model(sentences: Sequence[str], model_type: str, vocab_size: int) -> 
             f"{vocab_size} here ({reason.rsplit('] ', 1)[-1] or reason}); change vocab_size"
         ) from None
     return model.getvalue()
-
-
-def _train_sentencepiece(
-    sentences: Sequence[str], model: io.BytesIO, model_type: str, vocab_size: int,
-    normalization: str,
-) -> None:  # fmt: skip
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
-        model_writer=model,
-        model_type=model_type,
-        vocab_size=vocab_size,
-        hard_vocab_limit=False,  # a small corpus may not support the requested size
-        character_coverage=1.0,
-        normalization_rule_name=normalization,
-        pad_id=PAD_ID,
-        unk_id=UNK_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-        # Every core this process may use: WMT-sized samples take minutes, and the other hosts
-        # of a run wait for it. BPE counts are integers, so its vocabulary is the same on any
-        # number of cores; unigram's EM sums floats per thread and may round differently.
-        num_threads=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
-        minloglevel=2,
-    )
 
 
 def _processor(model: bytes) -> spm.SentencePieceProcessor:

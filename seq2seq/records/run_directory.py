@@ -152,37 +152,49 @@ class RunDirectory:
             not a run's (another tool's ``config.json``); nothing is written.
         """
         if self.config_file.exists():
-            try:  # a folder of another tool's, whose config.json a start would replace
-                config_lib.load_saved(self.config_file)
-            except config_lib.ConfigError as error:
-                raise RunDirectoryError(
-                    f"{self.config_file} is not a config this version of seq2seq saved ("
-                    f"{str(error).removeprefix(f'{self.config_file}: ')}); nothing was "
-                    "overwritten: use another --workdir"
-                ) from None
-        if self.config_file.exists() and not self.never_started():
-            differences = self.identity_differences(config, fingerprint)
-            if differences:
-                changed = "; ".join(differences)
-                raise RunDirectoryError(
-                    f"{self.path} holds a run trained with other values ({changed}); "
-                    "nothing was overwritten: use a new --workdir (or delete this one) to train "
-                    "afresh, or the run's own config to continue it"
-                )
+            saved = self._saved_config()  # another tool's config.json is never replaced
+            if not self.never_started():
+                differences = self.identity_differences(config, fingerprint, saved=saved)
+                if differences:
+                    changed = "; ".join(differences)
+                    raise RunDirectoryError(
+                        f"{self.path} holds a run trained with other values ({changed}); "
+                        "nothing was overwritten: use a new --workdir (or delete this one) to "
+                        "train afresh, or the run's own config to continue it"
+                    )
         if write:
             config_lib.save(config, self.config_file)
 
+    def _saved_config(self) -> ml_collections.ConfigDict:
+        """The config this folder holds, as ``load_saved`` reads it.
+
+        Raises:
+          RunDirectoryError: the file is not a run's (another tool's ``config.json``, not JSON).
+        """
+        try:
+            return config_lib.load_saved(self.config_file)
+        except config_lib.ConfigError as error:
+            raise RunDirectoryError(
+                f"{self.config_file} is not a config this version of seq2seq saved ("
+                f"{str(error).removeprefix(f'{self.config_file}: ')}); nothing was "
+                "overwritten: use another --workdir"
+            ) from None
+
     def identity_differences(
-        self, config: ml_collections.ConfigDict, fingerprint: Fingerprint | None = None
+        self,
+        config: ml_collections.ConfigDict,
+        fingerprint: Fingerprint | None = None,
+        saved: ml_collections.ConfigDict | None = None,
     ) -> list[str]:
         """``config.key: saved -> requested`` for each key of the saved run's identity that
-        ``config`` changes (``config.identity_differences``).
+        ``config`` changes (``config.identity_differences``); ``saved``: the folder's config,
+        where the caller has read it already.
 
         Given ``fingerprint``, a corpus that moved is no change: ``data.dir`` may name another
         folder when the training files there are the bytes this run recorded in
         ``corpus.json``. Otherwise the difference says why the folder is not the same corpus.
         """
-        saved = config_lib.load_saved(self.config_file)
+        saved = self._saved_config() if saved is None else saved
         if saved.data.dir == config.data.dir or fingerprint is None:
             return config_lib.identity_differences(saved, config)
         reason = self._corpus_change(saved, config, fingerprint)
