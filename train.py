@@ -21,6 +21,7 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.config import validate
+from seq2seq.records.run_directory import RunDirectory
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).")
 _WORKDIR = flags.DEFINE_string(
@@ -32,6 +33,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     del argv
     workdir = cli.check_work_directory(Path(_WORKDIR.value))
+    RunDirectory(workdir).check_free()
     config = validate(_CONFIG.value)
     # Imported once the flags, the config and the work directory are checked: a refused
     # command line never waits for JAX and flax.

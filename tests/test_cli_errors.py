@@ -271,6 +271,10 @@ _QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite",
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
         (["train.py", "-h"], None),  # the help page, exit 0
         (
+            ["train.py", "--config", "configs/quickstart_transformer.py", "--workdir", "{tmp}"],
+            "--workdir {tmp} holds no run but an entry of its own (blocker/); nothing was written",
+        ),  # it wrote the run's files beside the folder's own
+        (
             ["train.py", "--workdir", "{tmp}/run"],
             "--config is required: Experiment config file (configs/*.py); pass it",
         ),

@@ -23,6 +23,46 @@ def test_a_file_is_refused_as_a_work_directory(tmp_path):
     assert path.read_text() == "keep me"
 
 
+def test_a_folder_of_other_things_is_refused_and_a_runs_own_folder_is_not(tmp_path):
+    folder = tmp_path / "project"
+    (folder / "data").mkdir(parents=True)
+    for name in ("notes.txt", "README.md", "train.en", "train.de", ".DS_Store"):
+        (folder / name).write_text(name)
+    with pytest.raises(RunDirectoryError) as error:
+        RunDirectory(folder).create()
+    assert str(error.value) == (
+        f"--workdir {folder} holds no run but 5 entries of its own (README.md, data/, notes.txt, "
+        "train.de, ...); nothing was written: pass a new or empty folder"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".DS_Store", "README.md", "data", "notes.txt", "train.de", "train.en"
+    ]  # fmt: skip
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / ".ipynb_checkpoints").mkdir()
+    RunDirectory(hidden).create().save_config(tiny_config("transformer"))
+    # a run's folder may hold anything beside the run: a researcher's notes on it
+    (hidden / "notes.txt").write_text("lr too high?")
+    RunDirectory(hidden).create()
+
+
+def test_every_file_of_the_layout_may_be_in_a_folder_a_run_starts_in(tmp_path):
+    """A start after a failed one, or a final run copied from its tuning trial, finds the
+    layout's own files and no config: none of them may count as another tool's."""
+    run = RunDirectory(tmp_path / "run")
+    names = [n for n, v in vars(RunDirectory).items() if isinstance(v, property) and n != "path"]
+    assert len(names) == 12, names  # every path the layout names
+    for name in names:
+        path = getattr(run, name)
+        if name.endswith("_dir"):
+            (path / "made").mkdir(parents=True)
+        elif name != "config_file":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+    run.create().save_config(tiny_config("transformer"))
+    assert run.load_config().model.name == "transformer"
+
+
 def test_each_checkpoint_rule_has_its_own_eval_files(tmp_path):
     run = RunDirectory(tmp_path)
     names = {

@@ -466,7 +466,7 @@ def test_a_final_run_with_a_longer_budget_continues_its_winning_trial(halved, tm
     outcomes = [runner.prepare(r.tuned_spec(), final, 0, tmp_path) for r in results]  # new finals
     assert tuning.reuse_winners(results, outcomes, plan) == list(MODELS)  # one seed: no suffix
     first = outcomes[0]
-    trial_log = Path((first.run.path / tuning.WINNER_MARK).read_text().strip()) / "metrics.jsonl"
+    trial_log = Path(first.run.winning_trial_file.read_text().strip()) / "metrics.jsonl"
     trial_steps = [r["step"] for r in map(json.loads, trial_log.read_text().splitlines())]
     runner.train_in_slices(outcomes[:1], 0)
     records = first.run.read_metrics()

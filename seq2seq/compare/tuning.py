@@ -79,7 +79,6 @@ TUNING_DIR = "tuning"  # trials live in WORKDIR/tuning/<config name>/<point>
 # more validations, the highest of more noisy draws: on Multi30k de->en, dropout 0.3's 37 points
 # peaked 0.6 above dropout 0.1's 27, though the two scored within 0.2 on test.
 CONVERGED_POINTS = 5
-WINNER_MARK = "winning_trial.txt"  # in a final run started from its winning trial: the trial
 
 
 @dataclasses.dataclass
@@ -291,7 +290,7 @@ def reuse_winners(results: Sequence[ModelTuning], outcomes: Sequence, tuning: Tu
                 and _budget_reaches(outcome.config, winner, tuning)
             ):
                 _copy_winner(winner, outcome)
-                if (outcome.run.path / WINNER_MARK).exists():
+                if outcome.run.winning_trial_file.exists():
                     copied.append(outcome.name)
     return copied
 
@@ -328,7 +327,7 @@ def _copy_winner(winner: Trial, outcome: RunOutcome) -> None:
         winner.run.path.name,
     )
     shutil.copytree(winner.run.path, outcome.run.path, dirs_exist_ok=True)
-    (outcome.run.path / WINNER_MARK).write_text(str(winner.run.path) + "\n")
+    outcome.run.winning_trial_file.write_text(str(winner.run.path) + "\n")
 
 
 def _validation_splits(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict:
@@ -480,7 +479,7 @@ def write_tuning_records(
         for outcome in outcomes:
             if outcome.spec.name == result.spec.name and outcome.status == "ok":
                 outcome.run.create()
-                started = (outcome.run.path / WINNER_MARK).exists()
+                started = outcome.run.winning_trial_file.exists()
                 text = json.dumps({**record, "started_from_winning_trial": started}, indent=2)
                 outcome.run.tuning_file.write_text(text + "\n")
 

@@ -11,6 +11,9 @@
       checkpoints/       orbax checkpoints (state, data position, elapsed training time)
       metrics.jsonl      one JSON object per logged step or validation
       tensorboard/       the same metrics as TensorBoard events
+      tuning.json        a tuned comparison's final runs: how their values were chosen;
+      winning_trial.txt  and, in one started as a copy of its winning trial, that trial
+      averaged_from.json an averaged run (``seq2seq.evaluation.average``): its source and steps
       eval/SPLIT.json    what ``eval.py`` measured; eval/SPLIT.hyp.txt its translations
       eval/SPLIT@RULE.*  the same, scored by another checkpoint rule (``@best``, ``@average5``,
                          ``@step1500``), so scoring a run two ways keeps both
@@ -33,6 +36,26 @@ from seq2seq.checkpoints.rule import CheckpointRule
 # ``config -> {file name: {"bytes", "sha256"}}`` of its training files, or None where the config
 # names its pairs itself (``seq2seq.data.sources.corpus_fingerprint``; data sits above records).
 Fingerprint = Callable[[ml_collections.ConfigDict], "dict[str, dict] | None"]
+
+
+# The names a run's folder may hold (the layout above, and what a tuned comparison adds: its
+# record and the mark of a final run started from its winning trial).
+LAYOUT = frozenset(
+    {
+        "config.json",
+        "provenance.json",
+        "corpus.json",
+        "tokenizer",
+        "encoded",
+        "checkpoints",
+        "metrics.jsonl",
+        "tensorboard",
+        "eval",
+        "tuning.json",
+        "averaged_from.json",
+        "winning_trial.txt",
+    }
+)
 
 
 class RunDirectoryError(ValueError):
@@ -97,6 +120,12 @@ class RunDirectory:
         return self.path / "tuning.json"
 
     @property
+    def winning_trial_file(self) -> Path:
+        """Written by a tuned comparison in a final run that started as a copy of its winning
+        trial: that trial's folder."""
+        return self.path / "winning_trial.txt"
+
+    @property
     def averaged_from_file(self) -> Path:
         """Written by ``seq2seq.evaluation.average``: the run and steps an average came from."""
         return self.path / "averaged_from.json"
@@ -110,13 +139,39 @@ class RunDirectory:
         return self.eval_dir / f"{split}{_file_suffix(checkpoint)}.hyp.txt"
 
     def create(self) -> RunDirectory:
-        """Makes the directory (and parents) if needed; refuses a path that is a file."""
+        """Makes the directory (and parents) if needed; refuses a path that is a file, or a
+        folder of other things (``check_free``)."""
         if self.path.exists() and not self.path.is_dir():
             raise RunDirectoryError(
                 f"--workdir {self.path} is an existing file, not a directory; choose another path"
             )
+        self.check_free()
         self.path.mkdir(parents=True, exist_ok=True)
         return self
+
+    def check_free(self) -> None:
+        """Refuses a folder that holds no run but other things (a project's or a corpus's
+        files, ``--workdir .``): a run's files written among them would be mixed with them, and
+        deleting the run would take them too. Hidden entries (``.DS_Store``,
+        ``.ipynb_checkpoints``) do not count; nor does anything once the folder holds a run.
+
+        Raises:
+          RunDirectoryError: one line naming some of the entries; nothing is written.
+        """
+        if not self.path.is_dir() or self.config_file.exists():
+            return
+        others = sorted(
+            path.name + "/" * path.is_dir()
+            for path in self.path.iterdir()
+            if path.name not in LAYOUT and not path.name.startswith(".")
+        )
+        if others:
+            shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+            entries = "an entry" if len(others) == 1 else f"{len(others)} entries"
+            raise RunDirectoryError(
+                f"--workdir {self.path} holds no run but {entries} of its own ({shown}); nothing "
+                "was written: pass a new or empty folder"
+            )
 
     def require(self) -> RunDirectory:
         """Checks that the directory holds a run (its config); returns it."""
