@@ -90,6 +90,34 @@ def test_misaligned_files_name_both_files_and_counts(tmp_path):
     assert f"{len(GERMAN)} lines" in message and f"has {3}" in message
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_line_counts_agree_with_the_pairs_read(tmp_path, compress):
+    """Counted in blocks of 1 MiB: a line across a block's end counts once, and a last line
+    without its newline counts as the reader reads it."""
+    lines = [f"Satz {i} " + "x" * (i % 97) for i in range(40_000)]  # about 2.2 MB
+    for language in ("de", "en"):
+        path = _write(tmp_path, f"train.{language}", lines, compress=compress)
+        if not compress:  # the last line's newline dropped
+            path.write_bytes(path.read_bytes()[:-1])
+    corpus = TextCorpus(tmp_path, "train", "de", "en")
+    assert len(corpus) == 40_000
+    assert sum(len(chunk) for chunk in corpus.chunks()) == 40_000
+
+
+def test_a_run_about_to_start_finds_a_misaligned_validation_split(tmp_path):
+    for stem, lines in (("train", ENGLISH), ("val", ENGLISH[:2])):
+        _write(tmp_path, f"{stem}.de", GERMAN)
+        _write(tmp_path, f"{stem}.en", lines)
+    data = _data(tmp_path, train_split="train", eval_split="val")
+    check_split_keys(data, ("train_split", "eval_split"))  # stems alone: the comparison's check
+    with pytest.raises(DataError) as error:
+        check_split_keys(data, ("train_split", "eval_split"), require_folder=True)
+    assert _one_line(error) == (
+        f"{tmp_path / 'val.de'} has 4 lines but {tmp_path / 'val.en'} has 2; the two sides of a "
+        "split must be line-aligned"
+    )
+
+
 def test_empty_corpus_is_an_error(tmp_path):
     _write(tmp_path, "train.de", [])
     _write(tmp_path, "train.en", [])
