@@ -291,6 +291,10 @@ _QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite",
             "config.model.transformer.norm='mid' is not one of post, pre",
         ),
         (["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "nope"], "--suite=nope"),
+        (
+            ["-m", "seq2seq.compare", "--workdir", "{tmp}", "--suite", "quickstart"],
+            "--workdir {tmp} holds an entry that no comparison wrote (blocker/); nothing was",
+        ),
         ([*_QUICK_COMPARISON, "--beam_size", "0"], "--beam_size 0 must be at least 1 (1: greedy)"),
         (
             [*_QUICK_COMPARISON, "--tune", "nope.key=1,2", "--tune_steps", "5"],

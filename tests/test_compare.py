@@ -18,6 +18,7 @@ from seq2seq.compare.report import describe
 from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec, expand_suite, select_runs, table3_runs
+from seq2seq.compare.workdir import foreign_entries
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.schedules import build_schedule
@@ -126,6 +127,7 @@ def test_figures_are_written_and_embedded(comparison):
     for path in paths:
         assert (workdir / path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({path})" in text
+    assert foreign_entries(workdir) == []  # a folder the comparison may continue in
 
 
 @pytest.mark.slow
@@ -362,6 +364,26 @@ def test_help_says_where_the_config_keys_are_instead_of_listing_the_default_conf
     # A key deep in the default config: listed, it would be one of about 120 lines of it.
     assert "tokenizer_sample_size" not in shown
     assert "--budget_minutes" in shown and "--tune" in shown  # the command's own flags stay
+
+
+def test_a_folder_of_other_things_is_refused_and_a_comparisons_own_is_not(tmp_path):
+    comparison = tmp_path / "comparison"
+    for name in ("report.md", "report.json", "figures/curves.png", "tuning/small/lr0.1/x"):
+        (comparison / name).parent.mkdir(parents=True, exist_ok=True)
+        (comparison / name).write_text("")
+    (comparison / "transformer-seed0" / "checkpoints").mkdir(parents=True)  # a run started
+    (comparison / "rnnsearch").mkdir()  # a run not started yet
+    (comparison / "rnnsearch-big").mkdir()  # a run, with a researcher's notes beside it
+    (comparison / "rnnsearch-big" / "config.json").write_text("{}")
+    (comparison / "rnnsearch-big" / "notes.txt").write_text("diverged at 3k?")
+    (comparison / ".ipynb_checkpoints").mkdir()
+    assert foreign_entries(comparison) == []
+    for name in ("notes.txt", "data/train.en", "report.html"):
+        (comparison / name).parent.mkdir(exist_ok=True)
+        (comparison / name).write_text("")
+    assert foreign_entries(comparison) == ["data/", "notes.txt", "report.html"]
+    # a folder of comparisons: each is a folder no comparison writes into another
+    assert foreign_entries(tmp_path) == ["comparison/"]
 
 
 def test_a_workdir_that_is_a_file_is_refused_in_one_line(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 
 from seq2seq import config as config_lib
 from seq2seq.compare import devices, frontier
+from seq2seq.compare.workdir import foreign_entries
 from seq2seq.evaluation.bleu import chrf_score, sacrebleu_score
 from tests.conftest import REPO, subprocess_env
 
@@ -188,6 +189,7 @@ def test_the_command_compares_committed_records_and_names_each_side_s_device(tmp
     ]
     text = (tmp_path / "r" / "devices.md").read_text()
     assert "- **frontier_gpu**: NVIDIA H100 80GB HBM3 (bfloat16 products, jax 0.11.2)" in text
+    assert foreign_entries(tmp_path / "r") == []  # every file it wrote is a comparison's
     assert (tmp_path / "r" / devices.FIGURE).exists()
 
 

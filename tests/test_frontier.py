@@ -24,6 +24,7 @@ from seq2seq.compare.frontier import (
 from seq2seq.compare.frontier_report import write_frontier_report
 from seq2seq.compare.settings import Settings, run_config
 from seq2seq.compare.suites import RunSpec, expand_suite, select_runs
+from seq2seq.compare.workdir import foreign_entries
 from seq2seq.models import train_flops
 from seq2seq.records.run_directory import RunDirectory
 from tests.conftest import REPO, config_differences, tiny_config
@@ -217,6 +218,8 @@ def test_a_report_rebuilt_from_records_equals_the_live_one(tmp_path):
     assert {row["run"] for row in data["runs"]} == {spec.name for spec in specs}
     assert data["verdicts"] and data["tests"] >= 2  # BLEU and chrF of at least one pair
     assert (tmp_path / "again" / "figures" / "frontier.png").stat().st_size > 10_000
+    # every file the comparison and the reports wrote is one a comparison may continue beside
+    assert foreign_entries(tmp_path / "work") == foreign_entries(tmp_path / "again") == []
 
 
 # The frontier in time: made-up runs of two families on one GPU. The Transformer is slower per

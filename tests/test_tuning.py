@@ -12,6 +12,7 @@ from seq2seq.compare.comparison import compare
 from seq2seq.compare.grid import make_tuning
 from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec
+from seq2seq.compare.workdir import foreign_entries
 from seq2seq.config import ConfigError
 from seq2seq.data import sources
 from seq2seq.records.run_directory import RunDirectory
@@ -146,7 +147,7 @@ def test_the_test_split_is_not_opened_while_tuning(tuned):
 
 
 @pytest.mark.slow
-def test_the_figure_has_one_line_per_model_on_a_log_axis(tuned):
+def test_the_figure_has_one_line_per_model_on_a_log_axis(tuned, tmp_path):
     _, _, plan, workdir, _, _, _ = tuned
     report = json.loads((workdir / "report.json").read_text())["tuning"]
     drawn = figures.plot_tuning(
@@ -157,7 +158,7 @@ def test_the_figure_has_one_line_per_model_on_a_log_axis(tuned):
             ]
             for model in report["models"]
         },
-        workdir / "figure_check.png",
+        tmp_path / "figure_check.png",
         keys=plan.keys,
     )
     assert (workdir / "figures" / "tuning_bleu.png").read_bytes()[:4] == b"\x89PNG"
@@ -176,6 +177,7 @@ def test_a_rerun_reuses_finished_trials(tuned):
         (run.metrics_file.read_text(), sorted(run.checkpoints_dir.iterdir())) for run in runs
     ] == before
     assert [len(result.trials) for result in results] == [2, 2]
+    assert foreign_entries(workdir) == []  # the tuned comparison's folder is its own
 
 
 def test_the_figure_plots_the_best_over_a_second_key(tmp_path):

@@ -18,6 +18,7 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.checkpoints.rule import describe_checkpoint_rule, rules_help
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
+from seq2seq.compare.workdir import check_free
 
 if TYPE_CHECKING:
     from seq2seq.compare.runner import RunOutcome
@@ -380,6 +381,7 @@ def run() -> None:
         flag = _values(holders)
         _one_mode(flag)
         cli.check_work_directory(Path(flag.workdir), fix="pass a new folder or a comparison's")
+        check_free(Path(flag.workdir))
         if flag.records:
             _rebuild_from_records(flag)
         elif flag.directions:

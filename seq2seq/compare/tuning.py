@@ -67,12 +67,12 @@ from seq2seq.compare.grid_ends import grid_edges
 from seq2seq.compare.runner import RunOutcome, check_reuse, train_in_slices
 from seq2seq.compare.settings import Settings, apply_budget, run_config
 from seq2seq.compare.suites import RunSpec
+from seq2seq.compare.workdir import TUNING_DIR  # trials: WORKDIR/tuning/<config>/<point>
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.report import figures
 
 logger = logging.getLogger(__name__)
 
-TUNING_DIR = "tuning"  # trials live in WORKDIR/tuning/<config name>/<point>
 # A trial trained to convergence (--tune_to_convergence) is scored by the mean validation BLEU of
 # its last 5 points: the plateau its early stopping waited out, and the stretch whose checkpoints
 # the final score averages (--checkpoint average:5). Its best point would favour the run with

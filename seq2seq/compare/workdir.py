@@ -1,0 +1,67 @@
+"""A comparison's work directory: what it holds, so that a folder of other things is refused.
+
+    WORKDIR/
+      report.md, report.json            the comparison's report (``seq2seq.compare.report``)
+      frontier.md, frontier.json        the frontier rebuilt from records (``--records``)
+      directions.md, directions.json    the verdict across directions (``--directions``)
+      devices.md, devices.json, devices.png   two devices' runs side by side (``--devices``)
+      figures/                          the reports' figures
+      tuning/CONFIG/POINT/              a tuned comparison's trials, each a run
+      NAME/, NAME-seedK/                each run (``seq2seq.records.run_directory``)
+
+Kept free of JAX, so that ``python -m seq2seq.compare`` refuses such a folder at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seq2seq.records.run_directory import LAYOUT, RunDirectoryError
+
+TUNING_DIR = "tuning"
+FIGURES_DIR = "figures"
+REPORTS = frozenset(
+    f"{stem}.{kind}"
+    for stem in ("report", "frontier", "directions", "devices")
+    for kind in ("md", "json")
+) | {"devices.png"}
+
+
+def foreign_entries(path: Path) -> list[str]:
+    """The entries of ``path`` that no comparison writes (``NAME/`` for a folder), sorted.
+
+    A run's folder is one holding a config, or only what a run writes (empty, or a start that
+    failed); hidden entries (``.DS_Store``, ``.ipynb_checkpoints``) do not count.
+    """
+    if not path.is_dir():
+        return []
+    foreign = []
+    for entry in path.iterdir():
+        if entry.name.startswith(".") or entry.name in REPORTS and entry.is_file():
+            continue
+        if entry.is_dir() and (entry.name in (TUNING_DIR, FIGURES_DIR) or _holds_a_run(entry)):
+            continue
+        foreign.append(entry.name + "/" * entry.is_dir())
+    return sorted(foreign)
+
+
+def _holds_a_run(folder: Path) -> bool:
+    names = [p.name for p in folder.iterdir() if not p.name.startswith(".")]
+    return "config.json" in names or all(name in LAYOUT for name in names)
+
+
+def check_free(path: Path) -> None:
+    """Refuses a ``--workdir`` that holds things a comparison did not write (``--workdir .``,
+    a folder of comparisons, a corpus): its reports and runs would be mixed with them.
+
+    Raises:
+      RunDirectoryError: one line naming some of the entries; nothing is written.
+    """
+    others = foreign_entries(path)
+    if others:
+        shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+        entries = "an entry" if len(others) == 1 else f"{len(others)} entries"
+        raise RunDirectoryError(
+            f"--workdir {path} holds {entries} that no comparison wrote ({shown}); nothing was "
+            "written: pass a new folder or a comparison's"
+        )
