@@ -328,3 +328,40 @@ def test_after_the_warm_up_an_examples_first_request_compiles_nothing(runs):
         assert lowered, "a forgotten program compiles again (else this test could not fail)"
     finally:
         monitoring.unregister_event_duration_listener(count)
+
+
+@pytest.mark.parametrize("interrupts", [1, 2])
+def test_ctrl_c_stops_the_command_without_a_traceback(runs, interrupts):
+    """Once: uvicorn's graceful stop. Twice, while a request is still arriving: its force quit,
+    which skipped the app's shutdown; the cancelled lifespan then printed a traceback."""
+    import signal
+    import socket
+
+    command = [sys.executable, "-m", "seq2seq.serve", "--workdir", runs["transformer"],
+               "--port", "0", "--nowarm_up"]  # fmt: skip
+    server = subprocess.Popen(
+        command, cwd=REPO, env=subprocess_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        line = server.stdout.readline()  # "serving NAME at URL", once the model has loaded
+        assert line.startswith("serving "), line + server.stderr.read()[-2000:]
+        url = httpx.URL(line.split()[-1])
+        assert httpx.get(url.join("models"), timeout=30).status_code == 200
+        with socket.create_connection((url.host, url.port)) as arriving:
+            if interrupts == 2:  # a body that never ends: the graceful stop waits for it
+                arriving.sendall(
+                    b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b'Content-Length: 99\r\n\r\n{"sentences": '
+                )
+            server.send_signal(signal.SIGINT)
+            if interrupts == 2:
+                with pytest.raises(subprocess.TimeoutExpired):  # still waiting
+                    server.wait(timeout=1)
+                server.send_signal(signal.SIGINT)
+            said, errors = server.communicate(timeout=60)
+    finally:
+        server.kill()
+    assert server.returncode == 0 and errors == "", errors[-3000:]
+    if interrupts == 2:
+        assert said == "stopped at once: 1 unfinished request(s) dropped\n"

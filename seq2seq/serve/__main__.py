@@ -14,8 +14,10 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 
     cli.start()
 
+import asyncio
 import contextlib
 import errno
+import logging
 import socket
 from types import SimpleNamespace
 
@@ -97,11 +99,35 @@ def serve(f: SimpleNamespace) -> None:
     print(f"serving {', '.join(models)} at http://{f.host.value}:{port}/", flush=True)
     config = uvicorn.Config(create_app(models, limits), log_level="warning")
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C, after uvicorn closed its connections
-        uvicorn.Server(config).run(sockets=[listener])
+        _server_class(uvicorn)(config).run(sockets=[listener])
+
+
+def _server_class(uvicorn):
+    """uvicorn's server, whose second Ctrl-C (its "force quit", which stops waiting for open
+    requests) ends the command as quietly as the first. uvicorn skips the app's shutdown then,
+    and the tasks left (the app's lifespan, each unfinished request) are cancelled as the event
+    loop closes, each printing a traceback of CancelledError: now the app shuts down (a search
+    under way finishes first), and the dropped requests are counted in one line."""
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            await super().shutdown(sockets=sockets)
+            if self.force_exit:
+                dropped = len(self.server_state.tasks)
+                logging.getLogger("uvicorn.error").addFilter(_not_a_cancellation)
+                await self.lifespan.shutdown()
+                if dropped:
+                    print(f"stopped at once: {dropped} unfinished request(s) dropped", flush=True)
+
+    return Server
+
+
+def _not_a_cancellation(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` for the server to accept on.
+    """A socket listening on ``host:port`` for the server to accept on.
 
     Raises:
       ValueError: one line, where the address is not this machine's or the port is taken.
@@ -126,6 +152,7 @@ def listen(host: str, port: int) -> socket.socket:
             else "pass another --port (0: any free one)"
         )
         raise ValueError(f"cannot listen on {host}:{port} ({error.strerror}); {fix}") from None
+    listener.listen()  # from here a request waits in the queue for the server, never refused
     return listener
 
 
