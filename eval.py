@@ -168,7 +168,8 @@ def _check_options() -> None:
 
 def _check_output(output: Path) -> None:
     """Refuses an --output that would overwrite the input or the references, or that cannot
-    be a file (a folder, or under a file), before any model is loaded."""
+    be a file (a folder, under a file, or where this user may not write), before any model is
+    loaded."""
     for flag in (_INPUT, _REFERENCE):
         if flag.value not in (None, "-") and output.resolve() == Path(flag.value).resolve():
             raise ValueError(
@@ -177,9 +178,19 @@ def _check_output(output: Path) -> None:
             )
     if output.is_dir():
         raise ValueError(f"--output {output} is a folder; name a file in it")
+    if output.exists():
+        try:
+            output.open("a").close()  # appends nothing: the file is replaced only at the end
+        except OSError as error:
+            raise ValueError(
+                f"--output {output}: cannot write it ({error.strerror}); name another file"
+            ) from None
     for parent in output.parents:
         if parent.exists() and not parent.is_dir():
             raise ValueError(f"--output {output}: {parent} is a file, not a folder")
+        if parent.exists():  # the nearest folder there is: it must take the file (or folders)
+            cli.check_writable(parent, f"--output {output}")
+            break
 
 
 def _exported_translator(run: RunDirectory | None) -> "LineTranslator":

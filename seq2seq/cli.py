@@ -15,9 +15,11 @@ two pieces, ``start`` before anything else is imported and ``run`` at the end::
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -255,9 +257,27 @@ def check_work_directory(
         if existing.exists():
             break
     if existing.is_dir():
+        check_writable(existing, f"{flag} {path}")
         return path
     where = "is a file" if existing == path else f"lies under {existing}, which is a file"
     raise ValueError(f"{flag} {path} {where}, not a directory; {fix} (the file was left as it is)")
+
+
+def check_writable(folder: Path, what: str) -> None:
+    """Refuses a command whose output would go under ``folder`` (an existing folder; ``what``
+    names the flag and path) where this user may not write, before any work: found by writing
+    a file there that no one sees (permissions, a read-only disk), which ``os.access`` would
+    not find for root or on a read-only mount.
+
+    Raises:
+      ValueError: one line naming the folder and why.
+    """
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise ValueError(
+            f"{what}: cannot write in {folder} ({error.strerror}); pass a folder you may write"
+        ) from None
 
 
 def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
@@ -276,6 +296,11 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
         except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
+        except OSError as error:  # a file the work reads or writes, or a full disk: one line
+            if error.filename is None and error.errno not in _DISK_FULL:
+                raise
+            print(f"error: {file_error_message(error)}", file=sys.stderr)
+            sys.exit(1)
         except KeyboardInterrupt:  # training saves on the first Ctrl-C; this is anywhere else
             print(
                 "interrupted: what had finished is kept; rerun the same command to continue",
@@ -284,6 +309,24 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
             sys.exit(130)
 
     return wrapped
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def file_error_message(error: OSError) -> str:
+    """One line for an ``OSError`` on a path (or a full disk, whose write errors name none):
+    the path, the system's reason and what to do."""
+    if error.errno in _DISK_FULL:
+        fix = "free some space and rerun the command"
+    elif error.errno in (errno.EACCES, errno.EPERM):
+        fix = "check its permissions, or pass a path you may use"
+    elif error.errno == errno.EROFS:
+        fix = "pass a path on a writable disk"
+    else:
+        fix = "check the path"
+    where = f"{error.filename}: " if error.filename is not None else ""
+    return f"{where}{error.strerror}; {fix}"
 
 
 def start() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
+from seq2seq import cli
 from seq2seq import config as config_lib
 from tests.conftest import REPO, subprocess_env, tiny_config, train_command
 
@@ -256,6 +259,20 @@ def _without_jax(tmp_path) -> dict[str, str]:
 _QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "quickstart"]
 
 
+def _sysfs_refuses_files() -> bool:
+    """Whether /sys refuses a new file even to root: a folder no one may write, to test on."""
+    try:
+        tempfile.TemporaryFile(dir="/sys").close()
+    except OSError:
+        return True
+    return False
+
+
+_UNWRITABLE = pytest.mark.skipif(
+    not _sysfs_refuses_files(), reason="no folder here refuses writes (/sys takes files)"
+)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -270,6 +287,27 @@ _QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite",
         (["eval.py", "--workdir", "{tmp}", "--sampling", "topk:0"], "topk takes a whole number"),
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
         (["train.py", "-h"], None),  # the help page, exit 0
+        # a folder this user may not write: found before any work, where it was a traceback
+        pytest.param(
+            ["train.py", "--config", "configs/quickstart_transformer.py", "--workdir", "/sys/r"],
+            "--workdir /sys/r: cannot write in /sys (",
+            marks=_UNWRITABLE,
+        ),
+        pytest.param(
+            [*_QUICK_COMPARISON[:2], "--workdir", "/sys/w", *_QUICK_COMPARISON[4:]],
+            "--workdir /sys/w: cannot write in /sys (",
+            marks=_UNWRITABLE,
+        ),
+        pytest.param(
+            ["eval.py", "--workdir", "{tmp}", "--input", "README.md", "--output", "/sys/o/t.txt"],
+            "--output /sys/o/t.txt: cannot write in /sys (",
+            marks=_UNWRITABLE,
+        ),
+        pytest.param(
+            ["-m", "seq2seq.evaluation.average", "--workdir", "{tmp}", "--output", "/sys/avg"],
+            "--output /sys/avg: cannot write in /sys (",
+            marks=_UNWRITABLE,
+        ),
         (
             ["train.py", "--config", "configs/quickstart_transformer.py", "--workdir", "{tmp}"],
             "--workdir {tmp} holds no run but an entry of its own (blocker/); nothing was written",
@@ -409,3 +447,15 @@ def test_distributed_without_a_cluster_says_how_to_start_processes_by_hand(tmp_p
     assert line.startswith("error: config.mesh.distributed=True found no cluster to join")
     assert "set mesh.coordinator_address, mesh.num_processes and mesh.process_id" in line
     assert not workdir.exists()
+
+
+def test_a_file_the_work_cannot_read_or_write_is_named_with_what_to_do():
+    """What ``cli.exit_on_error`` prints for a path's OSError; a full disk's names no file."""
+    unreadable = PermissionError(errno.EACCES, "Permission denied", "/data/train.de")
+    assert cli.file_error_message(unreadable) == (
+        "/data/train.de: Permission denied; check its permissions, or pass a path you may use"
+    )
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert cli.file_error_message(full) == (
+        "No space left on device; free some space and rerun the command"
+    )

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from sacrebleu.metrics import BLEU
@@ -92,6 +93,23 @@ def test_eval_bleu_equals_sacrebleu_on_its_hypothesis_file(trained):
     assert result["bleu"] == pytest.approx(expected.score, abs=1e-9)
     assert result["bleu"] > 0  # the hypotheses translate the references' own sources
     assert result["signature"] == str(metric.get_signature())
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full, the full disk here")
+def test_a_full_disk_is_one_line_saying_what_to_do(runs, tmp_path):
+    """Writes to /dev/full fail as on a full disk, naming no file: it was a traceback."""
+    root, _ = runs
+    source = tmp_path / "source.txt"
+    source.write_text("".join(s + "\n" for s, _ in synthetic.load_split("test")[:3]))
+    result = subprocess.run(
+        [sys.executable, "eval.py", "--workdir", str(root / "transformer"),
+         "--input", str(source), "--output", "/dev/full"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_env(),
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        "error: No space left on device; free some space and rerun the command\n"
+    )
 
 
 def test_run_saved_its_config_and_final_checkpoint(trained):

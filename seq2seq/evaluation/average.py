@@ -31,6 +31,7 @@ def run() -> None:
 
     def main(argv: list[str]) -> None:
         del argv
+        cli.check_work_directory(Path(output.value), "--output", "name a new directory")
         from seq2seq.evaluation.averaging import write_averaged_run  # JAX: after the flags
 
         result = write_averaged_run(Path(workdir.value), last.value, Path(output.value))
