@@ -35,9 +35,11 @@ quickstart: $(STAMP)
 
 # The quickstart's two models side by side, with their attention, at http://127.0.0.1:8000/
 # (seq2seq/serve; SERVE_FLAGS adds flags, e.g. SERVE_FLAGS="--checkpoint best --port 8080").
+QUICKSTART_RUNS := runs/quickstart/quickstart_transformer runs/quickstart/quickstart_rnnsearch
 serve: $(STAMP)
-	$(PYTHON) -m seq2seq.serve --workdir runs/quickstart/quickstart_transformer \
-		--workdir runs/quickstart/quickstart_rnnsearch $(SERVE_FLAGS)
+	@for run in $(QUICKSTART_RUNS); do test -f $$run/config.json || { echo "error: no run at \
+	$$run; make quickstart trains it (make serve serves the quickstart's runs)" >&2; exit 1; }; done
+	$(PYTHON) -m seq2seq.serve $(addprefix --workdir ,$(QUICKSTART_RUNS)) $(SERVE_FLAGS)
 
 # Lint first: a ruff error or an unformatted file fails the suite (and CI, which runs this).
 # One worker per core (at most 4), each taking whole files in the order collected (files with

@@ -459,3 +459,16 @@ def test_a_file_the_work_cannot_read_or_write_is_named_with_what_to_do():
     assert cli.file_error_message(full) == (
         "No space left on device; free some space and rerun the command"
     )
+
+
+def test_make_serve_before_make_quickstart_says_to_run_it(tmp_path):
+    """A new user's order mixed up: it was the server's flag advice ("pass the --workdir")."""
+    command = ["make", "--no-print-directory", "-f", str(REPO / "Makefile"),
+               "-o", ".venv/.installed", "serve"]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == (
+        "error: no run at runs/quickstart/quickstart_transformer; make quickstart trains it "
+        "(make serve serves the quickstart's runs)"
+    )
+    assert list(tmp_path.iterdir()) == []
