@@ -13,6 +13,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 
     cli.start()
 
+import math
 import sys
 from pathlib import Path
 
@@ -44,6 +45,15 @@ def main(argv: list[str]) -> None:
     if summary.preempted:
         print(f"preempted at step {summary.step}; checkpoint saved, rerun to resume")
         sys.exit(143)
+    if math.isnan(summary.final_loss):  # no step taken: the run had ended before this start
+        if summary.stop_reason == "converged":
+            print(f"nothing to train: early stopping ended the run here at step {summary.step}")
+        else:
+            print(
+                f"nothing to train: the run here had already trained to step {summary.step}, "
+                "its budget; raise --config.train.steps (or train.time_budget_minutes) to go on"
+            )
+        return
     print(f"trained to step {summary.step}, loss {summary.final_loss:.4f}, {summary.seconds:.0f} s")
 
 

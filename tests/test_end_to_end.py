@@ -34,21 +34,7 @@ def runs(tmp_path_factory):
     results = {}
     for name in ("transformer", "rnnsearch"):
         workdir = root / name
-        training = _run(
-            "train.py",
-            "--config",
-            f"configs/quickstart_{name}.py",
-            "--workdir",
-            str(workdir),
-            "--config.train.steps=12",
-            "--config.train.log_every_steps=4",
-            "--config.checkpoint.every_steps=8",
-            "--config.data.tokens_per_batch=512",
-            "--config.eval.num_examples=32",
-            "--config.data.bucket_width=48",  # one padded length (the quickstarts' longest): one
-            ONE_SEARCH_LOOP,  # training step and one search to compile, in train.py and eval.py
-            *SHRINK[name],
-        )
+        training = _run(*_train_arguments(name, workdir))
         # Greedy: an untrained model's outputs run to the length limit, and beam search has its
         # own tests (test_decoding, test_evaluation); this one is about the pipeline.
         evaluation = _run(
@@ -57,6 +43,24 @@ def runs(tmp_path_factory):
         results[name] = json.loads(evaluation.stdout.strip().splitlines()[-1])
         results[name]["train_log"] = training.stderr
     return root, results
+
+
+def _train_arguments(name: str, workdir) -> list[str]:
+    return [
+        "train.py",
+        "--config",
+        f"configs/quickstart_{name}.py",
+        "--workdir",
+        str(workdir),
+        "--config.train.steps=12",
+        "--config.train.log_every_steps=4",
+        "--config.checkpoint.every_steps=8",
+        "--config.data.tokens_per_batch=512",
+        "--config.eval.num_examples=32",
+        "--config.data.bucket_width=48",  # one padded length (the quickstarts' longest): one
+        ONE_SEARCH_LOOP,  # training step and one search to compile, in train.py and eval.py
+        *SHRINK[name],
+    ]
 
 
 @pytest.fixture(params=["transformer", "rnnsearch"])
@@ -110,6 +114,20 @@ def test_a_full_disk_is_one_line_saying_what_to_do(runs, tmp_path):
     assert result.stderr == (
         "error: No space left on device; free some space and rerun the command\n"
     )
+
+
+def test_the_same_command_again_says_the_run_has_ended_and_changes_nothing(runs):
+    """It printed "trained to step 12, loss nan, 0 s"."""
+    workdir = runs[0] / "transformer"
+    checkpoints = sorted(p.name for p in (workdir / "checkpoints").iterdir())
+    log = (workdir / "metrics.jsonl").read_text()
+    again = _run(*_train_arguments("transformer", workdir))
+    assert again.stdout.splitlines()[-1] == (
+        "nothing to train: the run here had already trained to step 12, its budget; raise "
+        "--config.train.steps (or train.time_budget_minutes) to go on"
+    )
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == checkpoints
+    assert (workdir / "metrics.jsonl").read_text() == log
 
 
 def test_run_saved_its_config_and_final_checkpoint(trained):

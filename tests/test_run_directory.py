@@ -2,7 +2,9 @@
 
 import json
 import logging
+import os
 import shutil
+import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -51,7 +53,7 @@ def test_every_file_of_the_layout_may_be_in_a_folder_a_run_starts_in(tmp_path):
     layout's own files and no config: none of them may count as another tool's."""
     run = RunDirectory(tmp_path / "run")
     names = [n for n, v in vars(RunDirectory).items() if isinstance(v, property) and n != "path"]
-    assert len(names) == 12, names  # every path the layout names
+    assert len(names) == 13, names  # every path the layout names
     for name in names:
         path = getattr(run, name)
         if name.endswith("_dir"):
@@ -297,3 +299,27 @@ def test_training_continues_from_its_corpus_in_another_folder(tmp_path, caplog):
     assert {p.name: p.read_bytes() for p in run.tokenizer_dir.iterdir()} == tokenizer
     assert run.load_config().data.dir == str(moved)
     assert set(json.loads(run.corpus_file.read_text())) == {"train.de", "train.en"}
+
+
+def test_a_second_process_cannot_train_a_run_while_one_does(tmp_path):
+    """Two ``train.py`` on one folder both trained, writing checkpoints and one metrics.jsonl
+    between them. A lock taken twice conflicts even in one process (``flock`` is per open)."""
+    from seq2seq.training.trainer import train
+
+    run = RunDirectory(tmp_path / "run").create()
+    config = tiny_config("transformer")
+    with run.training():
+        holder = f"process {os.getpid()} on {socket.gethostname()}"
+        with pytest.raises(RunDirectoryError) as error, run.training():
+            pass
+        assert str(error.value) == (
+            f"{run.path} is being trained by {holder}; wait for it to finish (or stop it), then "
+            "rerun to continue the run"
+        )
+        with pytest.raises(RunDirectoryError, match="is being trained by"):
+            train(config, run)  # refused before it writes anything
+        assert sorted(p.name for p in run.path.iterdir()) == [".training.lock"]
+    assert run.lock_file.read_text() == ""  # the holder's name goes with the lock
+    with run.training():  # free again
+        run.save_config(config)
+    assert run.never_started()  # the lock's file is not something the run made

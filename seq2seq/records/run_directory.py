@@ -14,6 +14,7 @@
       tuning.json        a tuned comparison's final runs: how their values were chosen;
       winning_trial.txt  and, in one started as a copy of its winning trial, that trial
       averaged_from.json an averaged run (``seq2seq.evaluation.average``): its source and steps
+      .training.lock     held by the process training the run, so that a second one is refused
       eval/SPLIT.json    what ``eval.py`` measured; eval/SPLIT.hyp.txt its translations
       eval/SPLIT@RULE.*  the same, scored by another checkpoint rule (``@best``, ``@average5``,
                          ``@step1500``), so scoring a run two ways keeps both
@@ -24,8 +25,11 @@ the layout means changing this file only.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import os
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import ml_collections
@@ -118,6 +122,11 @@ class RunDirectory:
     def tuning_file(self) -> Path:
         """Written by a tuned comparison: how this run's values were chosen on validation."""
         return self.path / "tuning.json"
+
+    @property
+    def lock_file(self) -> Path:
+        """Locked while a process trains the run (``training``); names that process."""
+        return self.path / ".training.lock"
 
     @property
     def winning_trial_file(self) -> Path:
@@ -289,11 +298,46 @@ class RunDirectory:
         if record is not None:
             self.corpus_file.write_text(json.dumps(record, indent=1) + "\n")
 
+    @contextlib.contextmanager
+    def training(self) -> Iterator[None]:
+        """Held while a process trains the run here (in a multi-process run, process 0): a
+        second ``train.py`` or comparison on the same folder is refused, where it used to train
+        beside the first, both writing checkpoints and one ``metrics.jsonl``. The lock is the
+        kernel's (``flock``), so a process killed with SIGKILL holds it no longer.
+
+        Raises:
+          RunDirectoryError: another process holds the lock (one line naming it).
+        """
+        import fcntl  # POSIX; imported here so that reading runs needs it nowhere else
+
+        with open(self.lock_file, "a+") as handle:
+            locked = True
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise RunDirectoryError(
+                    f"{self.path} is being trained by {holder}; wait for it to finish (or stop "
+                    "it), then rerun to continue the run"
+                ) from None
+            except OSError:  # a file system without locks: the run trains unguarded
+                locked = False
+            if locked:
+                handle.truncate(0)
+                handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+                handle.flush()
+            try:
+                yield
+            finally:
+                if locked:
+                    handle.truncate(0)  # the lock itself goes when the file closes
+
     def never_started(self) -> bool:
         """Whether the run here stopped before it made anything: its folder holds its config,
         provenance and corpus record alone (a start that failed on its data or a bad value).
         Its config is then no run's identity, and a corrected start may replace it."""
-        kept = (self.config_file, self.provenance_file, self.corpus_file)
+        kept = (self.config_file, self.provenance_file, self.corpus_file, self.lock_file)
         return all(p in kept for p in self.path.rglob("*") if p.is_file())  # stops at another
 
     def read_metrics(self) -> list[dict]:

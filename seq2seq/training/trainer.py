@@ -8,6 +8,7 @@ that holds a run of another shape, and stops on a NaN loss before that loss reac
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import math
@@ -216,8 +217,21 @@ def _train(
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     splits = ("train_split", "eval_split")[: 1 + bool(make_validate)]
     sources.check_split_keys(config.data, splits, require_folder=True)
+    run.create()
+    with run.training() if primary else contextlib.nullcontext():
+        return _train_locked(config, run, mesh, make_validate, preemption, primary)
+
+
+def _train_locked(
+    config: ml_collections.ConfigDict,
+    run: RunDirectory,
+    mesh: Mesh,
+    make_validate: MakeValidateFn | None,
+    preemption: Preemption,
+    primary: bool,
+) -> RunSummary:
     # A corpus moved to another folder continues the run when its training files are the same.
-    run.create().save_config(config, write=primary, fingerprint=sources.corpus_fingerprint)
+    run.save_config(config, write=primary, fingerprint=sources.corpus_fingerprint)
     if primary:
         run.record_corpus(config, sources.corpus_fingerprint)  # at the first start only
         # versions, devices, commit and compute dtype of this (re)start
