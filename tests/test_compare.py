@@ -4,6 +4,8 @@ aggregated, finished runs reused, table3 rows derived from a base config."""
 import dataclasses
 import importlib.metadata
 import json
+import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -18,9 +20,9 @@ from seq2seq.compare.report import describe
 from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec, expand_suite, select_runs, table3_runs
-from seq2seq.compare.workdir import foreign_entries
+from seq2seq.compare.workdir import LOCK_FILE, foreign_entries
 from seq2seq.evaluation.validation import make_validate_fn
-from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory, RunDirectoryError, held
 from seq2seq.training.schedules import build_schedule
 from tests.conftest import REPO, assert_compare_refuses, subprocess_env
 
@@ -384,6 +386,22 @@ def test_a_folder_of_other_things_is_refused_and_a_comparisons_own_is_not(tmp_pa
     assert foreign_entries(comparison) == ["data/", "notes.txt", "report.html"]
     # a folder of comparisons: each is a folder no comparison writes into another
     assert foreign_entries(tmp_path) == ["comparison/"]
+
+
+def test_a_second_comparison_in_the_same_folder_is_refused_before_it_trains(tmp_path):
+    """Its runs' training would be refused one by one, and its report written over the first's."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "tiny.py").write_text(TINY_CONFIG.format(model="transformer"))
+    workdir = (tmp_path / "work").resolve()
+    workdir.mkdir()
+    with held(workdir / LOCK_FILE, "unused"), pytest.raises(RunDirectoryError) as error:
+        compare([RunSpec("tiny", configs / "tiny.py")], workdir, Settings(), "second")
+    assert str(error.value) == (
+        f"{workdir} is being compared by process {os.getpid()} on {socket.gethostname()}; wait "
+        "for it to finish (or stop it), then rerun to continue"
+    )
+    assert [p.name for p in workdir.iterdir()] == [LOCK_FILE]
 
 
 def test_a_workdir_that_is_a_file_is_refused_in_one_line(tmp_path):

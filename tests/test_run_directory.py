@@ -314,7 +314,7 @@ def test_a_second_process_cannot_train_a_run_while_one_does(tmp_path):
             pass
         assert str(error.value) == (
             f"{run.path} is being trained by {holder}; wait for it to finish (or stop it), then "
-            "rerun to continue the run"
+            "rerun to continue"
         )
         with pytest.raises(RunDirectoryError, match="is being trained by"):
             train(config, run)  # refused before it writes anything

@@ -23,6 +23,8 @@ from seq2seq.compare.runner import (
 from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec
 from seq2seq.compare.tuning import reuse_winners, tune, write_tuning_records
+from seq2seq.compare.workdir import LOCK_FILE
+from seq2seq.records.run_directory import held
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +41,25 @@ def compare(
     Before any training, the configs are checked (a scored split that training or validation
     reads is refused). With ``tuning``, each config is first tuned on its validation split (see
     ``tuning``) and its final runs take the chosen values. The runs then train side by side in
-    slices of ``settings.slice_minutes`` and are scored one by one.
+    slices of ``settings.slice_minutes`` and are scored one by one. A second comparison in
+    the same folder is refused while this one runs (its runs' reports would be written over).
 
     Returns the outcomes, in order, and the path of ``report.md``.
     """
     _check(specs, settings, tuning)
     workdir = workdir.resolve()  # the report's paths then hold wherever it is read from
     workdir.mkdir(parents=True, exist_ok=True)
+    with held(workdir / LOCK_FILE, f"{workdir} is being compared by"):
+        return _compare(specs, workdir, settings, title, tuning)
+
+
+def _compare(
+    specs: Sequence[RunSpec],
+    workdir: Path,
+    settings: Settings,
+    title: str,
+    tuning: Tuning | None,
+) -> tuple[list[RunOutcome], Path]:
     tuned = tune(specs, settings, tuning, workdir) if tuning is not None else None
     if tuned and any(result.preempted for result in tuned):
         logger.warning("preempted while tuning: writing the report so far; rerun to continue")

@@ -8,6 +8,7 @@
       figures/                          the reports' figures
       tuning/CONFIG/POINT/              a tuned comparison's trials, each a run
       NAME/, NAME-seedK/                each run (``seq2seq.records.run_directory``)
+      .comparison.lock                  held by the process comparing, so a second is refused
 
 Kept free of JAX, so that ``python -m seq2seq.compare`` refuses such a folder at once.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from seq2seq.records.run_directory import LAYOUT, RunDirectoryError
 
 TUNING_DIR = "tuning"
+LOCK_FILE = ".comparison.lock"
 FIGURES_DIR = "figures"
 REPORTS = frozenset(
     f"{stem}.{kind}"

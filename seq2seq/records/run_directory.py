@@ -298,40 +298,15 @@ class RunDirectory:
         if record is not None:
             self.corpus_file.write_text(json.dumps(record, indent=1) + "\n")
 
-    @contextlib.contextmanager
-    def training(self) -> Iterator[None]:
+    def training(self) -> contextlib.AbstractContextManager[None]:
         """Held while a process trains the run here (in a multi-process run, process 0): a
         second ``train.py`` or comparison on the same folder is refused, where it used to train
-        beside the first, both writing checkpoints and one ``metrics.jsonl``. The lock is the
-        kernel's (``flock``), so a process killed with SIGKILL holds it no longer.
+        beside the first, both writing checkpoints and one ``metrics.jsonl``.
 
         Raises:
-          RunDirectoryError: another process holds the lock (one line naming it).
+          RunDirectoryError: another process holds it (one line naming that process).
         """
-        import fcntl  # POSIX; imported here so that reading runs needs it nowhere else
-
-        with open(self.lock_file, "a+") as handle:
-            locked = True
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                raise RunDirectoryError(
-                    f"{self.path} is being trained by {holder}; wait for it to finish (or stop "
-                    "it), then rerun to continue the run"
-                ) from None
-            except OSError:  # a file system without locks: the run trains unguarded
-                locked = False
-            if locked:
-                handle.truncate(0)
-                handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
-                handle.flush()
-            try:
-                yield
-            finally:
-                if locked:
-                    handle.truncate(0)  # the lock itself goes when the file closes
+        return held(self.lock_file, f"{self.path} is being trained by")
 
     def never_started(self) -> bool:
         """Whether the run here stopped before it made anything: its folder holds its config,
@@ -362,6 +337,40 @@ class RunDirectory:
         evaluated that way."""
         path = self.eval_result_file(split, checkpoint)
         return json.loads(path.read_text()) if path.exists() else None
+
+
+@contextlib.contextmanager
+def held(lock_file: Path, busy: str) -> Iterator[None]:
+    """An exclusive lock on ``lock_file`` while the block runs, naming this process in the file.
+    The kernel's (``flock``): a process killed with SIGKILL holds it no longer. Where the file
+    system has no locks, the block runs unguarded.
+
+    Raises:
+      RunDirectoryError: ``busy`` and the holder ("... by process 123 on host"), and the fix.
+    """
+    import fcntl  # POSIX; imported here so that reading runs needs it nowhere else
+
+    with open(lock_file, "a+") as handle:
+        locked = True
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunDirectoryError(
+                f"{busy} {holder}; wait for it to finish (or stop it), then rerun to continue"
+            ) from None
+        except OSError:  # a file system without locks
+            locked = False
+        if locked:
+            handle.truncate(0)
+            handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+            handle.flush()
+        try:
+            yield
+        finally:
+            if locked:
+                handle.truncate(0)  # the lock itself goes when the file closes
 
 
 def _file_suffix(label: str) -> str:
