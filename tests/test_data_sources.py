@@ -47,6 +47,14 @@ def test_reads_aligned_pairs_in_order_and_either_direction(tmp_path):
     assert reverse == list(zip(ENGLISH, GERMAN, strict=True))
 
 
+def test_windows_files_read_like_unix_ones(tmp_path):
+    """CRLF line ends, and the byte-order mark some editors write first."""
+    for language, lines in (("de", GERMAN), ("en", ENGLISH)):
+        text = "\ufeff" + "".join(line + "\r\n" for line in lines)
+        (tmp_path / f"train.{language}").write_bytes(text.encode("utf-8"))
+    assert load_pairs(_data(tmp_path), "train") == list(zip(GERMAN, ENGLISH, strict=True))
+
+
 def test_gzip_files_read_like_plain_ones(tmp_path):
     _write(tmp_path, "train.de", GERMAN, compress=True)
     _write(tmp_path, "train.en", ENGLISH)

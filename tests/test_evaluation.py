@@ -108,6 +108,19 @@ def test_read_lines_keeps_empty_lines_and_splits_on_newlines_only(tmp_path):
         read_lines(tmp_path / "missing.txt")
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
+    """Files saved by some Windows editors start with one: it made the first line another
+    sentence, and moved BLEU (95.94 -> 95.85 on 100 quickstart test sentences)."""
+    path = tmp_path / "input.txt"
+    path.write_bytes("\ufeffein Hund\r\n\ufeffzwei\r\n".encode())
+    assert read_lines(path) == ["ein Hund", "\ufeffzwei"]  # only the file's first character
+    read, write = os.pipe()
+    os.write(write, path.read_bytes())
+    os.close(write)
+    with os.fdopen(read, "rb") as stream:
+        assert list(line_batches(stream, batch_size=8)) == [["ein Hund", "\ufeffzwei"]]
+
+
 def test_a_line_that_is_not_utf8_is_named_by_its_number(tmp_path):
     path = tmp_path / "input.txt"
     path.write_bytes(b"first\nsecond \xff\nthird\n")

@@ -30,6 +30,7 @@ Pair = tuple[str, str]  # (source sentence, target sentence)
 # The synthetic task's own split names, for the configs' generic ones.
 _SYNTHETIC_SPLITS = {"train": "train", "validation": "validation", "test": "test"}
 CHUNK_SIZE = 20_000  # pairs read at a time when streaming a corpus
+BOM = "\ufeff"  # the byte-order mark some editors write first: not a file's text
 
 
 class DataError(ValueError):
@@ -177,7 +178,8 @@ class TextCorpus(ParallelCorpus):
         texts = []
         for raw, path in zip(pair, (self.source_path, self.target_path), strict=True):
             try:
-                texts.append(raw.decode("utf-8").rstrip("\r\n"))
+                text = raw.decode("utf-8").rstrip("\r\n")
+                texts.append(text.removeprefix(BOM) if index == 0 else text)
             except UnicodeDecodeError as error:
                 raise DataError(
                     f"{path} line {index + 1} is not UTF-8 ({error.reason}); convert the file to "

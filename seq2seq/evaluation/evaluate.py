@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
 from collections.abc import Sequence
@@ -114,7 +115,7 @@ def read_lines(path: Path, what: str = "input") -> list[str]:
     """
     if not path.is_file():
         raise FileNotFoundError(f"no {what} file at {path}")
-    raw = path.read_bytes()
+    raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # an editor's mark, not text
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

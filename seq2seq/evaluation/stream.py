@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
+from seq2seq.data.sources import BOM
 from seq2seq.evaluation.evaluate import nbest_lines
 from seq2seq.evaluation.translator import LineTranslator, one_line
 
@@ -29,7 +30,8 @@ def _ready(fd: int) -> bool:
 
 def _decode(line: bytes, number: int) -> str:
     try:
-        return line.decode("utf-8").removesuffix("\r")
+        text = line.decode("utf-8").removesuffix("\r")
+        return text.removeprefix(BOM) if number == 1 else text
     except UnicodeDecodeError as error:
         raise ValueError(
             f"standard input line {number} is not UTF-8 ({error.reason}); the lines before it "
