@@ -472,3 +472,20 @@ def test_make_serve_before_make_quickstart_says_to_run_it(tmp_path):
         "(make serve serves the quickstart's runs)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_pages_keep_their_example_commands_line_breaks():
+    """A command's --help prints its module docstring, where a lone backslash before a newline
+    is Python's line continuation: the example's two lines printed as one, with a gap inside."""
+    import ast
+    import re
+
+    joined = []
+    for path in [REPO / "train.py", REPO / "eval.py", *sorted((REPO / "seq2seq").rglob("*.py"))]:
+        source = path.read_text()
+        body = ast.parse(source).body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            written = ast.get_source_segment(source, body[0])  # as typed, escapes and all
+            if not written.startswith("r") and re.search(r"(?<!\\)\\\n", written):
+                joined.append(str(path.relative_to(REPO)))
+    assert joined == []

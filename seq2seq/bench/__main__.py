@@ -2,7 +2,7 @@
 
     python -m seq2seq.bench matmul
     python -m seq2seq.bench train --config configs/bench_small.py [--steps 20]
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m seq2seq.bench train \
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m seq2seq.bench train \\
         --config configs/bench_small.py --meshes 8x1x1,2x4x1,2x2x2,1x1x8   # step time per mesh
     python -m seq2seq.bench decode --config configs/bench_small.py [--beam_size 4] [--workdir RUN]
     python -m seq2seq.bench decode --workdir RUN --split test [--beam_size 4] [--batch_size 256]

@@ -1,6 +1,6 @@
 """Model size and cost from a config, without training or allocating anything.
 
-    python -m seq2seq.bench.summary --config configs/wmt14_ende_transformer_base.py \
+    python -m seq2seq.bench.summary --config configs/wmt14_ende_transformer_base.py \\
         --config.data.vocab_size=37000
 
 prints one JSON line: ``params``, ``params_by_module`` and ``train_flops_per_target_token``.

@@ -1,6 +1,6 @@
 """``python -m seq2seq.export``: a trained Transformer run as a CTranslate2 model directory.
 
-    python -m seq2seq.export --workdir runs/m30k_transformer --output exported/m30k \
+    python -m seq2seq.export --workdir runs/m30k_transformer --output exported/m30k \\
         [--quantization float32|int16|int8] [--checkpoint latest|best|STEP|average:K]
     python eval.py --workdir runs/m30k_transformer --engine ctranslate2 [--quantization int8]
     python eval.py --exported exported/m30k --input my.de --output my.en

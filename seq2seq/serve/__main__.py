@@ -1,6 +1,6 @@
 """Serve trained models over HTTP, with a page that shows their attention.
 
-    python -m seq2seq.serve --workdir runs/quickstart/quickstart_transformer \
+    python -m seq2seq.serve --workdir runs/quickstart/quickstart_transformer \\
         --workdir runs/quickstart/quickstart_rnnsearch [--checkpoint latest|best|STEP|average:K]
         [--ensemble] [--host 127.0.0.1] [--port 8000]
 

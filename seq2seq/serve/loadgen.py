@@ -1,6 +1,6 @@
 """A bounded load test of a running server: C clients, each sending one sentence at a time.
 
-    python -m seq2seq.serve.loadgen --url http://127.0.0.1:8000 --input sentences.txt \
+    python -m seq2seq.serve.loadgen --url http://127.0.0.1:8000 --input sentences.txt \\
         --model quickstart_transformer --clients 32 --seconds 60
 
 Each client posts ``{"sentences": [one line], "models": [--model]}`` and waits for the answer
