@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import re
 import sys
 import tempfile
@@ -305,8 +306,13 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
             print(
                 "interrupted: what had finished is kept; rerun the same command to continue",
                 file=sys.stderr,
+                flush=True,
             )
-            sys.exit(130)
+            sys.stdout.flush()
+            # At once, as a second Ctrl-C asks: a checkpoint orbax is still writing in another
+            # thread would print a traceback as the interpreter shut down around it. Its folder
+            # stays unfinished, and a resume starts from the checkpoint before it.
+            os._exit(130)
 
     return wrapped
 

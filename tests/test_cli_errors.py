@@ -489,3 +489,37 @@ def test_help_pages_keep_their_example_commands_line_breaks():
             if not written.startswith("r") and re.search(r"(?<!\\)\\\n", written):
                 joined.append(str(path.relative_to(REPO)))
     assert joined == []
+
+
+LATE_THREAD = """
+import concurrent.futures
+import threading
+import time
+
+from seq2seq import cli
+
+
+def commit():  # as orbax's thread writing a checkpoint: more work, once the main thread ended
+    time.sleep(1.0)
+    concurrent.futures.ThreadPoolExecutor(1).submit(print, "committed")
+
+
+def main(argv):
+    threading.Thread(target=commit).start()
+    raise KeyboardInterrupt  # the second Ctrl-C, while the first one's checkpoint is written
+"""
+
+
+def test_a_second_ctrl_c_while_a_checkpoint_is_written_is_one_line(tmp_path):
+    """The interpreter shut down around orbax's thread, which printed its traceback."""
+    script = tmp_path / "command.py"
+    script.write_text(LATE_THREAD + "\ncli.run(main)\n")
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=REPO, env=subprocess_env(), capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 130
+    assert result.stderr == (
+        "interrupted: what had finished is kept; rerun the same command to continue\n"
+    )
+    assert "committed" not in result.stdout  # it stopped at once
