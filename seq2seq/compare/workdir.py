@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seq2seq.records.run_directory import LAYOUT, RunDirectoryError
+from seq2seq.records.run_directory import (
+    LAYOUT,
+    RunDirectoryError,
+    count_entries,
+    show_entries,
+)
 
 TUNING_DIR = "tuning"
 LOCK_FILE = ".comparison.lock"
@@ -61,9 +66,7 @@ def check_free(path: Path) -> None:
     """
     others = foreign_entries(path)
     if others:
-        shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
-        entries = "an entry" if len(others) == 1 else f"{len(others)} entries"
         raise RunDirectoryError(
-            f"--workdir {path} holds {entries} that no comparison wrote ({shown}); nothing was "
-            "written: pass a new folder or a comparison's"
+            f"--workdir {path} holds {count_entries(others)} that no comparison wrote "
+            f"({show_entries(others)}); nothing was written: pass a new folder or a comparison's"
         )

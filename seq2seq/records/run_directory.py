@@ -175,11 +175,9 @@ class RunDirectory:
             if path.name not in LAYOUT and not path.name.startswith(".")
         )
         if others:
-            shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
-            entries = "an entry" if len(others) == 1 else f"{len(others)} entries"
             raise RunDirectoryError(
-                f"--workdir {self.path} holds no run but {entries} of its own ({shown}); nothing "
-                "was written: pass a new or empty folder"
+                f"--workdir {self.path} holds no run but {count_entries(others)} of its own "
+                f"({show_entries(others)}); nothing was written: pass a new or empty folder"
             )
 
     def require(self) -> RunDirectory:
@@ -337,6 +335,16 @@ class RunDirectory:
         evaluated that way."""
         path = self.eval_result_file(split, checkpoint)
         return json.loads(path.read_text()) if path.exists() else None
+
+
+def count_entries(names: list[str]) -> str:
+    """ "an entry" or "N entries": how a refusal counts a folder's entries."""
+    return "an entry" if len(names) == 1 else f"{len(names)} entries"
+
+
+def show_entries(names: list[str]) -> str:
+    """The first four of ``names``, and "..." if there are more."""
+    return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
 
 
 @contextlib.contextmanager
