@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seq2seq.records.run_directory import (
-    LAYOUT,
+    RunDirectory,
     RunDirectoryError,
     count_entries,
     show_entries,
@@ -53,8 +53,8 @@ def foreign_entries(path: Path) -> list[str]:
 
 
 def _holds_a_run(folder: Path) -> bool:
-    names = [p.name for p in folder.iterdir() if not p.name.startswith(".")]
-    return "config.json" in names or all(name in LAYOUT for name in names)
+    run = RunDirectory(folder)
+    return run.config_file.exists() or not run.other_entries()
 
 
 def check_free(path: Path) -> None:

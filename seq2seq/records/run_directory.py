@@ -169,16 +169,21 @@ class RunDirectory:
         """
         if not self.path.is_dir() or self.config_file.exists():
             return
-        others = sorted(
-            path.name + "/" * path.is_dir()
-            for path in self.path.iterdir()
-            if path.name not in LAYOUT and not path.name.startswith(".")
-        )
+        others = self.other_entries()
         if others:
             raise RunDirectoryError(
                 f"--workdir {self.path} holds no run but {count_entries(others)} of its own "
                 f"({show_entries(others)}); nothing was written: pass a new or empty folder"
             )
+
+    def other_entries(self) -> list[str]:
+        """The folder's entries that are not the layout's (``NAME/`` for a folder), sorted;
+        hidden ones (``.DS_Store``, ``.ipynb_checkpoints``, the lock) left out."""
+        return sorted(
+            path.name + "/" * path.is_dir()
+            for path in self.path.iterdir()
+            if path.name not in LAYOUT and not path.name.startswith(".")
+        )
 
     def require(self) -> RunDirectory:
         """Checks that the directory holds a run (its config); returns it."""
