@@ -1,7 +1,9 @@
 """From a config to batches: filter counts in the log, config checks, the Multi30k configs."""
 
+import io
 import logging
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -265,3 +267,24 @@ def test_a_second_start_reads_the_encoded_split_from_disk_not_the_corpus(tmp_pat
         patch.setattr(pipeline, "encode_corpus", no_reading)
         assert build_training_data(config, run, encoded_dir=encoded_dir).counts["read"] == 30
     assert [p.name for p in encoded_dir.iterdir()] == [kept.name]
+
+
+class _Terminal(io.StringIO):
+    """Standard error as a person's terminal: where progress bars are drawn."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_encoding_a_corpus_draws_a_bar_of_its_pairs_on_a_terminal(tmp_path, monkeypatch):
+    folder = tmp_path / "text"
+    folder.mkdir()
+    _write_corpus(folder, [(f"the cat {i} sat", f"die katze {i} sass") for i in range(45)])
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    build_training_data(_text_config(folder), tmp_path / "tokenizer")
+    assert "encoding the training split: 100%" in terminal.getvalue()
+    assert "45/45" in terminal.getvalue()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe or a log file: no bar
+    build_training_data(_text_config(folder), tmp_path / "tokenizer")
+    assert "encoding" not in sys.stderr.getvalue()

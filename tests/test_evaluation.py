@@ -25,7 +25,7 @@ from seq2seq.data import synthetic
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding.sampling import SamplingMethod
-from seq2seq.evaluation import restore
+from seq2seq.evaluation import processes, restore
 from seq2seq.evaluation.averaging import write_averaged_run
 from seq2seq.evaluation.bleu import bleu_by_source_length
 from seq2seq.evaluation.evaluate import evaluate, nbest_lines, read_lines, translate_file
@@ -153,10 +153,12 @@ class _Echo(LineTranslator):
     def __init__(self):
         self.seen: list[str] = []
 
-    def translate_sentences(self, sentences, numbers):
+    def translate_sentences(self, sentences, numbers, progress):
         self.seen += sentences
         outputs = [f"{number}:{line}" for line, number in zip(sentences, numbers, strict=True)]
         truncated = [i for i, line in enumerate(sentences) if line == "long"]
+        for start in range(0, len(sentences), 2):  # in batches of two
+            progress(len(sentences[start : start + 2]))
         return Translations(outputs, truncated, [[(-1.0, output)] for output in outputs])
 
 
@@ -173,6 +175,38 @@ def test_blank_lines_are_never_decoded_and_leave_every_other_line_in_place():
     ]  # fmt: skip
     engine.seen = []
     assert engine.translate(BLANKS).hypotheses == [""] * len(BLANKS) and engine.seen == []
+
+
+def test_progress_counts_blank_lines_at_once_and_sentences_batch_by_batch():
+    lines = ["a", BLANKS[0], "b", "c", BLANKS[1], "d", "e"]
+    told = []
+    _Echo().translate(lines, progress=told.append)
+    assert told == [2, 2, 2, 1]  # the two blank lines, then batches of two of the five others
+    told = []
+    _Echo().translate(BLANKS, progress=told.append)
+    assert told == [len(BLANKS)]
+
+
+@pytest.mark.parametrize(
+    ("mine", "count", "told"),
+    [
+        (3, 8, [2, 3, 3]),  # each of this process's 3 stands for 8 / 3, the last ends the whole
+        (4, 4, [1, 1, 1, 1]),  # one process: its own count
+        (2, 7, [3, 4]),
+    ],
+)
+def test_a_process_s_share_of_progress_is_counted_as_the_whole(mine, count, told):
+    seen = []
+    update = processes.whole_progress(seen.append, mine, count)
+    for _ in range(mine):
+        update(1)
+    assert seen == told and sum(seen) == count
+
+
+def test_a_process_with_no_sentences_tells_the_whole_at_once():
+    seen = []
+    processes.whole_progress(seen.append, 0, 5)(0)
+    assert seen == [5]
 
 
 # -- choosing and averaging checkpoints -----------------------------------------------------
@@ -432,9 +466,9 @@ def _never_decodes_blank_lines(translator, monkeypatch) -> list[str]:
     """Every sentence ``translator`` decodes from now on (the list fills as it decodes)."""
     decoded, decode = [], translator.translate_sentences
 
-    def recording(sentences, numbers):
+    def recording(sentences, numbers, *progress):
         decoded.extend(sentences)
-        return decode(sentences, numbers)
+        return decode(sentences, numbers, *progress)
 
     monkeypatch.setattr(translator, "translate_sentences", recording)
     return decoded
@@ -512,6 +546,74 @@ def test_blank_lines_come_back_blank_from_the_exported_model(workdir, tmp_path, 
     assert _without_scores(from_stream) == _without_scores(expected)
     assert _scores(from_stream) == pytest.approx(_scores(expected), abs=1e-4)
     assert sorted({int(row.split("\t")[0]) for row in from_file}) == [1, 4, 5, 7]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["jax", "ctranslate2"])
+def test_each_engine_tells_progress_batch_by_batch(workdir, engine):
+    """What a bar counts: each batch's sentences as it ends, every line once in all."""
+    from seq2seq.export.run import exported_translator
+
+    translator = Translator.restore(workdir) if engine == "jax" else exported_translator(workdir)
+    translator.config.eval.batch_size = 4
+    sources = [source for source, _ in synthetic.load_split("validation")[:10]]
+    lines = [*sources[:5], BLANKS[0], *sources[5:]]
+    told = []
+    hypotheses = translator.translate(lines, progress=told.append).hypotheses
+    assert told[0] == 1  # the blank line, at once
+    assert sum(told) == len(lines) and all(1 <= n <= 4 for n in told[1:]) and len(told) >= 4
+    assert hypotheses == translator.translate(lines).hypotheses  # counting changes nothing
+
+
+def _stderr_on_a_terminal(command: list[str]) -> tuple[int, str]:
+    """Runs ``command`` with its standard error on a pseudo-terminal, as a person at a shell
+    sees it; returns the exit status and what it wrote there."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    main, terminal = pty.openpty()
+    # 40 rows of 120 columns: a new pseudo-terminal has none, and tqdm draws nothing in none
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=terminal, env=subprocess_env()
+    )
+    os.close(terminal)
+    chunks = []
+
+    def read():  # all along: a full terminal buffer would stop the command
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the command closed its end
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    status = process.wait(timeout=600)
+    reader.join(timeout=60)
+    os.close(main)
+    return status, b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.slow
+def test_eval_py_draws_a_bar_on_a_terminal_and_none_into_a_pipe(workdir, tmp_path):
+    sources = [source for source, _ in synthetic.load_split("validation")[:30]]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    command = [
+        sys.executable, "eval.py", "--workdir", str(workdir), "--input", str(tmp_path / "in.txt"),
+        "--output", str(tmp_path / "out.txt"), "--batch_size", "8",
+    ]  # fmt: skip
+    status, terminal = _stderr_on_a_terminal(command)
+    assert status == 0, terminal[-3000:]
+    assert "translating: 100%" in terminal and "30/30" in terminal, terminal[-3000:]
+    piped = _run(*command[1:])
+    assert "translating" not in piped.stderr and "30/30" not in piped.stderr
 
 
 @pytest.mark.slow

@@ -77,6 +77,7 @@ LAYERS = [
     "models",
     "config",
     "runtime",
+    "progress",
     "cli",
     "checkpoints",
     "records",

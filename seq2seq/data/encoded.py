@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from seq2seq import progress
 from seq2seq.data.sources import ParallelCorpus
 from seq2seq.data.tokenizer import Tokenizer
 
@@ -109,17 +110,20 @@ def _offsets(lengths: list[np.ndarray]) -> np.ndarray:
 
 
 def encode_corpus(corpus: ParallelCorpus, tokenizer: Tokenizer) -> EncodedCorpus:
-    """Tokenizes every pair of ``corpus``, one chunk of strings at a time."""
+    """Tokenizes every pair of ``corpus``, one chunk of strings at a time (a bar counts the
+    pairs on a terminal: WMT's millions take minutes)."""
     source_dtype = _id_dtype(tokenizer.source_vocab_size)
     target_dtype = _id_dtype(tokenizer.target_vocab_size)
     source_ids, source_lengths, target_ids, target_lengths = [], [], [], []
-    for chunk in corpus.chunks():
-        ids, lengths = tokenizer.encode_source_flat([source for source, _ in chunk])
-        source_ids.append(ids.astype(source_dtype))
-        source_lengths.append(lengths)
-        ids, lengths = tokenizer.encode_target_flat([target for _, target in chunk])
-        target_ids.append(ids.astype(target_dtype))
-        target_lengths.append(lengths)
+    with progress.bar(len(corpus), "pair", "encoding the training split") as bar:
+        for chunk in corpus.chunks():
+            ids, lengths = tokenizer.encode_source_flat([source for source, _ in chunk])
+            source_ids.append(ids.astype(source_dtype))
+            source_lengths.append(lengths)
+            ids, lengths = tokenizer.encode_target_flat([target for _, target in chunk])
+            target_ids.append(ids.astype(target_dtype))
+            target_lengths.append(lengths)
+            bar.update(len(chunk))
     return EncodedCorpus(
         source_ids=np.concatenate(source_ids),
         source_offsets=_offsets(source_lengths),

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from seq2seq import progress
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.sources import resolve_split
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
@@ -61,8 +62,8 @@ def decoding_facts(translator: LineTranslator) -> dict[str, object]:
 
 def _translate(translator: LineTranslator, sources: Sequence[str]) -> tuple[Translations, dict]:
     start = time.monotonic()
-    with compiling() as compile_time:
-        translations = translator.translate(sources)
+    with compiling() as compile_time, progress.bar(len(sources), "sentence", "translating") as bar:
+        translations = translator.translate(sources, progress=bar.update)
     seconds = time.monotonic() - start
     decoding = max(seconds - compile_time.seconds, 1e-9)  # a new shape compiles; it is not speed
     facts = {

@@ -15,11 +15,31 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from seq2seq.progress import Progress
+
 
 def share(count: int) -> list[int]:
     """Indices of the ``count`` items this process handles: every ``P``-th, from its index
     (interleaved, so sorted inputs give each process a like mix of lengths)."""
     return list(range(jax.process_index(), count, jax.process_count()))
+
+
+def whole_progress(progress: Progress, mine: int, count: int) -> Progress:
+    """``progress`` of all ``count`` items, told of this process's ``mine`` of them (its
+    ``share``): each stands for ``count / mine`` items, the shares being like mixes, and the
+    last of them completes the whole."""
+    if mine == count:
+        return progress
+    done = told = 0
+
+    def update(items: int) -> None:
+        nonlocal done, told
+        done += items
+        whole = count if done >= mine else done * count // mine
+        progress(whole - told)
+        told = whole
+
+    return update
 
 
 def local_copy(tree):

@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from seq2seq import config as config_lib
+from seq2seq import progress as progress_lib
 from seq2seq.checkpoints.rule import CheckpointChoice
 from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
@@ -135,20 +136,24 @@ def is_blank(line: str) -> bool:
 def leave_blank_lines_blank(
     lines: Sequence[str],
     first_index: int,
-    translate_sentences: Callable[[list[str], list[int]], Translations],
+    translate_sentences: Callable[..., Translations],
+    progress: progress_lib.Progress = progress_lib.ignored,
 ) -> Translations:
     """The one rule for blank lines (``is_blank``), whatever the engine and the search.
 
     A blank line is never tokenized, decoded or scored: its translation is the empty line, with
-    no n-best entries, and it is never counted as truncated. ``translate_sentences`` gets the
-    other lines with their numbers in the whole input (``first_index`` + their index in
-    ``lines``), so each keeps its place and, when sampling, its key.
+    no n-best entries, and it is never counted as truncated. ``translate_sentences(sentences,
+    numbers, progress)`` gets the other lines with their numbers in the whole input
+    (``first_index`` + their index in ``lines``), so each keeps its place and, when sampling,
+    its key. ``progress`` counts the blank lines as done at once, the others as they are.
     """
     kept = [i for i, line in enumerate(lines) if not is_blank(line)]
     hypotheses, nbest = [""] * len(lines), [[] for _ in lines]
+    if len(kept) < len(lines):
+        progress(len(lines) - len(kept))
     if not kept:
         return Translations(hypotheses, [], nbest)
-    found = translate_sentences([lines[i] for i in kept], [first_index + i for i in kept])
+    found = translate_sentences([lines[i] for i in kept], [first_index + i for i in kept], progress)
     for position, index in enumerate(kept):
         hypotheses[index], nbest[index] = found.hypotheses[position], found.nbest[position]
     return Translations(hypotheses, [kept[i] for i in found.truncated], nbest)
@@ -157,9 +162,9 @@ def leave_blank_lines_blank(
 class LineTranslator:
     """What every decoding engine offers: ``translate`` lines, blank ones left blank.
 
-    An engine implements ``translate_sentences(sentences, numbers)``, which sees only lines with
-    text in them (``leave_blank_lines_blank``); ``numbers[i]`` is sentence i's number in the
-    whole input, which keys its sample.
+    An engine implements ``translate_sentences(sentences, numbers, progress)``, which sees only
+    lines with text in them (``leave_blank_lines_blank``); ``numbers[i]`` is sentence i's number
+    in the whole input, which keys its sample, and ``progress`` is told of each batch done.
     """
 
     config: ml_collections.ConfigDict  # the run's: decode and eval settings, data's splits
@@ -171,12 +176,24 @@ class LineTranslator:
         """Which parameters decode, for reports."""
         raise NotImplementedError
 
-    def translate(self, lines: Sequence[str], first_index: int = 0) -> Translations:
+    def translate(
+        self,
+        lines: Sequence[str],
+        first_index: int = 0,
+        *,
+        progress: progress_lib.Progress = progress_lib.ignored,
+    ) -> Translations:
         """Translations in input order, line i of ``lines`` numbered ``first_index + i`` (so
-        translating a stream in pieces draws what one call would)."""
-        return leave_blank_lines_blank(lines, first_index, self.translate_sentences)
+        translating a stream in pieces draws what one call would); ``progress`` is told how
+        many more lines are done after each batch (a bar's ``update``)."""
+        return leave_blank_lines_blank(lines, first_index, self.translate_sentences, progress)
 
-    def translate_sentences(self, sentences: list[str], numbers: list[int]) -> Translations:
+    def translate_sentences(
+        self,
+        sentences: list[str],
+        numbers: list[int],
+        progress: progress_lib.Progress = progress_lib.ignored,
+    ) -> Translations:
         raise NotImplementedError
 
 
@@ -360,17 +377,24 @@ class Translator(LineTranslator):
             f"{m.name}: {d}" for m, d in zip(self.members, described, strict=True)
         )
 
-    def translate_sentences(self, sentences: list[str], numbers: list[int]) -> Translations:
+    def translate_sentences(
+        self,
+        sentences: list[str],
+        numbers: list[int],
+        progress: progress_lib.Progress = progress_lib.ignored,
+    ) -> Translations:
         """Translations in input order; inputs over ``decode.max_input_length`` are cut.
 
         Sentence i samples with key ``fold_in(seed, numbers[i])``. With several processes each
         translates its share of the sentences and every process returns all translations
-        (``seq2seq.evaluation.processes``).
+        (``seq2seq.evaluation.processes``); ``progress`` then counts this process's share as
+        the whole (the shares are like mixes of lengths).
         """
         limit = self.config.decode.max_input_length
         first = self.tokenizer.encode_source(sentences)
         truncated = [i for i, ids in enumerate(first) if len(ids) > limit]
         mine = processes.share(len(sentences))  # this process's sentences
+        progress = processes.whole_progress(progress, len(mine), len(sentences))
         first = [truncate_source(first[i], limit) for i in mine]
         # A member that tokenizes the source as the first does reads the first's ids.
         per_member = [
@@ -399,6 +423,9 @@ class Translator(LineTranslator):
                     for hypothesis, score in zip(tokens[row], scores[row], strict=True)
                     if score > -np.inf
                 ]
+            progress(len(indices))
+        if not mine:  # more processes than sentences: this one had none to translate
+            progress(0)
         missing = [mine[i] for i, output in enumerate(outputs) if output is None]
         if missing:  # inference_batches must cover every sentence; never write a short file
             raise RuntimeError(f"{len(missing)} sentences were not translated, first {missing[0]}")

@@ -30,6 +30,7 @@ from seq2seq.evaluation.translator import (
     truncate_source,
 )
 from seq2seq.export.converter import SETTINGS_FILE, TOKENIZER_DIR
+from seq2seq.progress import Progress, ignored
 
 
 class ExportedTranslator(LineTranslator):
@@ -75,8 +76,11 @@ class ExportedTranslator(LineTranslator):
         target = self.tokenizer.target
         return one_line(self.tokenizer.decode_target([target.piece_to_id(p) for p in pieces]))
 
-    def translate_sentences(self, sentences: list[str], numbers: list[int]) -> Translations:
-        """Translations in input order (``numbers`` key samples; a beam search needs none)."""
+    def translate_sentences(
+        self, sentences: list[str], numbers: list[int], progress: Progress = ignored
+    ) -> Translations:
+        """Translations in input order (``numbers`` key samples; a beam search needs none);
+        ``progress`` is told of each batch done."""
         del numbers
         decode = self.config.decode
         limit = decode.max_input_length
@@ -98,6 +102,7 @@ class ExportedTranslator(LineTranslator):
                     (score, self._text(hypothesis))
                     for score, hypothesis in ranked[: self.nbest or 1]
                 ]
+            progress(len(members))
         return Translations([o[0][1] if o else "" for o in outputs], truncated, outputs)
 
     def _decode_batch(self, batch: list[list[str]], members: list[int]):

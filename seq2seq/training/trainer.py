@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data import sources
 from seq2seq.data.pipeline import build_training_data
 from seq2seq.models import build_model, compute_dtype, count_params, schedule_width
+from seq2seq.progress import bar as progress_bar
 from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training import sharding
@@ -381,12 +381,7 @@ class _Loop:
         if self._nothing_to_train(budget):
             return state
         limit = min(budget, preemption.seconds)  # the training time the run stops at, if any
-        progress = tqdm(
-            total=train.steps,
-            initial=int(state.step),
-            disable=not sys.stderr.isatty(),
-            unit="step",
-        )
+        progress = progress_bar(train.steps, "step", initial=int(state.step))
         for step in range(int(state.step) + 1, train.steps + 1):
             state = self._one_step(state)
             progress.update(1)

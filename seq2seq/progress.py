@@ -1,0 +1,33 @@
+"""Progress bars on long work: training steps, encoding a corpus, translating a file.
+
+tqdm's bars on standard error, drawn only where a person watches (standard error is a terminal)
+and by one process of a multi-process job, so that logs and pipes get none. Work that reports
+progress takes a ``Progress``: a function told how many more items are done.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import jax
+from tqdm import tqdm
+
+Progress = Callable[[int], object]  # told how many more items are done (tqdm's ``update``)
+
+
+def shown() -> bool:
+    """Whether bars are drawn here: a terminal watches standard error, and this is the first
+    process (the others' bars would write over its line)."""
+    return sys.stderr.isatty() and jax.process_index() == 0
+
+
+def bar(total: int, unit: str, description: str | None = None, *, initial: int = 0) -> tqdm:
+    """A bar of ``total`` ``unit``s (items done, rate and time to go), or a silent one where
+    bars are not shown (``shown``). Close it, or use it as a context manager."""
+    return tqdm(total=total, initial=initial, unit=unit, desc=description, disable=not shown())
+
+
+def ignored(count: int) -> None:
+    """The ``Progress`` of work nobody watches."""
+    del count
