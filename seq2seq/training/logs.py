@@ -85,7 +85,10 @@ class MetricsWriter:
         self.path = run.metrics_file
         self._drop_records_after(resume_step)
         self.file = self.path.open("a")
-        self.tensorboard = SummaryWriter(str(run.tensorboard_dir))
+        # tensorboardX's thread writes the events within a second of each line, not two minutes:
+        # a run stopped at once (a second Ctrl-C, SIGKILL, a lost machine) that never closes
+        # this loses no more than metrics.jsonl does (its flush is not a wait for that thread).
+        self.tensorboard = SummaryWriter(str(run.tensorboard_dir), flush_secs=1)
 
     def _drop_records_after(self, step: int) -> None:
         """A restarted run repeats the steps after its checkpoint: forget their old lines."""
