@@ -40,6 +40,18 @@ class ConfigError(ValueError):
     """A configuration that cannot run; its message is one line naming the key and the fix."""
 
 
+class SavedConfigError(ConfigError):
+    """A run's ``config.json`` that this version cannot read; ``reason`` says why, without the
+    file or a fix (a caller about to write beside it names its own)."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(
+            f"{path} is not a config this version of seq2seq saved ({reason}); put back the "
+            "run's own config.json, or pass another run's folder"
+        )
+        self.reason = reason
+
+
 def __getattr__(name: str) -> object:
     """``MODEL_NAMES``: the registered model families' names, read from the registry when asked
     (a family registered later is named too)."""
@@ -639,22 +651,20 @@ def load_saved(path: Path) -> ml_collections.ConfigDict:
         schema does not know.
     """
     if not path.exists():
-        raise ConfigError(f"no config at {path}; is this a training work directory?")
+        raise ConfigError(f"no config at {path}; pass the folder of a run (train.py saves one)")
     try:
         saved = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(
-            f"{path} is not a saved config (not JSON: {error}); is this a training work directory?"
-        ) from None
+        raise SavedConfigError(path, f"not JSON: {error}") from None
     if not isinstance(saved, dict):
-        raise ConfigError(f"{path} is not a saved config (not a JSON object)")
+        raise SavedConfigError(path, "not a JSON object")
     config = default_config()
     for key, value in flatten(ml_collections.ConfigDict(saved)):
         key = _RENAMED.get(key, key)
         try:
             _set(config, key, value)
-        except (AttributeError, KeyError) as error:
-            raise ConfigError(f"{path}: {unknown_key_message(key, config)}") from error
+        except (AttributeError, KeyError):
+            raise SavedConfigError(path, unknown_key_message(key, config)) from None
     return validate(config)
 
 

@@ -48,6 +48,27 @@ def test_a_folder_of_other_things_is_refused_and_a_runs_own_folder_is_not(tmp_pa
     RunDirectory(hidden).create()
 
 
+def test_a_folder_of_runs_passed_as_one_names_the_runs_in_it(tmp_path):
+    """``eval.py --workdir runs/quickstart``: the comparison's folder, not one of its runs."""
+    comparison = tmp_path / "quickstart"
+    for name in ("quickstart_transformer", "quickstart_rnnsearch"):
+        RunDirectory(comparison / name).create().save_config(tiny_config("transformer"))
+    (comparison / "figures").mkdir()
+    with pytest.raises(RunDirectoryError) as error:
+        RunDirectory(comparison).load_config()
+    assert str(error.value) == (
+        f"{comparison} is not a run but holds 2 runs in its folders (quickstart_rnnsearch, "
+        f"quickstart_transformer); pass one of them, e.g. --workdir "
+        f"{comparison}/quickstart_rnnsearch"
+    )
+    with pytest.raises(RunDirectoryError) as error:
+        RunDirectory(comparison / "figures").require()
+    assert str(error.value) == (
+        f"{comparison}/figures holds no run (no config.json); pass the --workdir that train.py "
+        "or compare trained a run in"
+    )
+
+
 def test_every_file_of_the_layout_may_be_in_a_folder_a_run_starts_in(tmp_path):
     """A start after a failed one, or a final run copied from its tuning trial, finds the
     layout's own files and no config: none of them may count as another tool's."""
@@ -187,8 +208,13 @@ def test_another_tools_config_json_is_never_replaced(tmp_path, text, reason):
     assert message.startswith(f"{run.config_file} is not a config this version of seq2seq saved")
     assert reason in message and "nothing was overwritten" in message and "\n" not in message
     assert (tmp_path / "config.json").read_text() == text
-    with pytest.raises(config_lib.ConfigError, match=reason):  # eval.py's reading of it
+    with pytest.raises(config_lib.ConfigError) as error:  # eval.py's reading of it
         run.load_config()
+    assert str(error.value) == (
+        f"{run.config_file} is not a config this version of seq2seq saved ({error.value.reason}"
+        "); put back the run's own config.json, or pass another run's folder"
+    )
+    assert error.value.reason.startswith(reason)
 
 
 def test_reading_a_run_for_evaluation_never_imports_the_trainer():

@@ -192,10 +192,28 @@ class RunDirectory:
                 f"no work directory at {self.path}; pass the --workdir of a run"
             )
         if not self.config_file.exists():
-            raise RunDirectoryError(
-                f"{self.path} holds no {self.config_file.name}; is it a training work directory?"
-            )
+            raise RunDirectoryError(self._not_a_run())
         return self
+
+    def _not_a_run(self) -> str:
+        """Why this existing folder is not a run, and which folder to pass instead: the runs in
+        its folders where it holds some (a comparison's, a folder of runs)."""
+        name = self.config_file.name
+        runs = sorted(
+            entry.name
+            for entry in self.path.iterdir()
+            if entry.is_dir() and (entry / name).is_file() and not entry.name.startswith(".")
+        )
+        if runs:
+            count = "a run" if len(runs) == 1 else f"{len(runs)} runs"
+            return (
+                f"{self.path} is not a run but holds {count} in its folders ({show_entries(runs)});"
+                f" pass one of them, e.g. --workdir {self.path / runs[0]}"
+            )
+        return (
+            f"{self.path} holds no run (no {name}); pass the --workdir that train.py or "
+            "compare trained a run in"
+        )
 
     def load_config(self) -> ml_collections.ConfigDict:
         """The config the run saved, read into the current schema."""
@@ -240,11 +258,11 @@ class RunDirectory:
         """
         try:
             return config_lib.load_saved(self.config_file)
-        except config_lib.ConfigError as error:
+        except config_lib.ConfigError as error:  # unreadable, or values this version refuses
+            reason = getattr(error, "reason", str(error))
             raise RunDirectoryError(
-                f"{self.config_file} is not a config this version of seq2seq saved ("
-                f"{str(error).removeprefix(f'{self.config_file}: ')}); nothing was "
-                "overwritten: use another --workdir"
+                f"{self.config_file} is not a config this version of seq2seq saved ({reason}); "
+                "nothing was overwritten: use another --workdir"
             ) from None
 
     def identity_differences(
