@@ -1,17 +1,20 @@
 """Progress bars on long work: training steps, encoding a corpus, translating a file.
 
 tqdm's bars on standard error, drawn only where a person watches (standard error is a terminal)
-and by one process of a multi-process job, so that logs and pipes get none. Work that reports
-progress takes a ``Progress``: a function told how many more items are done.
+and by one process of a multi-process job, so that logs and pipes get none. While a bar is
+drawn, log lines print above it instead of across it. Work that reports progress takes a
+``Progress``: a function told how many more items are done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 Progress = Callable[[int], object]  # told how many more items are done (tqdm's ``update``)
 
@@ -22,10 +25,20 @@ def shown() -> bool:
     return sys.stderr.isatty() and jax.process_index() == 0
 
 
-def bar(total: int, unit: str, description: str | None = None, *, initial: int = 0) -> tqdm:
-    """A bar of ``total`` ``unit``s (items done, rate and time to go), or a silent one where
-    bars are not shown (``shown``). Close it, or use it as a context manager."""
-    return tqdm(total=total, initial=initial, unit=unit, desc=description, disable=not shown())
+@contextlib.contextmanager
+def bar(
+    total: int, unit: str, description: str | None = None, *, initial: int = 0
+) -> Iterator[tqdm]:
+    """A bar of ``total`` ``unit``s (items done, rate and time to go) while the block runs, or a
+    silent one where bars are not shown (``shown``). The console's log lines go above it."""
+    with tqdm(
+        total=total, initial=initial, unit=unit, desc=description, disable=not shown()
+    ) as drawn:
+        if drawn.disable:
+            yield drawn
+            return
+        with logging_redirect_tqdm():
+            yield drawn
 
 
 def ignored(count: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -218,3 +219,12 @@ def config_differences(config, record: Path) -> dict[str, tuple]:
         if mine.get(key) != trained.get(key)
         and not (key not in trained and mine[key] == defaults.get(key))
     }
+
+
+class Terminal(io.StringIO):
+    """Standard error as a person's terminal, where progress bars are drawn. Put it in place in
+    the test itself (``monkeypatch.setattr(sys, "stderr", Terminal())``): pytest puts its own
+    standard error back after the fixtures."""
+
+    def isatty(self) -> bool:
+        return True

@@ -14,7 +14,7 @@ from seq2seq.data import pipeline
 from seq2seq.data.encoded import filter_pairs
 from seq2seq.data.pipeline import build_training_data, load_pairs, real_tokens
 from seq2seq.data.sources import DataError
-from tests.conftest import REPO, tiny_config
+from tests.conftest import REPO, Terminal, tiny_config
 
 CONFIGS = ["configs/multi30k_transformer.py", "configs/multi30k_rnnsearch.py"]
 
@@ -269,18 +269,11 @@ def test_a_second_start_reads_the_encoded_split_from_disk_not_the_corpus(tmp_pat
     assert [p.name for p in encoded_dir.iterdir()] == [kept.name]
 
 
-class _Terminal(io.StringIO):
-    """Standard error as a person's terminal: where progress bars are drawn."""
-
-    def isatty(self) -> bool:
-        return True
-
-
 def test_encoding_a_corpus_draws_a_bar_of_its_pairs_on_a_terminal(tmp_path, monkeypatch):
     folder = tmp_path / "text"
     folder.mkdir()
     _write_corpus(folder, [(f"the cat {i} sat", f"die katze {i} sass") for i in range(45)])
-    terminal = _Terminal()
+    terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     build_training_data(_text_config(folder), tmp_path / "tokenizer")
     assert "encoding the training split: 100%" in terminal.getvalue()

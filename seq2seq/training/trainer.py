@@ -381,20 +381,20 @@ class _Loop:
         if self._nothing_to_train(budget):
             return state
         limit = min(budget, preemption.seconds)  # the training time the run stops at, if any
-        progress = progress_bar(train.steps, "step", initial=int(state.step))
-        for step in range(int(state.step) + 1, train.steps + 1):
-            state = self._one_step(state)
-            progress.update(1)
-            log_step = step % train.log_every_steps == 0 or step == train.steps
-            before, now = self.clock.tick(agree=log_step)
-            if self._finish_time(now) > limit:  # the steps in flight end past it: wait for them
-                now = self._settle()
-            if log_step:  # the clock as the loop reads it: the line and the loop's choices agree
-                self._log(step, progress)  # only on schedule, so resumed logs match exactly
-            self._validate_or_save(state, step, before, now)
-            if self._should_stop(step, now, budget, preemption):
-                break
-        progress.close()
+        with progress_bar(train.steps, "step", initial=int(state.step)) as progress:
+            for step in range(int(state.step) + 1, train.steps + 1):
+                state = self._one_step(state)
+                progress.update(1)
+                log_step = step % train.log_every_steps == 0 or step == train.steps
+                before, now = self.clock.tick(agree=log_step)
+                if self._finish_time(now) > limit:  # the steps in flight end past it: wait for them
+                    now = self._settle()
+                # The clock as the loop reads it: the line and the loop's choices agree.
+                if log_step:  # only on schedule, so resumed logs match exactly
+                    self._log(step, progress)
+                self._validate_or_save(state, step, before, now)
+                if self._should_stop(step, now, budget, preemption):
+                    break
         if self.steps_run:
             self._settle()  # the session's training ends when its last step does
         self.seconds = self.clock.session_seconds()
