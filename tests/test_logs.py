@@ -15,7 +15,9 @@ from seq2seq.training.logs import (
     seconds_to_go,
     short_line,
     steady_means,
+    validation_line,
 )
+from seq2seq.training.stopping import EarlyStopping
 
 
 def test_what_is_left_is_the_steps_at_the_intervals_pace_or_the_budget_whichever_ends_first():
@@ -150,3 +152,21 @@ def test_tensorboard_has_each_line_on_disk_within_a_second_before_any_close(tmp_
     assert scalars["train/loss"] == written  # on disk, the writer not closed
     assert "train/bleu" not in scalars  # not a number: in metrics.jsonl only
     writer.close()
+
+
+def test_a_validation_point_reads_as_figures_with_the_best_and_early_stopping_s_count():
+    stopping = EarlyStopping(patience=3)
+    figures = {"loss": 2.345678, "perplexity": 10.4412, "bleu": 21.456, "n": 1014}
+    stopping.update(21.456, step=400)
+    assert validation_line(400, figures, stopping) == (
+        "validation at step 400 (1014 sentences): greedy BLEU 21.46, loss 2.3457, perplexity "
+        "10.44; 0 of 3 points without a new best (early stopping)"
+    )
+    stopping.update(20.0, step=500)
+    assert validation_line(500, {**figures, "bleu": 20.0}, stopping) == (
+        "validation at step 500 (1014 sentences): greedy BLEU 20.00, loss 2.3457, perplexity "
+        "10.44; best 21.46 at step 400; 1 of 3 points without a new best (early stopping)"
+    )
+    never = EarlyStopping(patience=0)
+    never.update(5.0, step=100)
+    assert validation_line(100, {**figures, "bleu": 5.0}, never).endswith("perplexity 10.44")

@@ -11,6 +11,7 @@ import numpy as np
 from tensorboardX import SummaryWriter
 
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.training.stopping import EarlyStopping
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,24 @@ def short_line(step: int, record: dict, steps: int, to_go: float) -> str:
         f"{record['target_tokens_per_second']:.0f} target tokens/s, "
         f"{record['flops_per_second_per_device'] / 1e12:.3g} TFLOP/s per device"
     )
+
+
+def validation_line(step: int, metrics: dict, stopping: EarlyStopping) -> str:
+    """A validation point as a person reads it: BLEU (greedy), loss and perplexity, the best
+    point so far where this is not it, and early stopping's count where it is on."""
+    sentences = f" ({metrics['n']} sentences)" if "n" in metrics else ""
+    figures = [f"loss {metrics['loss']:.4f}", f"perplexity {metrics['perplexity']:.2f}"]
+    if "bleu" in metrics:
+        figures.insert(0, f"greedy BLEU {metrics['bleu']:.2f}")
+    line = f"validation at step {step}{sentences}: " + ", ".join(figures)
+    if "bleu" in metrics and stopping.best_step != step:
+        line += f"; best {stopping.best:.2f} at step {stopping.best_step}"
+    if stopping.patience:
+        line += (
+            f"; {stopping.since_best} of {stopping.patience} points without a new best "
+            "(early stopping)"
+        )
+    return line
 
 
 def sample_line(sample: str, width: int = 160) -> str:

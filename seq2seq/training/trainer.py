@@ -40,6 +40,7 @@ from seq2seq.training.logs import (
     sample_line,
     seconds_to_go,
     short_line,
+    validation_line,
 )
 from seq2seq.training.schedules import build_optimizer, schedule_shape
 from seq2seq.training.step import TrainState, configured_train_step
@@ -572,7 +573,7 @@ class _Loop:
         for i, sample in enumerate(samples):
             self.writer.write_text(step, f"samples/{i}", sample)
             logger.info("sample %d: %s", i, sample_line(sample))
-        logger.info("validation at step %d: %s", step, metrics)
+        logger.info(validation_line(step, metrics, self.stopping))
         return metrics
 
     def save(
