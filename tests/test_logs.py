@@ -170,3 +170,4 @@ def test_a_validation_point_reads_as_figures_with_the_best_and_early_stopping_s_
     never = EarlyStopping(patience=0)
     never.update(5.0, step=100)
     assert validation_line(100, {**figures, "bleu": 5.0}, never).endswith("perplexity 10.44")
+    assert validation_line(100, {"bleu": 5.0}, never) == "validation at step 100: greedy BLEU 5.00"

@@ -156,9 +156,12 @@ def validation_line(step: int, metrics: dict, stopping: EarlyStopping) -> str:
     """A validation point as a person reads it: BLEU (greedy), loss and perplexity, the best
     point so far where this is not it, and early stopping's count where it is on."""
     sentences = f" ({metrics['n']} sentences)" if "n" in metrics else ""
-    figures = [f"loss {metrics['loss']:.4f}", f"perplexity {metrics['perplexity']:.2f}"]
-    if "bleu" in metrics:
-        figures.insert(0, f"greedy BLEU {metrics['bleu']:.2f}")
+    shown = (
+        ("bleu", "greedy BLEU", ".2f"),
+        ("loss", "loss", ".4f"),
+        ("perplexity", "perplexity", ".2f"),
+    )
+    figures = [f"{name} {metrics[key]:{digits}}" for key, name, digits in shown if key in metrics]
     line = f"validation at step {step}{sentences}: " + ", ".join(figures)
     if "bleu" in metrics and stopping.best_step != step:
         line += f"; best {stopping.best:.2f} at step {stopping.best_step}"
