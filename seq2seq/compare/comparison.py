@@ -108,13 +108,16 @@ def _stopped_trial(tuned) -> RunOutcome:
 def _train_and_score(outcomes: Sequence[RunOutcome], settings: Settings) -> None:
     """Trains the runs side by side in slices, then scores each, unless SIGTERM stopped them
     (the report then shows the runs so far; a rerun continues)."""
-    logger.info(
-        "== training %d runs%s",
-        len(outcomes),
-        f" in turns of {settings.slice_minutes:g} training minutes"
-        if settings.slice_minutes
-        else " one after another",
-    )
+    if len(outcomes) == 1:
+        logger.info("== training one run")
+    else:
+        logger.info(
+            "== training %d runs %s",
+            len(outcomes),
+            f"in turns of {settings.slice_minutes:g} training minutes"
+            if settings.slice_minutes
+            else "one after another",
+        )
     if train_in_slices(outcomes, settings.slice_minutes):
         logger.warning("preempted: writing the report so far; rerun to continue")
         return
