@@ -11,7 +11,7 @@ import pytest
 
 from seq2seq.config import ConfigError, load_config_file, validate
 from seq2seq.data import pipeline
-from seq2seq.data.encoded import filter_pairs
+from seq2seq.data.encoded import FILTER_REASONS, filter_pairs
 from seq2seq.data.pipeline import build_training_data, load_pairs, real_tokens
 from seq2seq.data.sources import DataError
 from tests.conftest import REPO, Terminal, tiny_config
@@ -50,7 +50,10 @@ def test_filter_counts_and_efficiency_are_logged(tmp_path, caplog, pack):
         data = build_training_data(config, tmp_path / "run")
     expected = {"read": 44, "kept": 40, "empty": 2, "too_long": 1, "length_ratio": 1}
     assert data.counts == expected
-    assert any(str(expected) in r.getMessage() for r in caplog.records)
+    assert (
+        "training pairs: 44 read, 40 kept; dropped 2 empty, 1 longer than data.max_length, 1 past "
+        "data.max_length_ratio"
+    ) in [r.getMessage() for r in caplog.records]
     mode = "packed" if pack else "bucketed"
     assert any(r.getMessage().startswith(f"{mode} batches: ") for r in caplog.records)
     batch = next(iter(data.batches))
@@ -281,3 +284,9 @@ def test_encoding_a_corpus_draws_a_bar_of_its_pairs_on_a_terminal(tmp_path, monk
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe or a log file: no bar
     build_training_data(_text_config(folder), tmp_path / "tokenizer")
     assert "encoding" not in sys.stderr.getvalue()
+
+
+def test_the_pairs_line_names_every_reason_the_filters_have():
+    assert tuple(pipeline.DROPPED) == FILTER_REASONS
+    counts = {"read": 1200, "kept": 1200, "empty": 0, "too_long": 0, "length_ratio": 0}
+    assert pipeline.pairs_line(counts) == "training pairs: 1,200 read, all kept"

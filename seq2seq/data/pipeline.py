@@ -227,6 +227,24 @@ def _remove_stale(folder: Path) -> None:
         )
 
 
+# Why the filters drop a pair, as the log says it (``filter_pairs``'s reasons).
+DROPPED = {
+    "empty": "empty",
+    "too_long": "longer than data.max_length",
+    "length_ratio": "past data.max_length_ratio",
+}
+
+
+def pairs_line(counts: dict[str, int]) -> str:
+    """The training split's pairs read, kept and dropped (by reason), as one log line."""
+    dropped = [f"{counts[reason]:,} {why}" for reason, why in DROPPED.items() if counts[reason]]
+    if not dropped:
+        return f"training pairs: {counts['read']:,} read, all kept"
+    return f"training pairs: {counts['read']:,} read, {counts['kept']:,} kept; dropped " + (
+        ", ".join(dropped)
+    )
+
+
 def build_training_data(
     config: ml_collections.ConfigDict,
     tokenizer_dir: Path,
@@ -252,7 +270,7 @@ def build_training_data(
         encoded.source_lengths, encoded.target_lengths, data.max_length, data.max_length_ratio
     )
     counts = {"read": len(encoded), "kept": len(indices), **dropped}
-    logger.info("training pairs: %s", counts)
+    logger.info(pairs_line(counts))
     if not len(indices):
         raise DataError(
             f"no training pairs left after filtering ({counts}); raise data.max_length or "

@@ -300,12 +300,13 @@ def _build_loop(
 
 
 def _log_model(name: str, params: int, mesh, state_shardings) -> None:
+    axes = " x ".join(f"{axis} {size}" for axis, size in mesh.shape.items())
     logger.info(
-        "%s: %d parameters, mesh %s over %d devices, %d arrays split over the mesh",
+        "%s: %s parameters, mesh %s over %s, %d arrays split over the mesh",
         name,
-        params,
-        dict(mesh.shape),
-        mesh.size,
+        f"{params:,}",
+        axes,
+        "1 device" if mesh.size == 1 else f"{mesh.size} devices",
         sharding.count_split(state_shardings),
     )
 
