@@ -281,9 +281,16 @@ def check_writable(folder: Path, what: str) -> None:
         ) from None
 
 
-def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
+# What Ctrl-C outside training leaves: true of every command that keeps each finished piece
+# (runs, trials, reports); a command that writes its output whole at the end says its own.
+RESUMES = "interrupted: what had finished is kept; rerun the same command to continue"
+
+
+def exit_on_error(
+    main: Callable[[list[str]], None], interrupted: str = RESUMES
+) -> Callable[[list[str]], None]:
     """Turns expected failures (bad config, missing files, NaN loss) into one line and exit 1,
-    and Ctrl-C outside training into one line and exit 130."""
+    and Ctrl-C outside training into the line ``interrupted`` and exit 130."""
 
     def wrapped(argv: list[str]) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
@@ -303,11 +310,7 @@ def exit_on_error(main: Callable[[list[str]], None]) -> Callable[[list[str]], No
             print(f"error: {file_error_message(error)}", file=sys.stderr)
             sys.exit(1)
         except KeyboardInterrupt:  # training saves on the first Ctrl-C; this is anywhere else
-            print(
-                "interrupted: what had finished is kept; rerun the same command to continue",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(interrupted, file=sys.stderr, flush=True)
             sys.stdout.flush()
             # At once, as a second Ctrl-C asks: a checkpoint orbax is still writing in another
             # thread would print a traceback as the interpreter shut down around it. Its folder
@@ -350,6 +353,7 @@ def start() -> None:
     keep_host_memory()
 
 
-def run(main: Callable[[list[str]], None]) -> None:
-    """Runs ``main`` as a command: flags read by ``parse_flags``, failures by ``exit_on_error``."""
-    app.run(exit_on_error(main), flags_parser=parse_flags)
+def run(main: Callable[[list[str]], None], interrupted: str = RESUMES) -> None:
+    """Runs ``main`` as a command: flags read by ``parse_flags``, failures by ``exit_on_error``
+    (``interrupted``: the line Ctrl-C prints)."""
+    app.run(exit_on_error(main, interrupted), flags_parser=parse_flags)

@@ -617,6 +617,37 @@ def test_eval_py_draws_a_bar_on_a_terminal_and_none_into_a_pipe(workdir, tmp_pat
 
 
 @pytest.mark.slow
+def test_ctrl_c_to_eval_py_says_what_was_kept(workdir):
+    """Its translations of a file are written at the end; standard input's batch by batch. The
+    line said "what had finished is kept; rerun the same command to continue", as training's."""
+    import signal
+
+    # Through a Python that hands Ctrl-C back to the default before it starts eval.py: a suite
+    # run in the background starts with SIGINT ignored, and eval.py would inherit that.
+    command = [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-"]
+    launcher = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        f"os.execv(sys.executable, {command!r})"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", launcher], cwd=REPO, env=subprocess_env(), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    source = synthetic.load_split("validation")[0][0]
+    process.stdin.write(source + "\n")
+    process.stdin.flush()
+    translated = process.stdout.readline()  # one batch done; the command waits for more input
+    process.send_signal(signal.SIGINT)
+    output, errors = process.communicate(timeout=120)
+    assert translated.strip() and output == ""
+    assert process.returncode == 130
+    assert errors.strip().splitlines()[-1] == (
+        "interrupted: a file's or a split's translations are written once all are done, so "
+        "none were kept (with --input -, each finished batch's were); rerun to translate again"
+    )
+
+
+@pytest.mark.slow
 def test_blank_lines_piped_through_eval_py_come_back_blank(workdir, tmp_path):
     """The report of issue 42: ``eval.py --input -`` turned a blank line into a sentence."""
     lines = _lines_with_blanks()
