@@ -10,8 +10,24 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
 LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: quickstart serve test test-fast bench device-wheels device-site device-bench \
+.PHONY: help quickstart serve test test-fast bench device-wheels device-site device-bench \
 	device-bounds device-data device-frontier device-steps lint format clean lock lock-upgrade
+
+# `make` alone lists the targets; it builds nothing.
+help:
+	@echo "make quickstart    train and compare the two quickstart models (runs/quickstart)"
+	@echo "make serve         translate with them, attention shown, at http://127.0.0.1:8000/"
+	@echo "make test          the whole suite, as CI runs it (about 12 minutes on 2 cores)"
+	@echo "make test-fast     lint and the quick tests (about 2 minutes)"
+	@echo "make bench         every CPU benchmark on the small configs (a few minutes)"
+	@echo "make lint          ruff's checks and formatting; make format fixes what it can"
+	@echo "make lock          refresh requirements.lock after pyproject.toml changes"
+	@echo "                   (make lock-upgrade: every package to its newest allowed)"
+	@echo "make clean         delete the test and compilation caches (runs/ is kept)"
+	@echo "make device-wheels, device-data    prepare a GPU machine's packages and corpus;"
+	@echo "make device-bench, device-bounds, device-steps, device-frontier    run there"
+	@echo "                   (device-site installs the packages; docs/benchmarks.md)"
+	@echo "quickstart, serve, test, bench and lint first create .venv with the locked packages."
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -138,5 +154,6 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(PYTHON) -m ruff format . && $(PYTHON) -m ruff check --fix .
 
+# Caches only: runs/ holds trained models (hours of work), which a clean never deletes.
 clean:
-	rm -rf runs .pytest_cache .jax_cache
+	rm -rf .pytest_cache .jax_cache

@@ -1,8 +1,10 @@
 """The README stays a manual and the configs' docstrings stay short: limits that fail loudly
-instead of regrowing silently; and every relative link of the README and docs/ names a file."""
+instead of regrowing silently; every relative link of the README and docs/ names a file; and
+``make`` alone lists what it can do."""
 
 import ast
 import re
+import subprocess
 
 import pytest
 
@@ -33,3 +35,19 @@ def test_every_relative_link_names_a_file_that_exists(page):
     local = [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:", t) and t[0] != "#"]
     missing = sorted({t for t in local if not (page.parent / t).exists()})
     assert not missing, f"{page.name} links to files that do not exist: {missing}"
+
+
+def test_make_alone_lists_every_target_and_clean_never_deletes_runs():
+    makefile = (REPO / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:(.*?)\n(?!\t)", makefile, re.S | re.M).group(1)
+    targets = phony.replace("\\", " ").split()
+    listed = subprocess.run(
+        ["make", "--no-print-directory"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0 and "pip" not in listed.stdout, listed.stderr
+    unlisted = [t for t in targets if t != "help" and not re.search(rf"\b{t}\b", listed.stdout)]
+    assert not unlisted, f"make alone does not list {unlisted}"
+    cleaning = subprocess.run(
+        ["make", "--dry-run", "clean"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert cleaning.stdout.startswith("rm ") and "runs" not in cleaning.stdout.split()
