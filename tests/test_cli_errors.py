@@ -410,6 +410,36 @@ def test_a_port_in_use_is_refused_before_the_models_load(tmp_path):
     assert result.stdout == ""
 
 
+def test_a_record_folder_that_would_replace_runs_is_refused_before_any_training(tmp_path):
+    """``--save_records`` replaced each ``DEST/<run name>`` whole after training: given the
+    comparison's own --workdir, or another comparison's, it deleted the runs (checkpoints,
+    tokenizer) and then failed to copy from them."""
+    comparison = [*_QUICK_COMPARISON[:2], "--workdir", str(tmp_path / "w"), "--suite", "quickstart"]
+    env = _without_jax(tmp_path)  # both are refused before JAX loads
+    same = subprocess.run(
+        [sys.executable, *comparison, "--save_records", f"{tmp_path}/w/"], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert _one_error_line(same) == (
+        f"error: --save_records {tmp_path}/w/ is the --workdir: each run's record would replace "
+        "the run itself; name another folder (e.g. docs/records/NAME)"
+    )
+    other = tmp_path / "other"  # another comparison's folder, whose run has the same name
+    (other / "quickstart_transformer" / "checkpoints" / "2000").mkdir(parents=True)
+    (other / "quickstart_transformer" / "config.json").write_text("{}")
+    result = subprocess.run(
+        [sys.executable, *comparison, "--save_records", str(other)], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert _one_error_line(result) == (
+        f"error: --save_records: {other}/quickstart_transformer holds more than a run's record "
+        "(checkpoints/): a run, not a copy of one; nothing was replaced: pass another "
+        "--save_records folder"
+    )
+    assert (other / "quickstart_transformer" / "checkpoints" / "2000").is_dir()
+    assert not (tmp_path / "w").exists()  # nothing trained
+
+
 def test_overrides_given_before_the_config_file_apply_to_it(tmp_path):
     """ml_collections refuses ``--config.KEY=V`` before ``--config FILE`` ("Found ... before a
     value for --config was specified"); the commands move the file first instead."""

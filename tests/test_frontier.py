@@ -210,6 +210,15 @@ def test_a_report_rebuilt_from_records_equals_the_live_one(tmp_path):
         save_record(outcome.run, tmp_path / "records", outcome.result["split"], "latest")
     kept = sorted(p.name for p in (tmp_path / "records" / "rnnsearch-small").rglob("*"))
     assert "checkpoints" not in kept and "tokenizer" not in kept and "metrics.jsonl" in kept
+    # a record is refreshed in place; a run where a record would go is never replaced
+    again = save_record(
+        outcomes[0].run, tmp_path / "records", outcomes[0].result["split"], "latest"
+    )
+    assert sorted(p.name for p in again.iterdir()) == ["config.json", "eval", "metrics.jsonl",
+                                                        "provenance.json"]  # fmt: skip
+    with pytest.raises(ValueError, match="holds more than a run's record .checkpoints/, encoded/"):
+        save_record(outcomes[0].run, tmp_path / "work", outcomes[0].result["split"], "latest")
+    assert (outcomes[0].run.checkpoints_dir).is_dir()
     rebuilt = read_records(tmp_path / "records", None, "latest")
     write_frontier_report(rebuilt, tmp_path / "again", "tiny frontier", "latest")
     for name in ("frontier.md", "frontier.json"):

@@ -337,6 +337,14 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
             f"({'; '.join(scaled)}); the committed trials scaled --suite frontier's rows",
             file=sys.stderr,
         )
+    if flag.save_records:  # a run (hours of work) where a record would go: refused first
+        from seq2seq.compare.frontier import check_replaceable
+        from seq2seq.compare.settings import run_names
+
+        for spec in specs:
+            for name in run_names(spec, settings.seeds):
+                if (Path(flag.save_records) / name).exists():
+                    check_replaceable(Path(flag.save_records) / name)
     from seq2seq.compare.comparison import compare  # once the invocation is known to be sound
 
     outcomes, report = compare(specs, Path(flag.workdir), settings, title, tuning)
@@ -372,6 +380,11 @@ def _one_mode(flag: SimpleNamespace) -> None:
         )
     if given and given[0] != "--configs or --suite":
         describe_checkpoint_rule(flag.checkpoint)
+    if flag.save_records and Path(flag.save_records).resolve() == Path(flag.workdir).resolve():
+        raise ValueError(
+            f"--save_records {flag.save_records} is the --workdir: each run's record would "
+            "replace the run itself; name another folder (e.g. docs/records/NAME)"
+        )
 
 
 def run() -> None:

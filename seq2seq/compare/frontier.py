@@ -32,7 +32,7 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory, show_entries
 from seq2seq.report.tables import counted
 from seq2seq.training.stopping import CONVERGED
 
@@ -172,12 +172,36 @@ def latest_start(run: RunDirectory) -> dict[str, str]:
     }
 
 
+def check_replaceable(folder: Path) -> None:
+    """Refuses to replace ``folder`` unless it holds a record and nothing more (its files,
+    ``eval/``, hidden ones): a folder with checkpoints or a tokenizer is a run, hours of work,
+    never a copy to refresh.
+
+    Raises:
+      ValueError: one line naming the folder, what else it holds and the fix.
+    """
+    if not folder.is_dir():
+        raise ValueError(f"--save_records: {folder} is a file, not a run's record; move it away")
+    kept = {*RECORD_FILES, "eval"}
+    other = sorted(
+        path.name + "/" * path.is_dir()
+        for path in folder.iterdir()
+        if path.name not in kept and not path.name.startswith(".")
+    )
+    if other:
+        raise ValueError(
+            f"--save_records: {folder} holds more than a run's record ({show_entries(other)}): "
+            "a run, not a copy of one; nothing was replaced: pass another --save_records folder"
+        )
+
+
 def save_record(run: RunDirectory, destination: Path, split: str, rule: str) -> Path:
     """Copies the record of ``run`` (no checkpoints, tokenizer or TensorBoard events) into
     ``destination/<run name>``, replacing an older copy there; returns that folder.
 
     Raises:
-      ValueError: the run has not been scored on ``split`` under ``rule`` (say how to score it).
+      ValueError: the run has not been scored on ``split`` under ``rule`` (say how to score it),
+        or the folder to replace is more than a record (``check_replaceable``).
     """
     if run.read_eval_result(split, rule) is None:
         raise ValueError(
@@ -186,6 +210,7 @@ def save_record(run: RunDirectory, destination: Path, split: str, rule: str) -> 
         )
     target = RunDirectory(destination / run.path.name)
     if target.path.exists():
+        check_replaceable(target.path)
         shutil.rmtree(target.path)
     target.eval_dir.mkdir(parents=True)
     for name in RECORD_FILES:

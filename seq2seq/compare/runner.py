@@ -20,7 +20,7 @@ import ml_collections
 
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import average_count
-from seq2seq.compare.settings import Settings, run_config
+from seq2seq.compare.settings import Settings, run_config, run_names
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data import sources
 from seq2seq.data.sources import DataError, available_splits, check_split_keys, resolve_split
@@ -47,10 +47,6 @@ class RunOutcome:
     reason: str = ""  # the one line saying why a run failed
     result: dict | None = None  # its eval JSON
     config: ml_collections.ConfigDict | None = None
-
-
-def run_names(spec: RunSpec, seeds: int) -> list[str]:
-    return [spec.name] if seeds == 1 else [f"{spec.name}-seed{k}" for k in range(seeds)]
 
 
 def scored_split(config: ml_collections.ConfigDict, split: str | None) -> str:

@@ -78,3 +78,9 @@ def apply_budget(config: ml_collections.ConfigDict, settings: Settings) -> None:
     if settings.budget_steps is not None:
         config.train.steps = settings.budget_steps
         config.train.time_budget_minutes = 0.0  # equal steps: no clock may cut a run short
+
+
+def run_names(spec: RunSpec, seeds: int) -> list[str]:
+    """The folders of ``spec``'s runs in a comparison's work directory: its name, or one per
+    seed (``NAME-seedK``, K counting from 0 whatever the config's own seed)."""
+    return [spec.name] if seeds == 1 else [f"{spec.name}-seed{k}" for k in range(seeds)]
