@@ -20,7 +20,6 @@ import numpy as np
 from flax import nnx
 
 from seq2seq import config as config_lib
-from seq2seq import progress as progress_lib
 from seq2seq.checkpoints.rule import CheckpointChoice
 from seq2seq.data.batching import inference_batches
 from seq2seq.data.tokenizer import Tokenizer
@@ -30,6 +29,7 @@ from seq2seq.decoding.sampling import SamplingMethod, sample
 from seq2seq.decoding.search_parts import output_limits
 from seq2seq.evaluation import processes
 from seq2seq.evaluation.restore import load_run_tokenizer, restore_parameters
+from seq2seq.progress import Progress, ignored
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.vocabulary import EOS_ID, PAD_ID
 
@@ -137,7 +137,7 @@ def leave_blank_lines_blank(
     lines: Sequence[str],
     first_index: int,
     translate_sentences: Callable[..., Translations],
-    progress: progress_lib.Progress = progress_lib.ignored,
+    progress: Progress = ignored,
 ) -> Translations:
     """The one rule for blank lines (``is_blank``), whatever the engine and the search.
 
@@ -181,7 +181,7 @@ class LineTranslator:
         lines: Sequence[str],
         first_index: int = 0,
         *,
-        progress: progress_lib.Progress = progress_lib.ignored,
+        progress: Progress = ignored,
     ) -> Translations:
         """Translations in input order, line i of ``lines`` numbered ``first_index + i`` (so
         translating a stream in pieces draws what one call would); ``progress`` is told how
@@ -189,10 +189,7 @@ class LineTranslator:
         return leave_blank_lines_blank(lines, first_index, self.translate_sentences, progress)
 
     def translate_sentences(
-        self,
-        sentences: list[str],
-        numbers: list[int],
-        progress: progress_lib.Progress = progress_lib.ignored,
+        self, sentences: list[str], numbers: list[int], progress: Progress = ignored
     ) -> Translations:
         raise NotImplementedError
 
@@ -378,10 +375,7 @@ class Translator(LineTranslator):
         )
 
     def translate_sentences(
-        self,
-        sentences: list[str],
-        numbers: list[int],
-        progress: progress_lib.Progress = progress_lib.ignored,
+        self, sentences: list[str], numbers: list[int], progress: Progress = ignored
     ) -> Translations:
         """Translations in input order; inputs over ``decode.max_input_length`` are cut.
 
