@@ -27,13 +27,13 @@ def shown() -> bool:
 
 @contextlib.contextmanager
 def bar(
-    total: int, unit: str, description: str | None = None, *, initial: int = 0
+    total: int, unit: str, description: str | None = None, *, initial: int = 0, draw: bool = True
 ) -> Iterator[tqdm]:
     """A bar of ``total`` ``unit``s (items done, rate and time to go) while the block runs, or a
-    silent one where bars are not shown (``shown``). The console's log lines go above it."""
-    with tqdm(
-        total=total, initial=initial, unit=unit, desc=description, disable=not shown()
-    ) as drawn:
+    silent one where bars are not shown (``shown``) or ``draw`` is false (work too short to
+    watch). The console's log lines go above it."""
+    hidden = not (draw and shown())
+    with tqdm(total=total, initial=initial, unit=unit, desc=description, disable=hidden) as drawn:
         if drawn.disable:
             yield drawn
             return

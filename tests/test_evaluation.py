@@ -43,7 +43,7 @@ from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID
-from tests.conftest import REPO, subprocess_env, tiny_config
+from tests.conftest import REPO, Terminal, subprocess_env, tiny_config
 
 # -- the papers' tokenized BLEU -------------------------------------------------------------
 
@@ -749,8 +749,11 @@ def _restored_params(workdir, step):
 
 
 @pytest.mark.slow
-def test_averaged_run_holds_the_mean_of_the_last_checkpoints(workdir, tmp_path):
+def test_averaged_run_holds_the_mean_of_the_last_checkpoints(workdir, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stderr", Terminal())  # a bar counts the checkpoints read
     record = write_averaged_run(workdir, 2, tmp_path / "averaged")
+    assert "averaging: 100%" in sys.stderr.getvalue() and "2/2" in sys.stderr.getvalue()
+    monkeypatch.undo()
     assert record["steps"] == list(STEPS[1:])
     config = config_lib.load_saved(workdir / "config.json")
     _, _, averaged, choice = restore_model(tmp_path / "averaged", config)

@@ -44,3 +44,10 @@ def test_without_a_terminal_there_is_no_bar_and_logging_is_untouched(monkeypatch
         bar.update(10)
         logging.getLogger("seq2seq.test").info("a line for the log file")
     assert piped.getvalue() == "a line for the log file\n"
+
+
+def test_work_too_short_to_watch_draws_no_bar_even_on_a_terminal(monkeypatch):
+    terminal = _standard_error(monkeypatch, Terminal())
+    with progress.bar(1, "checkpoint", "averaging", draw=False) as bar:
+        bar.update(1)
+    assert terminal.getvalue() == ""

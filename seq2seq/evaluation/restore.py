@@ -15,6 +15,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from seq2seq import progress
 from seq2seq.checkpoints.rule import CheckpointChoice, resolve
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
@@ -70,10 +71,13 @@ def restore_params(checkpoints: Checkpoints, abstract_params, choice: Checkpoint
     ``abstract_params`` raises ``IncompatibleCheckpointError`` (one line naming the parameter).
     """
     total = None
-    for step in choice.steps:
-        params = checkpoints.restore_params(abstract_params, step)
-        params32 = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
-        total = params32 if total is None else jax.tree.map(np.add, total, params32)
+    count = len(choice.steps)  # several: a bar counts them (a big model's take seconds each)
+    with progress.bar(count, "checkpoint", "averaging", draw=count > 1) as bar:
+        for step in choice.steps:
+            params = checkpoints.restore_params(abstract_params, step)
+            params32 = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+            total = params32 if total is None else jax.tree.map(np.add, total, params32)
+            bar.update(1)
     mean = jax.tree.map(lambda x: x / len(choice.steps), total)
     return jax.tree.map(lambda x, like: np.asarray(x, like.dtype), mean, abstract_params)
 
