@@ -136,7 +136,7 @@ def test_two_processes_train_and_resume_as_one_process_on_two_devices(tmp_path):
     shared = tmp_path / "two"
     first_logs = _two_processes(shared, steps=4)
     for log in first_logs:
-        assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1} over 2 devices" in log, log[-3000:]
+        assert "mesh data 2 x fsdp 1 x tensor 1 over 2 devices" in log, log[-3000:]
     # Process 0 alone encoded the training split; process 1 read its copy.
     assert "encoded by process 0" in first_logs[1] and "encoded by" not in first_logs[0]
     assert len(list((shared / "encoded").iterdir())) == 1
