@@ -163,7 +163,9 @@ def test_a_test_stem_the_moved_corpus_lacks_is_named_with_what_eval_py_can_pass(
     result = _run(command)  # resolved, with a warning: it stops only at the missing model
     lines = result.stderr.strip().splitlines()
     assert "no such files in" in lines[0] and "reading its test.en and test.de" in lines[0]
-    assert result.returncode != 0 and "no tokenizer in" in lines[-1], result.stderr[-2000:]
+    assert result.returncode != 0 and "holds no trained model yet" in lines[-1], result.stderr[
+        -2000:
+    ]
     (moved / "test.en").unlink()
     line = _one_error_line(_run(command))
     assert line.endswith("(its en-de splits: dev2010, train, val); pass --split=dev2010")
@@ -182,7 +184,7 @@ def test_eval_split_roles_are_resolved_before_the_model_is_loaded(text_run):
     # "validation" means the config's eval split "val": the run gets as far as loading the
     # model, which this work directory lacks (an unknown split would have stopped earlier).
     result = _run([sys.executable, "eval.py", "--workdir", str(text_run), "--split", "validation"])
-    assert "no tokenizer in" in _one_error_line(result)
+    assert "holds no trained model yet" in _one_error_line(result)
 
 
 def test_a_config_file_without_get_config_is_named_with_the_fix(tmp_path):

@@ -225,8 +225,24 @@ def test_checkpoint_choices(tmp_path):
     ]:
         with pytest.raises(CheckpointError, match=message):
             choose_checkpoints(spec, steps, tmp_path)
-    with pytest.raises(CheckpointError, match="no checkpoint in"):
+    with pytest.raises(CheckpointError, match="holds no trained model yet .* train first"):
         choose_checkpoints("latest", [], tmp_path)
+
+
+def test_a_committed_record_says_it_keeps_no_model_instead_of_train_first():
+    """``eval.py --workdir docs/records/...``: the run trained, its record kept no model."""
+    record = REPO / "docs" / "records" / "multi30k_frontier_tuned" / "transformer-small-seed0"
+    run = RunDirectory(record)
+    said = (
+        f"{record} is a run's record (config, metrics and scores, with no tokenizer or "
+        "checkpoints); read its scores in eval/, or train the run again to translate with it"
+    )
+    with pytest.raises(FileNotFoundError) as error:
+        restore.load_run_tokenizer(run)
+    assert str(error.value) == said
+    with pytest.raises(CheckpointError) as error:
+        choose_checkpoints("average:5", [], record)
+    assert str(error.value) == said
 
 
 def test_averaging_leaves_out_an_old_best_checkpoint(tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 
 from seq2seq import progress
-from seq2seq.checkpoints.rule import CheckpointChoice, resolve
+from seq2seq.checkpoints.rule import CheckpointChoice, CheckpointError, resolve
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
 from seq2seq.models import build_model
@@ -29,6 +29,8 @@ def choose_checkpoints(
     """Resolves the checkpoint rule ``spec`` (``seq2seq.checkpoints.rule``) against the steps
     ``available`` in the run at ``workdir``, by its validation records for ``best``."""
     run = RunDirectory.at(workdir)
+    if not available:
+        raise CheckpointError(run.nothing_to_translate_with())
     validation_bleu = {
         record["step"]: record["bleu"]
         for record in run.read_metrics()
@@ -48,7 +50,7 @@ def load_run_tokenizer(run: RunDirectory) -> Tokenizer:
     """The tokenizer a run trained with."""
     tokenizer = load_tokenizer(run.tokenizer_dir)
     if tokenizer is None:
-        raise FileNotFoundError(f"no tokenizer in {run.tokenizer_dir}; train first")
+        raise FileNotFoundError(run.nothing_to_translate_with())
     return tokenizer
 
 

@@ -336,6 +336,18 @@ class RunDirectory:
         kept = (self.config_file, self.provenance_file, self.corpus_file, self.lock_file)
         return all(p in kept for p in self.path.rglob("*") if p.is_file())  # stops at another
 
+    def nothing_to_translate_with(self) -> str:
+        """Why this run cannot translate (no tokenizer or checkpoint) and the fix. A committed
+        record (``compare --save_records``: config, metrics and scores) keeps neither, and
+        "train first" would misread a run that trained."""
+        if self.metrics_file.exists() and not self.checkpoints_dir.exists():
+            return (
+                f"{self.path} is a run's record (config, metrics and scores, with no tokenizer or "
+                f"checkpoints); read its scores in {self.eval_dir.name}/, or train the run again "
+                "to translate with it"
+            )
+        return f"{self.path} holds no trained model yet (no tokenizer or checkpoint); train first"
+
     def read_metrics(self) -> list[dict]:
         """Every record of metrics.jsonl, oldest first (empty if none was written yet)."""
         if not self.metrics_file.exists():
