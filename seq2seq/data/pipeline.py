@@ -238,11 +238,8 @@ DROPPED = {
 def pairs_line(counts: dict[str, int]) -> str:
     """The training split's pairs read, kept and dropped (by reason), as one log line."""
     dropped = [f"{counts[reason]:,} {why}" for reason, why in DROPPED.items() if counts[reason]]
-    if not dropped:
-        return f"training pairs: {counts['read']:,} read, all kept"
-    return f"training pairs: {counts['read']:,} read, {counts['kept']:,} kept; dropped " + (
-        ", ".join(dropped)
-    )
+    kept = f"{counts['kept']:,} kept; dropped " + ", ".join(dropped) if dropped else "all kept"
+    return f"training pairs: {counts['read']:,} read, {kept}"
 
 
 def build_training_data(
