@@ -287,10 +287,11 @@ RESUMES = "interrupted: what had finished is kept; rerun the same command to con
 
 
 def exit_on_error(
-    main: Callable[[list[str]], None], interrupted: str = RESUMES
+    main: Callable[[list[str]], None], interrupted: str | Callable[[], str] = RESUMES
 ) -> Callable[[list[str]], None]:
     """Turns expected failures (bad config, missing files, NaN loss) into one line and exit 1,
-    and Ctrl-C outside training into the line ``interrupted`` and exit 130."""
+    and Ctrl-C outside training into the line ``interrupted`` (or the one it returns, for a
+    command whose modes keep different things) and exit 130."""
 
     def wrapped(argv: list[str]) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
@@ -310,7 +311,8 @@ def exit_on_error(
             print(f"error: {file_error_message(error)}", file=sys.stderr)
             sys.exit(1)
         except KeyboardInterrupt:  # training saves on the first Ctrl-C; this is anywhere else
-            print(interrupted, file=sys.stderr, flush=True)
+            line = interrupted() if callable(interrupted) else interrupted
+            print(line, file=sys.stderr, flush=True)
             sys.stdout.flush()
             # At once, as a second Ctrl-C asks: a checkpoint orbax is still writing in another
             # thread would print a traceback as the interpreter shut down around it. Its folder
@@ -353,7 +355,7 @@ def start() -> None:
     keep_host_memory()
 
 
-def run(main: Callable[[list[str]], None], interrupted: str = RESUMES) -> None:
+def run(main: Callable[[list[str]], None], interrupted: str | Callable[[], str] = RESUMES) -> None:
     """Runs ``main`` as a command: flags read by ``parse_flags``, failures by ``exit_on_error``
     (``interrupted``: the line Ctrl-C prints)."""
     app.run(exit_on_error(main, interrupted), flags_parser=parse_flags)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -228,3 +229,14 @@ class Terminal(io.StringIO):
 
     def isatty(self) -> bool:
         return True
+
+
+def interruptible(command: list[str]) -> list[str]:
+    """``command`` started through a Python that gives Ctrl-C (SIGINT) back its default first: a
+    suite run in the background starts with SIGINT ignored, which the command would inherit and
+    a test's Ctrl-C would then not reach."""
+    launcher = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        f"os.execv(sys.executable, {command!r})"
+    )
+    return [sys.executable, "-c", launcher]

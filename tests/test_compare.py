@@ -24,7 +24,7 @@ from seq2seq.compare.workdir import LOCK_FILE, foreign_entries
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory, RunDirectoryError, held
 from seq2seq.training.schedules import build_schedule
-from tests.conftest import REPO, assert_compare_refuses, subprocess_env
+from tests.conftest import REPO, assert_compare_refuses, interruptible, subprocess_env
 
 TINY_CONFIG = """
 from tests.conftest import tiny_config
@@ -520,3 +520,26 @@ def test_x_factors_over_the_tuned_suite_name_each_tuned_value_they_scale():
     # Listed values replace the row's outright: nothing is scaled.
     listed = make_tuning(["train.learning_rate=1e-3,2e-3"], None, steps=10)
     assert scaled_tuned_values(tuned, listed) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_a_report_from_records_does_not_promise_a_continuation(tmp_path):
+    """It printed training's line, "what had finished is kept; rerun the same command to
+    continue": a report from records keeps nothing to continue from."""
+    import signal
+
+    records = REPO / "docs" / "records" / "multi30k_frontier_tuned"
+    command = [sys.executable, "-m", "seq2seq.compare", "--records", str(records),
+               "--workdir", str(tmp_path / "report"), "--checkpoint", "average:5"]  # fmt: skip
+    process = subprocess.Popen(
+        interruptible(command), cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while not (line := process.stderr.readline()).startswith("== significance"):
+        assert line, "it ended before its bootstrap"  # minutes of resampling follow this line
+    process.send_signal(signal.SIGINT)
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert errors.strip().splitlines()[-1] == (
+        "interrupted: nothing to continue (a report from records is built afresh); rerun"
+    )

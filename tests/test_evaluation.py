@@ -43,7 +43,7 @@ from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID
-from tests.conftest import REPO, Terminal, subprocess_env, tiny_config
+from tests.conftest import REPO, Terminal, interruptible, subprocess_env, tiny_config
 
 # -- the papers' tokenized BLEU -------------------------------------------------------------
 
@@ -638,15 +638,9 @@ def test_ctrl_c_to_eval_py_says_what_was_kept(workdir):
     line said "what had finished is kept; rerun the same command to continue", as training's."""
     import signal
 
-    # Through a Python that hands Ctrl-C back to the default before it starts eval.py: a suite
-    # run in the background starts with SIGINT ignored, and eval.py would inherit that.
     command = [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-"]
-    launcher = (
-        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-        f"os.execv(sys.executable, {command!r})"
-    )
     process = subprocess.Popen(
-        [sys.executable, "-c", launcher], cwd=REPO, env=subprocess_env(), stdin=subprocess.PIPE,
+        interruptible(command), cwd=REPO, env=subprocess_env(), stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     source = synthetic.load_split("validation")[0][0]

@@ -404,7 +404,13 @@ def run() -> None:
         else:
             _compare(flag, argv)
 
-    cli.run(main)
+    def interrupted() -> str:
+        """Training keeps each finished run; a report from records keeps nothing to go on from."""
+        if any(getattr(holders, name).value for name in ("records", "directions", "devices")):
+            return "interrupted: nothing to continue (a report from records is built afresh); rerun"
+        return cli.RESUMES
+
+    cli.run(main, interrupted=interrupted)
 
 
 if __name__ == "__main__":
