@@ -277,12 +277,5 @@ def main(argv: list[str]) -> None:
     print(json.dumps(result))
 
 
-# A file's or a split's translations and scores are written once all are done; standard input's
-# go out batch by batch. What a Ctrl-C leaves, for the line it prints:
-INTERRUPTED = (
-    "interrupted: a file's or a split's translations are written once all are done, so none "
-    "were kept (with --input -, each finished batch's were); rerun to translate again"
-)
-
 if __name__ == "__main__":
-    cli.run(main, interrupted=INTERRUPTED)
+    cli.run(main)

@@ -25,7 +25,7 @@ from seq2seq.data import synthetic
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.decoding.sampling import SamplingMethod
-from seq2seq.evaluation import processes, restore
+from seq2seq.evaluation import partial, processes, restore
 from seq2seq.evaluation.averaging import write_averaged_run
 from seq2seq.evaluation.bleu import bleu_by_source_length
 from seq2seq.evaluation.evaluate import evaluate, nbest_lines, read_lines, translate_file
@@ -43,7 +43,7 @@ from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID
-from tests.conftest import REPO, Terminal, interruptible, subprocess_env, tiny_config
+from tests.conftest import REPO, Terminal, subprocess_env, tiny_config
 
 # -- the papers' tokenized BLEU -------------------------------------------------------------
 
@@ -633,28 +633,45 @@ def test_eval_py_draws_a_bar_on_a_terminal_and_none_into_a_pipe(workdir, tmp_pat
 
 
 @pytest.mark.slow
-def test_ctrl_c_to_eval_py_says_what_was_kept(workdir):
-    """Its translations of a file are written at the end; standard input's batch by batch. The
-    line said "what had finished is kept; rerun the same command to continue", as training's."""
-    import signal
+def test_a_file_interrupted_midway_goes_on_from_its_finished_pieces(workdir, tmp_path, monkeypatch):
+    """Ctrl-C lost every translation of a file or split: they were written at the end."""
+    translator = Translator.restore(workdir)
+    translator.config.eval.batch_size = 4  # pieces of 16 batches: 64 sentences
+    sources = [source for source, _ in synthetic.load_split("validation")[:150]]
+    given = tmp_path / "in.txt"
+    given.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    whole = translate_file(translator, given, tmp_path / "whole.txt")  # never interrupted
+    assert "resumed_sentences" not in whole
+    output, side = tmp_path / "out.txt", partial.side_file(tmp_path / "out.txt")
+    assert not partial.side_file(tmp_path / "whole.txt").exists()  # deleted once written
+    starts, translate = [], translator.translate
 
-    command = [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-"]
-    process = subprocess.Popen(
-        interruptible(command), cwd=REPO, env=subprocess_env(), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    source = synthetic.load_split("validation")[0][0]
-    process.stdin.write(source + "\n")
-    process.stdin.flush()
-    translated = process.stdout.readline()  # one batch done; the command waits for more input
-    process.send_signal(signal.SIGINT)
-    output, errors = process.communicate(timeout=120)
-    assert translated.strip() and output == ""
-    assert process.returncode == 130
-    assert errors.strip().splitlines()[-1] == (
-        "interrupted: a file's or a split's translations are written once all are done, so "
-        "none were kept (with --input -, each finished batch's were); rerun to translate again"
-    )
+    def recorded(lines, first_index=0, **options):
+        starts.append(first_index)
+        if len(starts) == stop_at:
+            raise KeyboardInterrupt
+        return translate(lines, first_index, **options)
+
+    monkeypatch.setattr(translator, "translate", recorded)
+    stop_at = 2  # Ctrl-C during the second piece
+    with pytest.raises(KeyboardInterrupt):
+        translate_file(translator, given, output)
+    assert not output.exists() and len(side.read_text().splitlines()) == 2  # its name, a piece
+    starts.clear()
+    stop_at = None
+    resumed = translate_file(translator, given, output)
+    assert starts == [64, 128] and resumed["resumed_sentences"] == 64
+    assert read_lines(output) == read_lines(tmp_path / "whole.txt") and not side.exists()
+    # the pieces of one decoding are never read by another
+    starts.clear()
+    stop_at = 2
+    with pytest.raises(KeyboardInterrupt):
+        translate_file(translator, given, output)
+    translator.config.decode.alpha = 0.0
+    starts.clear()
+    stop_at = None
+    assert "resumed_sentences" not in translate_file(translator, given, output)
+    assert starts == [0, 64, 128]
 
 
 @pytest.mark.slow

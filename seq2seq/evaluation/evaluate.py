@@ -11,6 +11,7 @@ from pathlib import Path
 from seq2seq import progress
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.sources import resolve_split
+from seq2seq.evaluation import partial
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
 from seq2seq.evaluation.translator import LineTranslator, Sampling, Translations
@@ -60,21 +61,30 @@ def decoding_facts(translator: LineTranslator) -> dict[str, object]:
     return facts
 
 
-def _translate(translator: LineTranslator, sources: Sequence[str]) -> tuple[Translations, dict]:
+def _translate(
+    translator: LineTranslator, sources: Sequence[str], output: Path
+) -> tuple[Translations, dict]:
+    """All of ``sources`` translated, with the facts of the decoding. Finished pieces are kept
+    beside ``output`` until the caller has written it (``partial``): a rerun after Ctrl-C goes
+    on from them, and its speed counts the sentences it translated."""
+    facts = decoding_facts(translator)
     start = time.monotonic()
     with compiling() as compile_time, progress.bar(len(sources), "sentence", "translating") as bar:
-        translations = translator.translate(sources, progress=bar.update)
+        translations, resumed = partial.translate_keeping(
+            translator, sources, partial.side_file(output), facts, bar.update
+        )
     seconds = time.monotonic() - start
     decoding = max(seconds - compile_time.seconds, 1e-9)  # a new shape compiles; it is not speed
-    facts = {
-        **decoding_facts(translator),
+    facts |= {
         "truncated_inputs": len(translations.truncated),
         "truncated_lines": [i + 1 for i in translations.truncated],  # 1-based line numbers
         "max_input_length": translator.config.decode.max_input_length,
         "decode_seconds": seconds,
         "compile_seconds": compile_time.seconds,  # within decode_seconds
-        "sentences_per_second": len(sources) / decoding,
+        "sentences_per_second": (len(sources) - resumed) / decoding,
     }
+    if resumed:
+        facts["resumed_sentences"] = resumed  # read back from an interrupted run's pieces
     return translations, facts
 
 
@@ -156,7 +166,11 @@ def evaluate(
     split = resolve_split(config.data, split or "test")
     pairs = load_pairs(config, split)[:max_sentences]
     sources = [source for source, _ in pairs]
-    translations, facts = _translate(translator, sources)
+    ensemble_with = [Path(member.name) for member in translator.members[1:]]
+    rule = decoding_label(filed_as, ensemble_with, translator.sampling)
+    rule += getattr(translator, "label", "")
+    hypotheses_file = run.hypotheses_file(split, rule)
+    translations, facts = _translate(translator, sources, hypotheses_file)
     hypotheses = translations.hypotheses
     result = {
         **score(
@@ -171,11 +185,9 @@ def evaluate(
         **facts,
         "provenance": provenance.for_evaluation(run),
     }
-    ensemble_with = [Path(member.name) for member in translator.members[1:]]
-    rule = decoding_label(filed_as, ensemble_with, translator.sampling)
-    rule += getattr(translator, "label", "")
-    _write_lines(run.hypotheses_file(split, rule), hypotheses)
+    _write_lines(hypotheses_file, hypotheses)
     run.eval_result_file(split, rule).write_text(json.dumps(result, indent=2) + "\n")
+    partial.forget(partial.side_file(hypotheses_file))
     return result
 
 
@@ -198,9 +210,10 @@ def translate_file(
             f"{reference_path} has {len(references)} lines but {input_path} has {len(sources)}; "
             "a reference file must align line by line with the input"
         )
-    translations, facts = _translate(translator, sources)
+    translations, facts = _translate(translator, sources, output_path)
     hypotheses = translations.hypotheses
     _write_lines(output_path, nbest_lines(translations) if translator.nbest else hypotheses)
+    partial.forget(partial.side_file(output_path))
     result: dict[str, object] = {"input": str(input_path), "output": str(output_path)}
     if references is not None:
         config = translator.config
