@@ -337,6 +337,17 @@ _UNWRITABLE = pytest.mark.skipif(
         ),
         ([*_QUICK_COMPARISON, "--beam_size", "0"], "--beam_size 0 must be at least 1 (1: greedy)"),
         (
+            [
+                "-m",
+                "seq2seq.compare",
+                "--workdir",
+                "docs/records/multi30k_ende",
+                "--suite",
+                "frontier_tuned",
+            ],
+            "--workdir docs/records/multi30k_ende holds run records, not runs (",
+        ),  # its runs counted as finished, then each failed to score
+        (
             [*_QUICK_COMPARISON, "--tune", "nope.key=1,2", "--tune_steps", "5"],
             "--tune: unknown config key 'nope.key'",
         ),

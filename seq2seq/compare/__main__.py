@@ -18,7 +18,7 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.checkpoints.rule import describe_checkpoint_rule, rules_help
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
-from seq2seq.compare.workdir import check_free
+from seq2seq.compare.workdir import check_free, check_not_records
 
 if TYPE_CHECKING:
     from seq2seq.compare.runner import RunOutcome
@@ -402,6 +402,7 @@ def run() -> None:
         elif flag.devices:
             _devices(flag)
         else:
+            check_not_records(Path(flag.workdir))
             _compare(flag, argv)
 
     def interrupted() -> str:

@@ -70,3 +70,26 @@ def check_free(path: Path) -> None:
             f"--workdir {path} holds {count_entries(others)} that no comparison wrote "
             f"({show_entries(others)}); nothing was written: pass a new folder or a comparison's"
         )
+
+
+def check_not_records(path: Path) -> None:
+    """Refuses to train in a folder of run records (``--save_records``' copies, such as
+    ``docs/records/...``): their runs would count as finished and then fail to score, having
+    no checkpoints.
+
+    Raises:
+      RunDirectoryError: one line naming some of the records and the two fixes.
+    """
+    if not path.is_dir():
+        return
+    records = sorted(
+        entry.name + "/"
+        for entry in path.iterdir()
+        if entry.is_dir() and RunDirectory(entry).is_record()
+    )
+    if records:
+        raise RunDirectoryError(
+            f"--workdir {path} holds run records, not runs ({show_entries(records)}: no "
+            f"checkpoints); pass --records {path} to rebuild their report, or a new --workdir "
+            "to train"
+        )

@@ -336,11 +336,17 @@ class RunDirectory:
         kept = (self.config_file, self.provenance_file, self.corpus_file, self.lock_file)
         return all(p in kept for p in self.path.rglob("*") if p.is_file())  # stops at another
 
+    def is_record(self) -> bool:
+        """Whether this is a run's record (``compare --save_records``: config, metrics and
+        scores), which trained elsewhere and keeps no checkpoints or tokenizer."""
+        return self.metrics_file.exists() and not (
+            self.checkpoints_dir.exists() or self.tokenizer_dir.exists()
+        )
+
     def nothing_to_translate_with(self) -> str:
         """Why this run cannot translate (no tokenizer or checkpoint) and the fix. A committed
-        record (``compare --save_records``: config, metrics and scores) keeps neither, and
-        "train first" would misread a run that trained."""
-        if self.metrics_file.exists() and not self.checkpoints_dir.exists():
+        record keeps neither, and "train first" would misread a run that trained."""
+        if self.is_record():
             return (
                 f"{self.path} is a run's record (config, metrics and scores, with no tokenizer or "
                 f"checkpoints); read its scores in {self.eval_dir.name}/, or train the run again "
