@@ -73,18 +73,11 @@ def translate_keeping(
     """
     identity = _identity(translator, sources, facts)
     pieces = _read_pieces(side, identity)
-    hypotheses: list[str] = []
-    truncated: list[int] = []
-    nbest: list[list[tuple[float, str]]] = []
-    for piece in pieces:
-        hypotheses += piece["hypotheses"]
-        truncated += piece["truncated"]
-        nbest += [[(score, text) for score, text in entries] for entries in piece["nbest"]]
-    resumed = len(hypotheses)
+    resumed = sum(len(piece["hypotheses"]) for piece in pieces)
     progress(resumed)
-    writer = jax.process_index() == 0
     size = PIECE_BATCHES * translator.config.eval.batch_size
-    if writer and not pieces and len(sources) > size:
+    keeping = jax.process_index() == 0 and len(sources) > size  # one piece: nothing to keep
+    if keeping and not pieces:
         side.parent.mkdir(parents=True, exist_ok=True)
         side.write_text(json.dumps({"translates": identity}) + "\n", encoding="utf-8")
     for start in range(resumed, len(sources), size):
@@ -96,14 +89,15 @@ def translate_keeping(
             "truncated": [start + i for i in found.truncated],
             "nbest": found.nbest,
         }
-        if writer and len(sources) > size:
+        if keeping:
             with side.open("a", encoding="utf-8") as kept:
                 kept.write(json.dumps(piece) + "\n")
                 kept.flush()
                 os.fsync(kept.fileno())
-        hypotheses += piece["hypotheses"]
-        truncated += piece["truncated"]
-        nbest += found.nbest
+        pieces.append(piece)
+    hypotheses = [text for piece in pieces for text in piece["hypotheses"]]
+    truncated = [index for piece in pieces for index in piece["truncated"]]
+    nbest = [[tuple(entry) for entry in entries] for piece in pieces for entries in piece["nbest"]]
     return Translations(hypotheses, truncated, nbest), resumed
 
 
