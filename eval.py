@@ -15,7 +15,8 @@ eval/SPLIT@average5.json, eval/SPLIT@step1500.json under the other checkpoint ru
 rule overwrites another's scores; ensembles and samples are filed under labels of their own).
 The last line printed is one JSON object: bleu, signature, chrf, tok_bleu, n,
 bleu_by_source_length, ..., decode_seconds (wall time), compile_seconds (the part of it spent
-tracing and compiling search loops for new shapes) and sentences_per_second (over the rest).
+tracing and compiling search loops for new shapes) and sentences_per_second (over the rest);
+the file also holds the provenance of the run and of this evaluation.
 
 ``--nbest K`` writes K lines per sentence, ``INDEX<TAB>SCORE<TAB>TRANSLATION`` (INDEX the 0-based
 input line, SCORE ``log P / lp``, best first; the first is the beam's output). With ``--input -``
@@ -260,7 +261,7 @@ def main(argv: list[str]) -> None:
         if _INPUT.value
         else resolve_split(config.data, _SPLIT.value or "test", overrides=False)
     )
-    from seq2seq.evaluation.evaluate import evaluate, format_report, translate_file
+    from seq2seq.evaluation.evaluate import evaluate, filed_in, format_report, translate_file
 
     translator = _translator(run, config, sampling)
     if _INPUT.value == "-":
@@ -271,10 +272,15 @@ def main(argv: list[str]) -> None:
         result = translate_file(
             translator, Path(_INPUT.value), Path(_OUTPUT.value), reference_path=reference
         )
+        written = f"  translations written to {result['output']}"
     else:
         result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value)
+        hypotheses, scores = filed_in(translator, run, split, _CHECKPOINT.value)
+        written = f"  written to {scores} (the scores and their provenance) and {hypotheses}"
     print(format_report(result))
-    print(json.dumps(result))
+    print(written)
+    # One line for scripts; the provenance (a page of versions and flags) stays in the file.
+    print(json.dumps({key: value for key, value in result.items() if key != "provenance"}))
 
 
 if __name__ == "__main__":

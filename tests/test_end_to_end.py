@@ -42,6 +42,7 @@ def runs(tmp_path_factory):
         )
         results[name] = json.loads(evaluation.stdout.strip().splitlines()[-1])
         results[name]["train_log"] = training.stderr
+        results[name]["eval_stdout"] = evaluation.stdout
     return root, results
 
 
@@ -97,6 +98,20 @@ def test_eval_bleu_equals_sacrebleu_on_its_hypothesis_file(trained):
     assert result["bleu"] == pytest.approx(expected.score, abs=1e-9)
     assert result["bleu"] > 0  # the hypotheses translate the references' own sources
     assert result["signature"] == str(metric.get_signature())
+
+
+def test_eval_names_its_two_files_and_leaves_the_provenance_in_them(trained):
+    """Its last line was a page long: the provenance (versions, flags, CPU) of run and eval."""
+    workdir, result = trained
+    printed = {k: v for k, v in result.items() if k not in ("train_log", "eval_stdout")}
+    assert "provenance" not in printed
+    assert result["eval_stdout"].splitlines()[-2] == (
+        f"  written to {workdir / 'eval' / 'test.json'} (the scores and their provenance) and "
+        f"{workdir / 'eval' / 'test.hyp.txt'}"
+    )
+    filed = json.loads((workdir / "eval" / "test.json").read_text())
+    assert filed.pop("provenance")["run"]["argv"][0] == "train.py"
+    assert filed == printed
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full, the full disk here")

@@ -166,10 +166,7 @@ def evaluate(
     split = resolve_split(config.data, split or "test")
     pairs = load_pairs(config, split)[:max_sentences]
     sources = [source for source, _ in pairs]
-    ensemble_with = [Path(member.name) for member in translator.members[1:]]
-    rule = decoding_label(filed_as, ensemble_with, translator.sampling)
-    rule += getattr(translator, "label", "")
-    hypotheses_file = run.hypotheses_file(split, rule)
+    hypotheses_file, scores_file = filed_in(translator, run, split, filed_as)
     translations, facts = _translate(translator, sources, hypotheses_file)
     hypotheses = translations.hypotheses
     result = {
@@ -186,9 +183,20 @@ def evaluate(
         "provenance": provenance.for_evaluation(run),
     }
     _write_lines(hypotheses_file, hypotheses)
-    run.eval_result_file(split, rule).write_text(json.dumps(result, indent=2) + "\n")
+    scores_file.write_text(json.dumps(result, indent=2) + "\n")
     partial.forget(partial.side_file(hypotheses_file))
     return result
+
+
+def filed_in(
+    translator: LineTranslator, run: RunDirectory, split: str, filed_as: str
+) -> tuple[Path, Path]:
+    """Where ``evaluate`` files a split's translations and its scores (``eval/SPLIT.hyp.txt``
+    and ``eval/SPLIT.json`` under ``latest``; the rule and decoding label the other names)."""
+    ensemble_with = [Path(member.name) for member in translator.members[1:]]
+    rule = decoding_label(filed_as, ensemble_with, translator.sampling)
+    rule += getattr(translator, "label", "")
+    return run.hypotheses_file(split, rule), run.eval_result_file(split, rule)
 
 
 def translate_file(
@@ -254,6 +262,4 @@ def format_report(result: dict[str, object]) -> str:
                 for row in result["bleu_by_source_length"]
             ),
         ]
-    else:
-        lines.append(f"  translations written to {result['output']}")
     return "\n".join(lines)
