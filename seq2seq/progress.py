@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 
 import jax
 from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 Progress = Callable[[int], object]  # told how many more items are done (tqdm's ``update``)
 
@@ -37,6 +36,10 @@ def bar(
         if drawn.disable:
             yield drawn
             return
+        # Here, not at the top: tqdm.contrib imports tqdm.auto, which in a notebook without
+        # ipywidgets warns in red on the first cell of every notebook that imports this module.
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
         with logging_redirect_tqdm():
             yield drawn
 

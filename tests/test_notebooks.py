@@ -56,7 +56,7 @@ def _execute(path, runs, monkeypatch):
     for name, value in COMPILATION_CACHE.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # Jupyter's own: figures inline, as seen
     notebook = nbformat.read(path, as_version=4)
     notebook.cells.append(nbformat.v4.new_code_cell("import sys\nprint(sys.prefix)"))
     client = NotebookClient(
@@ -68,7 +68,23 @@ def _execute(path, runs, monkeypatch):
     client.execute()
     kernel_prefix = notebook.cells[-1].outputs[0]["text"].strip()
     assert kernel_prefix == sys.prefix, "the notebook ran in another Python than this one's"
+    _assert_shown_as_a_reader_sees_it(path, notebook.cells)
     return notebook.cells
+
+
+def _assert_shown_as_a_reader_sees_it(path, cells):
+    """Every cell that draws shows an image (figures made without pyplot showed as the text
+    "<Figure size 1100x420 with 2 Axes>"), and no cell warns (tqdm.auto's missing-ipywidgets
+    warning opened both notebooks in red)."""
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        if "plt.show()" in cell.source or "display(Image" in cell.source:
+            shown = [output for output in cell.outputs if "image/png" in output.get("data", {})]
+            assert shown, f"{path.name} cell {index} draws but shows no image: {cell.outputs}"
+        for output in cell.outputs:
+            warned = output.get("name") == "stderr" and "Warning" in output.get("text", "")
+            assert not warned, f"{path.name} cell {index} warns: {output['text']}"
 
 
 @pytest.fixture(scope="module")
