@@ -276,11 +276,29 @@ def flatten(config: ml_collections.ConfigDict, prefix: str = "") -> Iterator[tup
 
 
 def unknown_key_message(key: str, config: ml_collections.ConfigDict | None = None) -> str:
-    """``unknown config key 'train.stesp'; did you mean 'train.steps'?``"""
+    """``unknown config key 'train.stesp'; did you mean 'train.steps'?``
+
+    It offers the keys of the same section whose initials are a word of the typed key
+    (``train.peak_lr`` -> ``train.learning_rate``, ``train.ls`` -> ``train.label_smoothing``),
+    else the keys spelt alike.
+    """
     known = [name for name, _ in flatten(config or default_config())]
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    section, _, leaf = key.rpartition(".")
+    typed_words = {word for word in leaf.split("_") if len(word) >= 2}
+    abbreviated = [
+        name
+        for name in known
+        if name.rpartition(".")[0] == section and _initials(name.rpartition(".")[2]) in typed_words
+    ]
+    close = abbreviated or difflib.get_close_matches(key, known, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return f"unknown config key {key!r}{hint}"
+
+
+def _initials(leaf: str) -> str:
+    """``learning_rate`` -> ``lr``; a one-word key has none."""
+    words = leaf.split("_")
+    return "".join(word[0] for word in words) if len(words) > 1 else ""
 
 
 # A run's identity: what changes the parameters it trains: their shapes, the stream of training

@@ -91,6 +91,15 @@ def test_a_negative_seed_is_refused_before_any_work():
     validate(config)
 
 
+def test_an_abbreviated_key_is_offered_the_key_it_abbreviates():
+    """``train.peak_lr`` was offered 'train.dtype', 'train.optimizer' and 'train.adam_b2'."""
+    assert unknown_key_message("train.peak_lr") == (
+        "unknown config key 'train.peak_lr'; did you mean 'train.learning_rate'?"
+    )
+    assert "did you mean 'train.label_smoothing'" in unknown_key_message("train.ls")
+    assert "learning_rate" not in unknown_key_message("data.lr")  # another section's key
+
+
 def test_unknown_key_message_suggests_close_matches():
     assert "model.transformer.d_model" in unknown_key_message("model.transformer.dmodel")
 
