@@ -378,3 +378,18 @@ def test_every_committed_rnnsearch_size_chose_the_largest_dropout_tried():
         "every rnnsearch size (3) chose the largest `model.rnnsearch.dropout_rate` of the grid "
         "(0.3)"
     ]
+
+
+def test_another_tool_s_folder_among_the_records_is_named_and_refused(tmp_path):
+    """A CTranslate2 export (its own config.json) in a folder of records was called a run whose
+    config to "put back"."""
+    alien = tmp_path / "records" / "exported"
+    alien.mkdir(parents=True)
+    (alien / "config.json").write_text('{"add_source_bos": false, "decoder_start_token": "<s>"}')
+    with pytest.raises(ValueError) as refused:
+        read_records(tmp_path / "records", None, "latest")
+    assert str(refused.value) == (
+        f"--records {tmp_path / 'records'}: exported is not a run record (its config.json is not "
+        "seq2seq's: unknown config key 'add_source_bos'); move it out, or pass a folder of run "
+        "records only"
+    )

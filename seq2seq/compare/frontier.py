@@ -239,7 +239,14 @@ def read_records(
     runs = []
     for folder in folders:
         run = RunDirectory(folder)
-        runs.append(read_run(run, scored_split(run.load_config(), split), rule))
+        try:
+            config = run.load_config()
+        except config_lib.SavedConfigError as error:  # another tool's (an export's)
+            raise ValueError(
+                f"{flag} {directory}: {folder.name} is not a run record (its config.json is not "
+                f"seq2seq's: {error.reason}); move it out, or pass a folder of run records only"
+            ) from None
+        runs.append(read_run(run, scored_split(config, split), rule))
     if all(run.result is None for run in runs) and (held := scored_rules(folders)):
         raise ValueError(
             f"{flag} {directory}: no run is scored under --checkpoint {rule}; these records "
