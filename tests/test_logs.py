@@ -2,6 +2,7 @@
 have left, its samples."""
 
 import json
+import logging
 import math
 import time
 
@@ -171,3 +172,24 @@ def test_a_validation_point_reads_as_figures_with_the_best_and_early_stopping_s_
     never.update(5.0, step=100)
     assert validation_line(100, {**figures, "bleu": 5.0}, never).endswith("perplexity 10.44")
     assert validation_line(100, {"bleu": 5.0}, never) == "validation at step 100: greedy BLEU 5.00"
+
+
+def test_runs_that_ended_before_are_not_counted_as_training_left(tmp_path, caplog, monkeypatch):
+    """`make quickstart` again said "round 1: 2 runs to train, at most 4 min of training left",
+    then reused both: each ended at its step cap short of its time budget."""
+    from seq2seq.compare import runner
+
+    jobs = []
+    for name in ("transformer", "rnnsearch"):
+        job = _job(tmp_path, name, 3.0, 120.0)
+        job.config.train.update(steps=100, early_stopping_patience=0)
+        with job.run.metrics_file.open("a") as metrics:
+            metrics.write(json.dumps({"step": 100, "kind": "validation", "elapsed_seconds": 120.0}))
+        jobs.append(job)
+    monkeypatch.setattr(runner, "_train_slice", lambda *_: pytest.fail("it trained again"))
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        assert runner.train_in_slices(jobs, 5.0) is False
+    assert [record.getMessage() for record in caplog.records] == [
+        "== transformer: finished before, reused",
+        "== rnnsearch: finished before, reused",
+    ]

@@ -227,7 +227,12 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
     Returns:
       True when SIGTERM stopped a job (its status is then "preempted"): rerun to continue.
     """
-    active = [job for job in jobs if job.status == "ok"]
+    active = []
+    for job in jobs:
+        if job.status == "ok" and _finished(job):  # said before the rounds count what is left
+            logger.info("== %s: finished before, reused", job.run.path.name)
+        elif job.status == "ok":
+            active.append(job)
     round_index = 1
     while active:
         if (left := training_minutes_left(active)) is not None and left > 0:
