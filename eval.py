@@ -8,6 +8,7 @@
     ... --batch_size 256                                      # sentences searched together
     ... --nbest K                                             # the K best of the beam, with scores
     ... --sampling topk:10|topp:0.9 [--temperature 1.0] [--seed 0]   # sampled, reproducibly
+    ... --input FILE --output FILE --attention DIR            # and each line's attention, drawn
 
 Prints sacreBLEU (detokenized, cased, with its signature), chrF and the papers' tokenized BLEU,
 and writes WORKDIR/eval/SPLIT.hyp.txt and WORKDIR/eval/SPLIT.json (eval/SPLIT@best.json,
@@ -39,6 +40,7 @@ import ml_collections
 from absl import flags
 
 from seq2seq import cli
+from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import rules_help
 from seq2seq.data.sources import resolve_split
 from seq2seq.records.run_directory import RunDirectory
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from seq2seq.evaluation.translator import LineTranslator, Sampling
 
 ENGINES = ("jax", "ctranslate2")
+MAX_ATTENTION_LINES = 100  # --attention draws a figure a line: a whole test set is a mistake
 
 _WORKDIR = flags.DEFINE_multi_string(
     "workdir",
@@ -99,6 +102,13 @@ _EXPORTED = flags.DEFINE_string(
 _REFERENCE = flags.DEFINE_string("reference", None, "Optional references to score --input with.")
 _BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", None, "Sentences searched together (default: the run's eval.batch_size)."
+)
+_ATTENTION = flags.DEFINE_string(
+    "attention",
+    None,
+    "With --input FILE: draw the cross-attention behind each line's translation into this "
+    "folder, as lineN.png (N the input line; RNNsearch's alignment, or the Transformer's layers "
+    f"and heads); at most {MAX_ATTENTION_LINES} lines.",
 )
 
 
@@ -152,6 +162,8 @@ def _check_options() -> None:
         raise ValueError(f"--nbest {_NBEST.value} must be at least 1 (K outputs per sentence)")
     if _NBEST.value is not None and not _INPUT.value:
         raise ValueError("--nbest writes K lines per sentence; pass --input FILE|- with it")
+    if _ATTENTION.value is not None:
+        _check_attention_flags()
     if _INPUT.value == "-":
         if _REFERENCE.value:
             raise ValueError("--reference scores a file; pass --input FILE --output FILE with it")
@@ -165,6 +177,54 @@ def _check_options() -> None:
             raise FileNotFoundError(f"no {flag.name} file at {flag.value}")
     if _OUTPUT.value not in (None, "-"):
         _check_output(Path(_OUTPUT.value))
+    if _ATTENTION.value is not None:
+        _check_attention_folder(Path(_ATTENTION.value))
+
+
+def _check_attention_flags() -> None:
+    """--attention draws one model's attention on the translations of a file."""
+    if not _INPUT.value or _INPUT.value == "-" or _OUTPUT.value in (None, "-"):
+        raise ValueError(
+            "--attention draws the lines of a file; pass --input FILE --output FILE with it"
+        )
+    if _ENGINE.value != "jax" or len(_WORKDIR.value or []) > 1 or _SAMPLING.value or _NBEST.value:
+        raise ValueError(
+            "--attention draws one model's attention as its beam search translates; drop "
+            "--engine ctranslate2, a second --workdir, --sampling and --nbest"
+        )
+
+
+def _check_attention_folder(folder: Path) -> None:
+    """Refuses an --attention folder that cannot be one, and an input of more lines than are
+    worth a figure each, before any model is loaded."""
+    with open(_INPUT.value, encoding="utf-8", errors="replace") as given:
+        lines = sum(1 for line in given if line.strip())
+    if lines > MAX_ATTENTION_LINES:
+        raise ValueError(
+            f"--attention draws a figure a line, and {_INPUT.value} has {lines} lines, over "
+            f"{MAX_ATTENTION_LINES}; pass the lines you want to look at in a shorter file"
+        )
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--attention {folder} is a file; name a folder for the figures")
+    nearest = next(parent for parent in (folder, *folder.parents) if parent.exists())
+    if not nearest.is_dir():
+        raise ValueError(f"--attention {folder}: {nearest} is a file, not a folder")
+    cli.check_writable(nearest, f"--attention {folder}")
+
+
+def _draw_attention(translator: "LineTranslator", run: RunDirectory, result: dict) -> str:
+    """Draws each non-empty input line's attention; returns the line that says where."""
+    from seq2seq import progress
+    from seq2seq.evaluation.evaluate import read_lines
+    from seq2seq.report.figures import attention_of_lines
+
+    pairs = zip(read_lines(Path(_INPUT.value)), read_lines(Path(_OUTPUT.value)), strict=True)
+    lines = [(number, s, t) for number, (s, t) in enumerate(pairs, start=1) if s.strip()]
+    folder = Path(_ATTENTION.value)
+    with progress.bar(len(lines), "line", "drawing attention") as drawn:
+        paths = attention_of_lines(translator, lines, folder, run.path.name, drawn.update)
+    result["attention"] = {"folder": str(folder), "figures": len(paths)}
+    return f"  attention of {len(paths)} lines drawn in {folder} (lineN.png: input line N)"
 
 
 def _check_output(output: Path) -> None:
@@ -248,6 +308,11 @@ def main(argv: list[str]) -> None:
     sampling = _sampling()  # options, the run and the split are checked before any model loads
     run = RunDirectory(_WORKDIR.value[0]) if _WORKDIR.value else None  # the one opening
     config = run.load_config() if run else None
+    if _ATTENTION.value is not None and not config_lib.has_cross_attention(config):
+        raise ValueError(
+            f"--attention: {run.path} is an encoder-decoder without attention "
+            "(model.rnnsearch.attention='none'): it has none to draw"
+        )
     if _DATA_DIR.value is not None:  # read from there; the run's config.json is not touched
         if config.data.source == "synthetic":
             raise ValueError(
@@ -273,6 +338,8 @@ def main(argv: list[str]) -> None:
             translator, Path(_INPUT.value), Path(_OUTPUT.value), reference_path=reference
         )
         written = f"  translations written to {result['output']}"
+        if _ATTENTION.value is not None:
+            written += "\n" + _draw_attention(translator, run, result)
     else:
         result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value)
         hypotheses, scores = filed_in(translator, run, split, _CHECKPOINT.value)

@@ -266,6 +266,12 @@ def load_config_file(path: str | Path) -> ml_collections.ConfigDict:
     return validate(module.get_config())
 
 
+def has_cross_attention(config: ml_collections.ConfigDict) -> bool:
+    """Whether the model looks back at the source while it translates: every model but
+    RNNencdec (``model.rnnsearch.attention="none"``), whose one fixed vector has nothing to show."""
+    return not (config.model.name == "rnnsearch" and config.model.rnnsearch.attention == "none")
+
+
 def flatten(config: ml_collections.ConfigDict, prefix: str = "") -> Iterator[tuple[str, object]]:
     """(dotted key, value) for every leaf of the config."""
     for key, value in config.items():

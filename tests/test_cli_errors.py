@@ -258,6 +258,8 @@ def _without_jax(tmp_path) -> dict[str, str]:
     return env
 
 
+# eval.py translating a file, the input last: what --attention draws from
+_ATTENTION_OF = ["eval.py", "--workdir", "{tmp}", "--output", "{tmp}/o.txt", "--input"]
 _QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "quickstart"]
 
 
@@ -288,6 +290,22 @@ _UNWRITABLE = pytest.mark.skipif(
         (["eval.py", "--workdir", "{tmp}", "--alpha=-0.5"], "--alpha -0.5 must be >= 0"),
         (["eval.py", "--workdir", "{tmp}", "--sampling", "topk:0"], "topk takes a whole number"),
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
+        (
+            ["eval.py", "--workdir", "{tmp}", "--attention", "{tmp}/a"],
+            "--attention draws the lines of a file; pass --input FILE --output FILE with it",
+        ),
+        (
+            [*_ATTENTION_OF, ".ci/run", "--attention", "{tmp}/a", "--workdir", "{tmp}"],
+            "drop --engine ctranslate2, a second --workdir, --sampling and --nbest",
+        ),
+        (
+            [*_ATTENTION_OF, "README.md", "--attention", "{tmp}/a"],
+            "over 100; pass the lines you want to look at in a shorter file",
+        ),
+        (
+            [*_ATTENTION_OF, ".ci/run", "--attention", "README.md"],
+            "--attention README.md is a file; name a folder for the figures",
+        ),
         (["train.py", "-h"], None),  # the help page, exit 0
         # a folder this user may not write: found before any work, where it was a traceback
         pytest.param(
@@ -566,3 +584,24 @@ def test_a_second_ctrl_c_while_a_checkpoint_is_written_is_one_line(tmp_path):
         "interrupted: what had finished is kept; rerun the same command to continue\n"
     )
     assert "committed" not in result.stdout  # it stopped at once
+
+
+def test_attention_of_a_model_without_any_is_refused_before_jax_is_imported(tmp_path):
+    """An encoder-decoder without attention (RNNencdec) has no weights to draw."""
+    run = tmp_path / "rnnencdec"
+    run.mkdir()
+    config = config_lib.load_config_file(REPO / "configs" / "quickstart_rnnencdec.py")
+    (run / "config.json").write_text(config.to_json())
+    given = tmp_path / "in.txt"
+    given.write_text("the old man saw a dog\n")
+    output, folder = tmp_path / "out.txt", tmp_path / "a"
+    command = [sys.executable, "eval.py", "--workdir", str(run), "--input", str(given),
+               "--output", str(output), "--attention", str(folder)]  # fmt: skip
+    result = subprocess.run(
+        command, cwd=REPO, env=_without_jax(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert _one_error_line(result) == (
+        f"error: --attention: {run} is an encoder-decoder without attention "
+        "(model.rnnsearch.attention='none'): it has none to draw"
+    )
+    assert not folder.exists() and not output.exists()

@@ -181,3 +181,51 @@ def test_alignment_figures_of_trained_models(runs, tmp_path, monkeypatch):
         "rnnsearch_alignment_1.png": ("plot_rnn_alignment", 1),
         "transformer_alignment_1.png": ("plot_transformer_attention", layers * (heads + 1)),
     }
+
+
+def test_eval_draws_each_non_empty_line_s_attention_named_by_its_line(runs, tmp_path):
+    root, _ = runs
+    sources = [source for source, _ in synthetic.load_split("test")[:2]]
+    given, folder = tmp_path / "in.txt", tmp_path / "attention"
+    given.write_text(f"{sources[0]}\n\n{sources[1]}\n")
+    result = _run("eval.py", "--workdir", str(root / "rnnsearch"), "--input", str(given),
+                  "--output", str(tmp_path / "out.txt"), "--attention", str(folder),
+                  "--beam_size", "1")  # fmt: skip
+    assert sorted(path.name for path in folder.iterdir()) == ["line1.png", "line3.png"]
+    for path in folder.iterdir():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.stdout.splitlines()[-2] == (
+        f"  attention of 2 lines drawn in {folder} (lineN.png: input line N)"
+    )
+    printed = json.loads(result.stdout.splitlines()[-1])
+    assert printed["attention"] == {"folder": str(folder), "figures": 2}
+
+
+def test_each_line_s_attention_is_of_its_source_and_the_translation_given(
+    runs, tmp_path, monkeypatch
+):
+    """The translation written is forced through the model, not searched again: the figure's
+    rows are its words, whatever the model would say now."""
+    from seq2seq.evaluation.translator import Translator
+    from seq2seq.report import figures
+
+    drawn = {}
+
+    def spy(alignment, path, title=""):
+        words = [
+            "".join(pieces[:-1]).replace("\u2581", " ").strip()
+            for pieces in (alignment.source_pieces, alignment.target_pieces)
+        ]
+        drawn[path.name] = (*words, alignment.weights.shape[2:], title)
+
+    monkeypatch.setattr(figures, "draw_attention", spy)
+    root, _ = runs
+    source = synthetic.load_split("test")[0][0]
+    translator = Translator.restore(root / "rnnsearch", beam_size=1)
+    lines = [(2, source, "der hund"), (5, source, "")]
+    figures.attention_of_lines(translator, lines, tmp_path, "rnnsearch")
+    length = len(source.split()) + 1  # the word tokenizer's pieces, and EOS
+    assert drawn == {
+        "line2.png": (source, "der hund", (3, length), "rnnsearch, line 2"),
+        "line5.png": (source, "", (1, length), "rnnsearch, line 5"),
+    }

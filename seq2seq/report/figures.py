@@ -15,6 +15,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from seq2seq.evaluation.translator import Translator
+from seq2seq.progress import Progress, ignored
 from seq2seq.report import alignment as alignment_lib
 from seq2seq.report.plots import plot_alignment, plot_lines
 
@@ -265,10 +266,44 @@ def alignment_figures(
         alignment = alignment_lib.cross_attention(translator, sentence)
         if alignment is None:  # a model without attention (RNNencdec) has nothing to draw
             continue
-        layers, heads = alignment.weights.shape[:2]
-        draw = plot_rnn_alignment if (layers, heads) == (1, 1) else plot_transformer_attention
         path = Path(out_dir) / f"{_file_stem(label)}_alignment_{index}.png"
-        draw(alignment, path, title=f"{label}: sentence {index}")
+        draw_attention(alignment, path, title=f"{label}: sentence {index}")
+        paths.append(path)
+    return paths
+
+
+def draw_attention(alignment: alignment_lib.Alignment, path: Path, title: str = "") -> Figure:
+    """A single attention (one layer, one head: RNNsearch) as one heatmap, several as the layer
+    x head grid; the choice follows the weights' shape, never the model's name."""
+    layers, heads = alignment.weights.shape[:2]
+    draw = plot_rnn_alignment if (layers, heads) == (1, 1) else plot_transformer_attention
+    return draw(alignment, path, title=title)
+
+
+def attention_of_lines(
+    translator: Translator,
+    lines: Sequence[tuple[int, str, str]],
+    out_dir: Path,
+    label: str,
+    progress: Progress = ignored,
+) -> list[Path]:
+    """Draws the attention with which ``translator`` produced each translation: ``lines`` are
+    (line number from 1, source, its translation), drawn to ``out_dir/lineN.png`` (``eval.py
+    --attention``). The translation is given, not searched again: its weights come from one
+    teacher-forced pass (``alignment.cross_attention``).
+
+    Returns:
+      The written PNG paths, in the order of ``lines``; none for a model without attention.
+    """
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    paths = []
+    for number, source, translation in lines:
+        alignment = alignment_lib.cross_attention(translator, source, target=translation)
+        progress(1)
+        if alignment is None:
+            continue
+        path = Path(out_dir) / f"line{number}.png"
+        draw_attention(alignment, path, title=f"{label}, line {number}")
         paths.append(path)
     return paths
 

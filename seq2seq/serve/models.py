@@ -16,6 +16,7 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
+from seq2seq import config as config_lib
 from seq2seq.data import sources
 from seq2seq.evaluation.evaluate import decoding_label
 from seq2seq.evaluation.translator import Translations, Translator, with_decoding
@@ -59,7 +60,7 @@ def attention_kind(config: ml_collections.ConfigDict) -> str:
     Transformer), ``alignment`` (RNNsearch's one alignment) or ``none`` (RNNencdec)."""
     if config.model.name == "transformer":
         return "heads"
-    return "none" if config.model.rnnsearch.attention == "none" else "alignment"
+    return "alignment" if config_lib.has_cross_attention(config) else "none"
 
 
 def _examples(config: ml_collections.ConfigDict) -> list[str]:
