@@ -543,3 +543,26 @@ def test_ctrl_c_to_a_report_from_records_does_not_promise_a_continuation(tmp_pat
     assert errors.strip().splitlines()[-1] == (
         "interrupted: nothing to continue (a report from records is built afresh); rerun"
     )
+
+
+def test_hyperparameters_that_differ_run_down_the_page_when_there_are_more_keys_than_runs():
+    """The quickstart's two runs differed in 22 keys: a table 23 columns wide."""
+    from seq2seq.compare.report_sections import hyperparameter_table
+
+    two_families = {
+        "t": {"model.name": "transformer", "model.transformer.d_model": 128},
+        "r": {"model.name": "rnnsearch", "model.rnnsearch.embedding_size": 64},
+    }
+    assert hyperparameter_table(two_families).splitlines() == [
+        "| key | t | r |",
+        "|---|---|---|",
+        "| model.name | transformer | rnnsearch |",
+        "| model.rnnsearch.embedding_size | — | 64 |",
+        "| model.transformer.d_model | 128 | — |",
+    ]
+    seeds = {f"s{i}": {"train.learning_rate*": rate} for i, rate in enumerate((1, 2, 3))}
+    assert hyperparameter_table(seeds).splitlines()[:3] == [
+        "| run | train.learning_rate* |",
+        "|---|---|",
+        "| s0 | 1 |",
+    ]

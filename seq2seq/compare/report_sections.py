@@ -162,19 +162,34 @@ def horizons(report: dict) -> list[str]:
 def fairness(report: dict) -> list[str]:
     """Splits read, hyperparameters that differ, tuning minutes, and time off the clock."""
     lines = ["## Fairness checks", "", verdict_lib.splits_sentence(report["splits"]), ""]
-    hyper = report["hyperparameters"]
-    if hyper:
-        keys = sorted({key for values in hyper.values() for key in values})
-        table = [{"run": name, **values} for name, values in hyper.items()]
+    if report["hyperparameters"]:
         lines += [
-            "Hyperparameters that differ between the runs (`*`: chosen by tuning):",
+            "Hyperparameters that differ between the runs (`*`: chosen by tuning; —: not a key "
+            "of that run's model):",
             "",
-            tables.markdown_table(table, [("run", "run", ""), *[(k, k, "") for k in keys]]),
+            hyperparameter_table(report["hyperparameters"]),
         ]
     if report["tuning_minutes"]:
         spent = ", ".join(f"`{k}` {v:.1f}" for k, v in report["tuning_minutes"].items())
         lines += [f"Training minutes spent on tuning, per config: {spent}.", ""]
     return lines + _off_the_clock(report["runs"])
+
+
+def hyperparameter_table(hyper: dict[str, dict[str, object]]) -> str:
+    """``{run: {key: value}}`` as a table the narrower way: a row per key and a column per run
+    when there are more keys than runs (two families differ in every model key: 23 columns for
+    the quickstart's two runs), else a row per run."""
+    keys = sorted({key for values in hyper.values() for key in values})
+    if len(keys) > len(hyper):
+        key_column = "\0key"  # a row's own field, which no run's name can be
+        table = []
+        for key in keys:
+            row = {name: values.get(key, tables.MISSING) for name, values in hyper.items()}
+            table.append({**row, key_column: key})
+        columns = [(key_column, "key", ""), *[(name, name, "") for name in hyper]]
+        return tables.markdown_table(table, columns)
+    table = [{"run": name, **values} for name, values in hyper.items()]
+    return tables.markdown_table(table, [("run", "run", ""), *[(k, k, "") for k in keys]])
 
 
 def _off_the_clock(runs: list[dict]) -> list[str]:
