@@ -92,9 +92,9 @@ def verdict(report: dict) -> list[str]:
 def _decoding(report: dict) -> str:
     settings = report["settings"]
     first = settings["max_test_sentences"]
+    split = settings["split"] or "each config's test split"
     return (
-        f"Decoding: beam {settings['beam_size']}, alpha {settings['alpha']}; split "
-        f"{settings['split'] or 'each config test split'}"
+        f"Decoding: beam {settings['beam_size']}, alpha {settings['alpha']}; split: {split}"
         + (f" (first {first} sentences)" if first else "")
         + f"; checkpoint: {report['checkpoint_rule']['meaning']}"
         + f"; training: {budget(settings)}; seeds per config: {settings['seeds']}."
