@@ -17,7 +17,7 @@ LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manyl
 help:
 	@echo "make quickstart    train and compare the two quickstart models (runs/quickstart)"
 	@echo "make serve         translate with them, attention shown, at http://127.0.0.1:8000/"
-	@echo "make test          the whole suite, as CI runs it (about 12 minutes on 2 cores)"
+	@echo "make test          the whole suite, as CI runs it (13-18 minutes on 2 cores)"
 	@echo "make test-fast     lint and the quick tests (about 2 minutes)"
 	@echo "make bench         every CPU benchmark on the small configs (a few minutes)"
 	@echo "make lint          ruff's checks and formatting; make format fixes what it can"
