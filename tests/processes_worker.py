@@ -3,7 +3,8 @@
     python -m tests.processes_worker COORDINATOR_ADDRESS PROCESS_ID
 
 Run by ``tests/test_multiprocess.py``: each process holds only its share of seven texts of
-different lengths and scripts, and every process must print all seven in order.
+different lengths and scripts, and every process must print all seven in order, and the larger
+of the two processes' seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def main() -> None:
     mine = processes.share(len(TEXTS))
     gathered = processes.gather_texts([TEXTS[i] for i in mine], len(TEXTS))
     total = processes.sum_over_processes(np.array([len(mine), 10.0 * (jax.process_index() + 1)]))
-    print(json.dumps({"mine": mine, "gathered": gathered, "total": total.tolist()}))
+    slowest = processes.slowest(1.0 + 2.0 * jax.process_index())
+    print(json.dumps({"mine": mine, "gathered": gathered, "total": total.tolist(),
+                      "slowest": slowest}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
@@ -98,6 +99,43 @@ def test_bleu_by_source_length_groups_sentences_by_source_words():
 
 
 # -- inputs ---------------------------------------------------------------------------------
+
+
+class _TimedEcho:
+    """A translator that echoes its lines, each taking ``seconds_per_line`` on a fake clock,
+    and notes the size of each call (a piece)."""
+
+    def __init__(self, batch_size: int, seconds_per_line: float):
+        self.config = ml_collections.ConfigDict({"eval": {"batch_size": batch_size},
+                                                 "decode": {"beam_size": 4}})  # fmt: skip
+        self.seconds_per_line, self.now, self.sizes = seconds_per_line, 0.0, []
+
+    def translate(self, lines, first_index=0, progress=None):
+        self.now += self.seconds_per_line * len(lines)
+        self.sizes.append(len(lines))
+        return Translations(list(lines), [], [[] for _ in lines])
+
+
+@pytest.mark.parametrize(
+    ("seconds_per_line", "sizes"),
+    [
+        (0.01, [8, 16, 32, 64, 128, 128, 128, 96]),  # doubles to the largest piece, 16 batches
+        (1.0, [8, 16, 32, 32, 32, 32]),  # 32 s a piece: between half a minute and one
+        (10.0, [8] * 17),  # over a minute for one batch: one batch at a time
+    ],
+)
+def test_pieces_grow_from_one_batch_while_they_take_under_half_a_minute(
+    tmp_path, monkeypatch, seconds_per_line, sizes
+):
+    """Pieces of 16 batches were all a slow model's Ctrl-C could lose: minutes on a CPU."""
+    translator = _TimedEcho(8, seconds_per_line)
+    monkeypatch.setattr(partial, "clock", lambda: translator.now)
+    sources = [f"line {i}" for i in range(sum(sizes))]
+    side = tmp_path / "out.txt.partial"
+    found, resumed = partial.translate_keeping(translator, sources, side, {}, lambda n: None)
+    assert translator.sizes == sizes and resumed == 0 and found.hypotheses == sources
+    kept = [json.loads(line) for line in side.read_text().splitlines()[1:]]
+    assert [len(piece["hypotheses"]) for piece in kept] == sizes
 
 
 def test_read_lines_keeps_empty_lines_and_splits_on_newlines_only(tmp_path):
@@ -637,7 +675,9 @@ def test_eval_py_draws_a_bar_on_a_terminal_and_none_into_a_pipe(workdir, tmp_pat
 def test_a_file_interrupted_midway_goes_on_from_its_finished_pieces(workdir, tmp_path, monkeypatch):
     """Ctrl-C lost every translation of a file or split: they were written at the end."""
     translator = Translator.restore(workdir)
-    translator.config.eval.batch_size = 4  # pieces of 16 batches: 64 sentences
+    translator.config.eval.batch_size = 4  # pieces of 4, 8, 16, 32, then 64 sentences
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(partial, "clock", lambda: next(ticks))  # each piece takes 1 "second"
     sources = [source for source, _ in synthetic.load_split("validation")[:150]]
     given = tmp_path / "in.txt"
     given.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
@@ -661,7 +701,7 @@ def test_a_file_interrupted_midway_goes_on_from_its_finished_pieces(workdir, tmp
     starts.clear()
     stop_at = None
     resumed = translate_file(translator, given, output)
-    assert starts == [64, 128] and resumed["resumed_sentences"] == 64
+    assert starts == [4, 8, 16, 32, 64, 128] and resumed["resumed_sentences"] == 4
     assert read_lines(output) == read_lines(tmp_path / "whole.txt") and not side.exists()
     # the pieces of one decoding are never read by another
     starts.clear()
@@ -672,7 +712,7 @@ def test_a_file_interrupted_midway_goes_on_from_its_finished_pieces(workdir, tmp
     starts.clear()
     stop_at = None
     assert "resumed_sentences" not in translate_file(translator, given, output)
-    assert starts == [0, 64, 128]
+    assert starts == [0, 4, 12, 28, 60, 124]
 
 
 @pytest.mark.slow

@@ -217,6 +217,7 @@ def test_two_processes_gather_each_others_share_of_texts_in_order():
     ]
     assert all(report["gathered"] == texts for report in reports)
     assert all(report["total"] == [7, 30] for report in reports)
+    assert [report["slowest"] for report in reports] == [3.0, 3.0]  # pieces sized alike
 
 
 def _signal_one_of_two(tmp_path, signal_number: int) -> tuple[list, list[str], float]:

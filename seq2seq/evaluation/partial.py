@@ -1,11 +1,15 @@
 """Translations of a long file or split kept as they finish, so that Ctrl-C loses little.
 
-A file or split is translated in pieces of ``PIECE_BATCHES`` batches, in input order, and each
-finished piece is appended to a side file (``OUTPUT.partial``, one JSON line a piece) before the
-next starts. A rerun of the same command reads the pieces back and translates the rest; the
-caller deletes the side file once the whole output is written. The side file's first line names
-what it translates: a hash of the sentences and every decoding setting (checkpoint, beam, length
-penalty, batch size, sampling, engine); a side file of anything else is started afresh.
+A file or split longer than ``PIECE_BATCHES`` batches is translated in pieces, in input order,
+and each finished piece is appended to a side file (``OUTPUT.partial``, one JSON line a piece)
+before the next starts. The first piece is one batch; each next one is twice the last while the
+last took under half of ``PIECE_SECONDS``, half of it when it took more than that, and never more
+than ``PIECE_BATCHES`` batches. So a fast model sorts its sentences by length in large pieces,
+and a slow one (a big model on a CPU) loses about a minute to Ctrl-C, not 16 batches' worth.
+A rerun of the same command reads the pieces back and translates the rest; the caller deletes
+the side file once the whole output is written. The side file's first line names what it
+translates: a hash of the sentences and every decoding setting (checkpoint, beam, length penalty,
+batch size, sampling, engine); a side file of anything else is started afresh.
 
 A sentence's translation does not depend on its batch, so a resumed output equals an
 uninterrupted one (scores to the rounding a batch makes). An input of one piece, which is every
@@ -17,15 +21,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import jax
 
+from seq2seq.evaluation import processes
 from seq2seq.evaluation.translator import LineTranslator, Translations
 from seq2seq.progress import Progress
 
-PIECE_BATCHES = 16  # batches a piece holds: few enough that Ctrl-C loses little, many to sort
+PIECE_BATCHES = 16  # the most batches a piece holds (and the most an input of one piece holds)
+PIECE_SECONDS = 60.0  # about the most a piece should take: what Ctrl-C may lose
+clock = time.perf_counter  # the pieces' timer (the tests' own clock replaces it)
 
 
 def side_file(output: Path) -> Path:
@@ -75,15 +83,22 @@ def translate_keeping(
     pieces = _read_pieces(side, identity)
     resumed = sum(len(piece["hypotheses"]) for piece in pieces)
     progress(resumed)
-    size = PIECE_BATCHES * translator.config.eval.batch_size
-    keeping = jax.process_index() == 0 and len(sources) > size  # one piece: nothing to keep
+    batch = translator.config.eval.batch_size
+    largest = PIECE_BATCHES * batch
+    if len(sources) <= largest:  # one piece: one call, nothing to keep
+        found = translator.translate(sources, progress=progress)
+        return found, 0
+    keeping = jax.process_index() == 0
     if keeping and not pieces:
         side.parent.mkdir(parents=True, exist_ok=True)
         side.write_text(json.dumps({"translates": identity}) + "\n", encoding="utf-8")
-    for start in range(resumed, len(sources), size):
+    start, size = resumed, batch
+    while start < len(sources):
+        began = clock()
         found = translator.translate(
             sources[start : start + size], first_index=start, progress=progress
         )
+        seconds = processes.slowest(clock() - began)  # every process sizes the next alike
         piece = {
             "hypotheses": found.hypotheses,
             "truncated": [start + i for i in found.truncated],
@@ -95,10 +110,23 @@ def translate_keeping(
                 kept.flush()
                 os.fsync(kept.fileno())
         pieces.append(piece)
+        start += size
+        size = _next_size(size, seconds, batch, largest)
     hypotheses = [text for piece in pieces for text in piece["hypotheses"]]
     truncated = [index for piece in pieces for index in piece["truncated"]]
     nbest = [[tuple(entry) for entry in entries] for piece in pieces for entries in piece["nbest"]]
     return Translations(hypotheses, truncated, nbest), resumed
+
+
+def _next_size(size: int, seconds: float, batch: int, largest: int) -> int:
+    """The next piece's sentences: twice ``size`` after a piece that took under half of
+    ``PIECE_SECONDS``, half of it after one that took more, in whole batches within one batch
+    and ``largest``."""
+    if seconds < PIECE_SECONDS / 2:
+        size *= 2
+    elif seconds > PIECE_SECONDS:
+        size //= 2
+    return min(max(batch, size // batch * batch), largest)
 
 
 def forget(side: Path) -> None:

@@ -68,6 +68,14 @@ def sum_over_processes(values: np.ndarray) -> np.ndarray:
     return np.asarray(gathered).sum(axis=0)
 
 
+def slowest(seconds: float) -> float:
+    """The most of ``seconds`` over all processes: a time every process decides on alike (the
+    size of the next piece of a translation, which all of them search together)."""
+    if jax.process_count() == 1:
+        return seconds
+    return float(np.max(multihost_utils.process_allgather(np.asarray(seconds, np.float64))))
+
+
 def gather_texts(mine: Sequence[str], count: int) -> list[str]:
     """All ``count`` texts in order, from each process's ``mine`` (its ``share(count)``).
 
