@@ -392,6 +392,10 @@ def test_printed_scores_and_json_file_agree(workdir, evaluated):
     # A new process traces (and compiles or loads) its search loops: that is not decoding speed.
     decoding = printed["decode_seconds"] - printed["compile_seconds"]
     assert printed["compile_seconds"] > 0 and decoding > 0
+    # The report's first line said only "..., 19.1 s", of which 18.1 s could be compiling.
+    assert evaluated[0].endswith(
+        f", {printed['decode_seconds']:.1f} s ({printed['compile_seconds']:.1f} s of it compiling)"
+    )
     assert printed["sentences_per_second"] == pytest.approx(printed["n"] / decoding)
     report = "\n".join(evaluated[:-1])
     assert "sacreBLEU" in report and "chrF2" in report and "tokenized BLEU" in report

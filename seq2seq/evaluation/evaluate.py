@@ -242,9 +242,11 @@ def translate_file(
 def format_report(result: dict[str, object]) -> str:
     """The scores as a few readable lines (the JSON line follows them in ``eval.py``)."""
     what = result.get("split") or result.get("input")
+    compiling = result.get("compile_seconds") or 0.0
     lines = [
         f"{what}: {result['n']} sentences, beam {result['beam_size']}, alpha {result['alpha']}, "
         f"{result['checkpoint']}, {result['decode_seconds']:.1f} s"
+        + (f" ({compiling:.1f} s of it compiling)" if compiling >= 0.05 else "")
     ]
     if result["truncated_inputs"]:
         lines.append(
