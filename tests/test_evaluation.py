@@ -138,6 +138,17 @@ def test_pieces_grow_from_one_batch_while_they_take_under_half_a_minute(
     assert [len(piece["hypotheses"]) for piece in kept] == sizes
 
 
+def test_a_side_file_cut_off_in_its_first_line_starts_afresh(tmp_path):
+    """Ctrl-C while the name line was written left a file that failed the rerun."""
+    translator = _TimedEcho(8, 0.0)
+    side = tmp_path / "out.txt.partial"
+    side.write_text('{"translat', encoding="utf-8")
+    sources = [f"line {i}" for i in range(200)]
+    found, resumed = partial.translate_keeping(translator, sources, side, {}, lambda n: None)
+    assert resumed == 0 and found.hypotheses == sources
+    assert json.loads(side.read_text().splitlines()[0])["translates"]
+
+
 def test_read_lines_keeps_empty_lines_and_splits_on_newlines_only(tmp_path):
     path = tmp_path / "input.txt"
     path.write_text("first\r\n\nthird has a \u2028 inside\nlast without newline", encoding="utf-8")

@@ -184,7 +184,7 @@ def test_alignment_figures_pick_the_form_by_the_weights_shape(tmp_path, monkeypa
     """One heatmap for one layer and head, the grid otherwise, whatever the model is called."""
     given = {"ein Hund": _alignment(1, 1, 3, 3), "zwei Katzen": _alignment(2, 2, 3, 4)}
     monkeypatch.setattr(
-        figures.alignment_lib, "cross_attention", lambda translator, sentence: given[sentence]
+        figures.alignment_lib, "cross_attention", lambda _, sentence, target=None: given[sentence]
     )
     drawn = []
     for name in ("plot_rnn_alignment", "plot_transformer_attention"):
@@ -205,7 +205,9 @@ def test_alignment_figures_pick_the_form_by_the_weights_shape(tmp_path, monkeypa
 
 
 def test_alignment_file_names_are_safe_for_any_label(tmp_path, monkeypatch):
-    monkeypatch.setattr(figures.alignment_lib, "cross_attention", lambda *_: _alignment(1, 1, 3, 3))
+    monkeypatch.setattr(
+        figures.alignment_lib, "cross_attention", lambda *_, **__: _alignment(1, 1, 3, 3)
+    )
     (path,) = figures.alignment_figures(None, ["a"], tmp_path, "rnn search/dot (seed 1)")
     assert path.parent == tmp_path
     assert path.name == "rnn_search_dot_seed_1_alignment_1.png"

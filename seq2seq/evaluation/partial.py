@@ -55,13 +55,13 @@ def _read_pieces(path: Path, identity: str) -> list[dict]:
     if not path.is_file():
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
+    pieces: list[dict] = []
     try:
         if not lines or json.loads(lines[0]).get("translates") != identity:
             return []
-        pieces = []
         for line in lines[1:]:
             pieces.append(json.loads(line))
-    except json.JSONDecodeError:  # the last line, half written
+    except json.JSONDecodeError:  # the last line (or the name line), half written
         pass
     return pieces
 
@@ -79,15 +79,14 @@ def translate_keeping(
     Returns:
       the translations of all ``sources``, and how many were read back rather than translated.
     """
+    batch = translator.config.eval.batch_size
+    largest = PIECE_BATCHES * batch
+    if len(sources) <= largest:  # one piece: one call, nothing to keep or read back
+        return translator.translate(sources, progress=progress), 0
     identity = _identity(translator, sources, facts)
     pieces = _read_pieces(side, identity)
     resumed = sum(len(piece["hypotheses"]) for piece in pieces)
     progress(resumed)
-    batch = translator.config.eval.batch_size
-    largest = PIECE_BATCHES * batch
-    if len(sources) <= largest:  # one piece: one call, nothing to keep
-        found = translator.translate(sources, progress=progress)
-        return found, 0
     keeping = jax.process_index() == 0
     if keeping and not pieces:
         side.parent.mkdir(parents=True, exist_ok=True)

@@ -261,15 +261,17 @@ def alignment_figures(
     Returns:
       The written PNG paths, one per sentence, in order.
     """
-    paths = []
-    for index, sentence in enumerate(sentences, start=1):
-        alignment = alignment_lib.cross_attention(translator, sentence)
-        if alignment is None:  # a model without attention (RNNencdec) has nothing to draw
-            continue
-        path = Path(out_dir) / f"{_file_stem(label)}_alignment_{index}.png"
-        draw_attention(alignment, path, title=f"{label}: sentence {index}")
-        paths.append(path)
-    return paths
+    stem = _file_stem(label)
+    drawings = [
+        (
+            Path(out_dir) / f"{stem}_alignment_{index}.png",
+            f"{label}: sentence {index}",
+            sentence,
+            None,
+        )
+        for index, sentence in enumerate(sentences, start=1)
+    ]
+    return _draw_each(translator, drawings)
 
 
 def draw_attention(alignment: alignment_lib.Alignment, path: Path, title: str = "") -> Figure:
@@ -296,15 +298,28 @@ def attention_of_lines(
       The written PNG paths, in the order of ``lines``; none for a model without attention.
     """
     Path(out_dir).mkdir(parents=True, exist_ok=True)
+    drawings = [
+        (Path(out_dir) / f"line{number}.png", f"{label}, line {number}", source, translation)
+        for number, source, translation in lines
+    ]
+    return _draw_each(translator, drawings, progress)
+
+
+def _draw_each(
+    translator: Translator,
+    drawings: Sequence[tuple[Path, str, str, str | None]],
+    progress: Progress = ignored,
+) -> list[Path]:
+    """Draws each (path, title, source, translation) to its path: the attention with which
+    ``translator`` produces that translation, or its own (None: searched now). A model without
+    attention (RNNencdec) has nothing to draw. Returns the paths drawn, in order."""
     paths = []
-    for number, source, translation in lines:
+    for path, title, source, translation in drawings:
         alignment = alignment_lib.cross_attention(translator, source, target=translation)
         progress(1)
-        if alignment is None:
-            continue
-        path = Path(out_dir) / f"line{number}.png"
-        draw_attention(alignment, path, title=f"{label}, line {number}")
-        paths.append(path)
+        if alignment is not None:
+            draw_attention(alignment, path, title=title)
+            paths.append(path)
     return paths
 
 
