@@ -1,6 +1,7 @@
 """The README stays a manual and the configs' docstrings stay short: limits that fail loudly
-instead of regrowing silently; every relative link of the README and docs/ names a file; and
-``make`` alone lists what it can do."""
+instead of regrowing silently; every relative link of the README and docs/ names a file, and
+every ``#anchor`` a heading of that file (GitHub's rule for heading ids); and ``make`` alone
+lists what it can do."""
 
 import ast
 import re
@@ -35,6 +36,53 @@ def test_every_relative_link_names_a_file_that_exists(page):
     local = [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:", t) and t[0] != "#"]
     missing = sorted({t for t in local if not (page.parent / t).exists()})
     assert not missing, f"{page.name} links to files that do not exist: {missing}"
+
+
+def heading_ids(page):
+    """The ``#anchor`` of each heading of a Markdown page, as GitHub makes them: the heading's
+    text without its links' targets, lower case, without punctuation but ``-`` and ``_``, each
+    space a ``-``; a repeated id gets ``-1``, ``-2``... Lines inside code fences are not headings.
+    """
+    ids, seen, fenced = set(), {}, False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else re.match(r"#{1,6} +(.*?)[ #]*$", line)
+        if heading:
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1)).lower()
+            slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+            ids.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return ids
+
+
+def test_heading_ids_follow_githubs_rule(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# The frontier on a GPU, end to end (2026-12-05)\n## Notes\n```\n# not a heading\n```\n"
+        "## Notes\n### Export to [CTranslate2](https://x.org) `int8`\n"
+    )
+    assert heading_ids(page) == {
+        "the-frontier-on-a-gpu-end-to-end-2026-12-05", "notes", "notes-1",
+        "export-to-ctranslate2-int8",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "page", [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))], ids=lambda p: p.name
+)
+def test_every_anchor_names_a_heading_of_its_page(page):
+    """A link to a renamed or dated-away section opens the top of the page instead: a reader
+    lands far from what the sentence promised."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target) or "#" not in target:
+            continue
+        file, anchor = target.split("#", 1)
+        linked = page.parent / file if file else page
+        if linked.suffix == ".md" and linked.exists() and anchor not in heading_ids(linked):
+            broken.append(target)
+    assert not broken, f"{page.name} links to headings that do not exist: {broken}"
 
 
 def test_make_alone_lists_every_target_and_clean_never_deletes_runs():
