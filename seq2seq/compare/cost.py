@@ -48,13 +48,6 @@ def first_point(run: RunRecord, level: float) -> Point | None:
     return None
 
 
-def first_reach(run: RunRecord, level: float, axis: str = "flops") -> float | None:
-    """The cost (``axis`` of its validation point) at which ``run`` first reached validation
-    BLEU ``level``; None if it never did."""
-    point = first_point(run, level)
-    return None if point is None else float(getattr(point, axis))
-
-
 def mean_interval(values: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
     """The mean of ``values`` and its Student-t 95% interval (None with fewer than 2)."""
     mean = float(np.mean(values))
