@@ -7,16 +7,18 @@ PYTHON := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 LOCK   := requirements.lock
 UV     := uv==0.13.9
-# The lock is for CPU Linux x86_64 under Python 3.11, with the `test` extra included.
-LOCK_TARGET := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28
+# The lock is for CPU Linux x86_64 under Python 3.11, with the `test` and `view` extras included.
+LOCK_TARGET := --extra test --extra view --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: help quickstart serve test test-fast bench device-wheels device-site device-bench \
+.PHONY: help quickstart serve notebook tensorboard test test-fast bench device-wheels device-site device-bench \
 	device-bounds device-data device-frontier device-steps lint format clean lock lock-upgrade
 
 # `make` alone lists the targets; it builds nothing.
 help:
 	@echo "make quickstart    train and compare the two quickstart models (runs/quickstart)"
 	@echo "make serve         translate with them, attention shown, at http://127.0.0.1:8000/"
+	@echo "make notebook      Jupyter on notebooks/ (they read, or train, runs/quickstart)"
+	@echo "make tensorboard   TensorBoard on every run under runs/ (LOGDIR=DIR for others)"
 	@echo "make test          the whole suite, as CI runs it (13-18 minutes on 2 cores)"
 	@echo "make test-fast     lint and the quick tests (about 2 minutes)"
 	@echo "make bench         every CPU benchmark on the small configs (a few minutes)"
@@ -27,7 +29,7 @@ help:
 	@echo "make device-wheels, device-data    prepare a GPU machine's packages and corpus;"
 	@echo "make device-bench, device-bounds, device-steps, device-frontier    run there"
 	@echo "                   (device-site installs the packages; docs/benchmarks.md)"
-	@echo "quickstart, serve, test, bench and lint first create .venv with the locked packages."
+	@echo "quickstart, serve, notebook, tensorboard, test, bench and lint first create .venv."
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -56,6 +58,19 @@ serve: $(STAMP)
 	@for run in $(QUICKSTART_RUNS); do test -f $$run/config.json || { echo "error: no run at \
 	$$run; make quickstart trains it (make serve serves the quickstart's runs)" >&2; exit 1; }; done
 	$(PYTHON) -m seq2seq.serve $(addprefix --workdir ,$(QUICKSTART_RUNS)) $(SERVE_FLAGS)
+
+# Jupyter and TensorBoard come from the lock's `view` extra. NOTEBOOK_FLAGS and TENSORBOARD_FLAGS
+# add flags (e.g. NOTEBOOK_FLAGS=--no-browser, TENSORBOARD_FLAGS="--port 6007 --bind_all").
+# As root (a container) Jupyter refuses to start without --allow-root.
+notebook: $(STAMP)
+	$(VENV)/bin/jupyter notebook notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root) \
+		$(NOTEBOOK_FLAGS)
+
+LOGDIR := runs
+tensorboard: $(STAMP)
+	@test -d "$(LOGDIR)" || { echo "error: no folder $(LOGDIR); make quickstart trains runs \
+	into runs/ (LOGDIR=DIR reads another folder of runs)" >&2; exit 1; }
+	$(VENV)/bin/tensorboard --logdir "$(LOGDIR)" $(TENSORBOARD_FLAGS)
 
 # Lint first: a ruff error or an unformatted file fails the suite (and CI, which runs this).
 # One worker per core (at most 4), each taking whole files in the order collected (files with

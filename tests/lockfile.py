@@ -13,8 +13,6 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-# Extras of pyproject.toml that the lock covers besides the project's own dependencies.
-LOCKED_EXTRAS = ("test",)
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 
 
@@ -28,11 +26,11 @@ def locked_versions(lock_path: Path) -> dict[str, str]:
 
 
 def project_requirements(pyproject_path: Path) -> list[Requirement]:
-    """The project's dependencies and those of its ``LOCKED_EXTRAS``."""
+    """The project's dependencies and those of every extra (the Makefile locks them all)."""
     project = tomllib.loads(Path(pyproject_path).read_text())["project"]
     lines = list(project.get("dependencies", []))
-    for extra in LOCKED_EXTRAS:
-        lines += project.get("optional-dependencies", {}).get(extra, [])
+    for extra in project.get("optional-dependencies", {}).values():
+        lines += extra
     return [Requirement(line) for line in lines]
 
 

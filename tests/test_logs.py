@@ -155,6 +155,29 @@ def test_tensorboard_has_each_line_on_disk_within_a_second_before_any_close(tmp_
     writer.close()
 
 
+def test_tensorboard_itself_reads_the_scalars_and_samples_of_a_run(tmp_path):
+    """``make tensorboard`` shows what a run wrote: the locked TensorBoard's own reader finds each
+    finite scalar under its tag at its step, and each sample translation as text."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    writer = MetricsWriter(run, resume_step=0)
+    writer.write(100, {"kind": "train", "loss": 2.5, "learning_rate": 1e-3})
+    writer.write(200, {"kind": "validation", "bleu": 21.5}, prefix="validation")
+    writer.write_text(200, "validation/sample_0", "ein Hund | a dog | a dog")
+    writer.close()
+    events = EventAccumulator(str(run.tensorboard_dir)).Reload()
+    assert sorted(events.Tags()["scalars"]) == [
+        "train/learning_rate", "train/loss", "validation/bleu"
+    ]  # fmt: skip
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(100, 2.5)]
+    assert [(e.step, round(e.value, 4)) for e in events.Scalars("validation/bleu")] == [(200, 21.5)]
+    (sample,) = events.Tensors("validation/sample_0/text_summary")
+    assert sample.step == 200
+    assert sample.tensor_proto.string_val == [b"ein Hund | a dog | a dog"]
+
+
 def test_a_validation_point_reads_as_figures_with_the_best_and_early_stopping_s_count():
     stopping = EarlyStopping(patience=3)
     figures = {"loss": 2.345678, "perplexity": 10.4412, "bleu": 21.456, "n": 1014}

@@ -3,8 +3,10 @@
 import importlib.metadata
 import json
 import logging
+import re
 import shutil
 import subprocess
+import tomllib
 
 import jax
 import pytest
@@ -158,6 +160,14 @@ def test_outside_a_git_checkout_commit_and_dirty_are_unknown(tmp_path):
 
 def test_the_lock_file_satisfies_pyproject():
     assert lockfile.lock_problems(REPO / "pyproject.toml", REPO / "requirements.lock") == []
+
+
+def test_make_lock_locks_every_extra_of_pyproject():
+    """pip installs the whole lock, so an extra left out of ``make lock`` would never install."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    target = re.search(r"^LOCK_TARGET := (.*)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert set(re.findall(r"--extra (\S+)", target)) == set(extras) == {"test", "view"}
 
 
 def test_the_lock_check_fails_on_a_dependency_missing_from_the_lock(tmp_path):
