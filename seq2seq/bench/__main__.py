@@ -1,4 +1,5 @@
-"""``python -m seq2seq.bench COMMAND``: flags, then ``seq2seq.bench.measure``; prints a table.
+"""Benchmarks, each printing a table: matmul peak, training step (tokens/s, MFU), beam search,
+input pipeline and profile (this file: the flags, then ``seq2seq.bench.measure``).
 
     python -m seq2seq.bench matmul
     python -m seq2seq.bench train --config configs/bench_small.py [--steps 20]

@@ -1,4 +1,4 @@
-"""The real training loop against the jitted step alone (issue 55, item 4)::
+"""The real training loop against the jitted step alone (docs/benchmarks.md)::
 
     python -m seq2seq.bench.real_loop --config=configs/wmt14_ende_transformer_base.py \\
         --out=DIR [--minutes=2] [--data=data/multi30k] [--json] [--config.KEY=VALUE ...]

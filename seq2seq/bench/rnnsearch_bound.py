@@ -1,4 +1,4 @@
-"""What bounds RNNsearch's training step on an accelerator (issue 55, item 5)::
+"""What bounds RNNsearch's training step on an accelerator (docs/benchmarks.md)::
 
     python -m seq2seq.bench.rnnsearch_bound --config=configs/wmt14_enfr_rnnsearch50.py \\
         [--shapes=80x51x1,80x51x1:joint,...] [--budget_s=170] [--out=FILE] [--json]

@@ -1,4 +1,4 @@
-"""Each frontier row's training step with the device to itself, on its own batches (issue 55)::
+"""Each frontier row's training step with the device to itself, on its own batches::
 
     python -m seq2seq.bench.step_alone [--rows transformer-small,rnnsearch-medium] \\
         [--batches 128] [--budget_s 0] [--data data/multi30k] [--out DIR] [--json] \\

@@ -1,4 +1,15 @@
-"""``python -m seq2seq.compare``: flags, then ``comparison.compare``; prints the table."""
+"""Train, tune, decode and score configs under one budget, then write one report.
+
+    python -m seq2seq.compare --suite quickstart --workdir runs/quickstart
+    python -m seq2seq.compare --configs configs/a.py --configs configs/b.py --workdir runs/ab \\
+        [--budget_minutes 25] [--seeds 3] [--tune train.learning_rate=x0.5,x2 --tune_minutes 5]
+    python -m seq2seq.compare --records docs/records/multi30k_frontier_tuned --workdir runs/f
+
+Each config trains into WORKDIR/NAME (NAME-seedK with --seeds), resuming or reusing what is
+there; WORKDIR/report.md holds the verdict, the table and the figures. Ctrl-C saves: rerun the
+same command to continue. What makes it fair: docs/comparison.md. (This file: the flags, then
+``comparison.compare``.)
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m seq2seq.export``: a trained Transformer run as a CTranslate2 model directory.
+"""Export a trained Transformer run as a CTranslate2 model directory.
 
     python -m seq2seq.export --workdir runs/m30k_transformer --output exported/m30k \\
         [--quantization float32|int16|int8] [--checkpoint latest|best|STEP|average:K]
