@@ -103,7 +103,17 @@ def missing_config_file_message(argv: list[str]) -> str | None:
                 f"no config file at {path} (--{name}); pass an existing one, e.g. "
                 "configs/quickstart_transformer.py"
             )
+        if Path(path).suffix == ".json":
+            return saved_config_message(path, f"--{name}")
     return None
+
+
+def saved_config_message(path: str | Path, flag: str) -> str:
+    """The one line for a run's saved ``config.json`` given where a config file goes."""
+    return (
+        f"{flag} {path} is a run's saved config, not a config file; pass "
+        f"{flag} configs/from_run.py:{path} to train with it"
+    )
 
 
 def _place_in(error: BaseException, files: set[str]) -> tuple[str, int] | None:
@@ -128,6 +138,8 @@ def config_file_error_message(error: BaseException, config_files: list[str]) -> 
         seen.append(error)
         error = error.__cause__ or error.__context__
     for cause in reversed(seen):  # the original error first
+        if isinstance(cause, ConfigError):  # raised on purpose, its message names the fix
+            return str(cause)
         place = _place_in(cause, files)
         if place is not None:
             what = cause.msg if isinstance(cause, SyntaxError) else str(cause).split("\n")[0]

@@ -260,6 +260,11 @@ def load_config_file(path: str | Path) -> ml_collections.ConfigDict:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"no config file at {path}")
+    if path.suffix == ".json":  # configs/from_run.py reads one; train.py --config takes that
+        raise ConfigError(
+            f"{path} is a run's saved config, not a config file; train.py trains with it "
+            f"through --config configs/from_run.py:{path}"
+        )
     spec = importlib.util.spec_from_file_location(f"seq2seq_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

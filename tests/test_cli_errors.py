@@ -605,3 +605,71 @@ def test_attention_of_a_model_without_any_is_refused_before_jax_is_imported(tmp_
         "(model.rnnsearch.attention='none'): it has none to draw"
     )
     assert not folder.exists() and not output.exists()
+
+
+def _from_run_module():
+    """configs/from_run.py loaded as ``--config`` loads a config file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("from_run", REPO / "configs" / "from_run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_from_run_reads_back_every_value_a_run_saved(tmp_path):
+    """A compare run's overrides and tuned values are in its config.json, not in any config
+    file: from_run gives them back, from the folder or from the file."""
+    config = config_lib.load_config_file(REPO / "configs" / "quickstart_rnnsearch.py")
+    config.train.learning_rate, config.model.rnnsearch.dropout_rate, config.seed = 7e-4, 0.35, 3
+    (tmp_path / "run").mkdir()
+    config_lib.save(config, tmp_path / "run" / "config.json")
+    from_run = _from_run_module()
+    for given in (tmp_path / "run", tmp_path / "run" / "config.json"):
+        read = from_run.get_config(str(given))
+        assert read.to_dict() == config.to_dict()
+        assert (read.train.learning_rate, read.model.rnnsearch.dropout_rate) == (7e-4, 0.35)
+        assert read.seed == 3
+    with pytest.raises(config_lib.ConfigError, match="needs a run after a colon"):
+        from_run.get_config()
+
+
+def test_a_saved_config_given_as_a_config_file_is_refused_with_the_way_to_use_it(tmp_path):
+    (tmp_path / "run").mkdir()
+    saved = tmp_path / "run" / "config.json"
+    config_lib.save(tiny_config(), saved)
+    line = _one_error_line(_run(_with_config(train_command(tmp_path / "w"), str(saved))))
+    assert line == (
+        f"error: --config {saved} is a run's saved config, not a config file; pass --config "
+        f"configs/from_run.py:{saved} to train with it"
+    )
+    missing = _one_error_line(
+        _run(_with_config(train_command(tmp_path / "w"), f"configs/from_run.py:{tmp_path}/no"))
+    )  # the message of the ConfigError alone: no "line N of configs/from_run.py, fix it"
+    assert (
+        missing
+        == f"error: no config at {tmp_path}/no; pass the folder of a run (train.py saves one)"
+    )
+    bare = _one_error_line(_run(_with_config(train_command(tmp_path / "w"), "configs/from_run.py")))
+    assert "needs a run after a colon, e.g. --config configs/from_run.py:runs/" in bare
+    assert not (tmp_path / "w").exists()
+    compared = _run([sys.executable, "-m", "seq2seq.compare", "--configs", str(saved), "--workdir",
+                     str(tmp_path / "c")])  # fmt: skip
+    assert f"{saved} is a run's saved config, not a config file; train.py" in compared.stderr
+    assert compared.returncode == 1 and not (tmp_path / "c").exists()
+
+
+@pytest.mark.slow
+def test_a_run_trains_on_from_its_own_saved_config(tmp_path):
+    """``--config configs/from_run.py:RUN`` with the run's own folder: the run resumes with every
+    value it saved, the override on top, and nothing else changes."""
+    run = tmp_path / "run"
+    first = _run(train_command(run, "transformer", "--config.train.steps=2"))
+    assert "trained to step 2" in first.stdout, first.stderr[-2000:]
+    before = config_lib.load_saved(run / "config.json").to_dict()
+    on = _run([sys.executable, "train.py", "--config", f"configs/from_run.py:{run}", "--workdir",
+               str(run), "--config.train.steps=4"])  # fmt: skip
+    assert "trained to step 4" in on.stdout, on.stderr[-2000:]
+    after = config_lib.load_saved(run / "config.json").to_dict()
+    assert after["train"].pop("steps") == 4 and before["train"].pop("steps") == 2
+    assert after == before
