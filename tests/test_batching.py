@@ -2,6 +2,7 @@
 honest padding figures, and iterator states that resume the identical stream."""
 
 import collections
+import itertools
 import json
 
 import numpy as np
@@ -362,14 +363,16 @@ def test_shuffled_plan_holds_each_example_once_in_batches_that_fit(seed, sentenc
     assert ordered != sorted(ordered)  # the batches are shuffled too
 
 
-def test_inference_batches_cover_every_sentence_once_sorted_by_length():
+def test_inference_batches_cover_every_sentence_once_sorted_by_length_longest_first():
     rng = np.random.default_rng(8)
     sources = [rng.integers(4, 40, n).astype(np.int32) for n in rng.integers(1, 20, 23)]
     batches = inference_batches(sources, batch_size=5, bucket_width=4, max_length=12)
     order = np.concatenate([indices for indices, _ in batches])
     assert sorted(order.tolist()) == list(range(23))
-    clipped = [min(len(sources[i]), 12) for i in order]
-    assert clipped == sorted(clipped)
+    clipped = [[min(len(sources[i]), 12) for i in indices] for indices, _ in batches]
+    for batch, after in itertools.pairwise(clipped):  # no sentence longer than any before it
+        assert min(batch) >= max(after)
+    assert max(clipped[0]) == 12 and min(clipped[-1]) == min(min(len(s), 12) for s in sources)
     for indices, source in batches:
         longest = max(min(len(sources[i]), 12) for i in indices)
         assert source.shape == (5, -(-longest // 4) * 4)

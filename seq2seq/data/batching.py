@@ -338,8 +338,11 @@ def inference_batches(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Batches for decoding: (indices into ``sources``, [batch_size, L] padded source ids).
 
-    Sentences are sorted by length so each batch pads little; inputs longer than ``max_length``
-    are truncated (still translated, never dropped). The caller puts outputs back in order.
+    Sentences are sorted by length so each batch pads little, and the batches come longest
+    first: a batch too big for the device fails at once rather than at the end, and a progress
+    bar's time to go only shrinks (shortest first, it grew as the sentences did). Inputs longer
+    than ``max_length`` are truncated (still translated, never dropped). The caller puts outputs
+    back in order.
     """
     spec = BucketSpec(max_length, bucket_width, tokens_per_batch=0, sentences_per_batch=batch_size)
     lengths = np.array([len(ids) for ids in sources], np.int64)
@@ -350,4 +353,4 @@ def inference_batches(
             ids = sources[i][: planned.padded_length]
             source[row, : len(ids)] = ids
         batches.append((planned.members, source))
-    return batches
+    return batches[::-1]
