@@ -103,6 +103,9 @@ def test_the_report_opens_with_the_verdict_and_says_what_was_read(timed):
     assert bleu["difference"] == pytest.approx(scores[0] - scores[1])
     text = report_md.read_text()
     assert text.splitlines()[2] == "## Verdict" and entry["sentence"] in text
+    bleu_line, chrf_line = text.splitlines()[4:6]  # each sentence names its metric once
+    assert bleu_line == f"- {entry['sentence']}" and chrf_line == f"  {entry['chrf_sentence']}"
+    assert chrf_line.count("chrF") == 1
     assert report["checkpoint_rule"]["rule"] == "latest"
     assert report["splits"]["scored"] == ["test"]
     assert report["splits"]["scored_split_read_before_scoring"] == []

@@ -68,7 +68,7 @@ def verdict(report: dict) -> list[str]:
     lines = ["## Verdict", ""]
     if report["verdicts"]:
         for entry in report["verdicts"]:
-            lines += [f"- {entry['sentence']}", f"  In chrF: {entry['chrf_sentence']}"]
+            lines += [f"- {entry['sentence']}", f"  {entry['chrf_sentence']}"]
         lines += ["", verdict_lib.family_sentence(report["verdicts"])]
     else:
         lines.append("- Fewer than two configs were scored on the same sentences: no test.")
