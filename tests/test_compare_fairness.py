@@ -106,6 +106,10 @@ def test_the_report_opens_with_the_verdict_and_says_what_was_read(timed):
     bleu_line, chrf_line = text.splitlines()[4:6]  # each sentence names its metric once
     assert bleu_line == f"- {entry['sentence']}" and chrf_line == f"  {entry['chrf_sentence']}"
     assert chrf_line.count("chrF") == 1
+    from seq2seq.compare.__main__ import _summary  # what the command prints at its end
+
+    printed = _summary(report_md).splitlines()
+    assert printed[:2] == [bleu_line, chrf_line] and printed[3].startswith("| run |")
     assert report["checkpoint_rule"]["rule"] == "latest"
     assert report["splits"]["scored"] == ["test"]
     assert report["splits"]["scored_split_read_before_scoring"] == []

@@ -68,7 +68,7 @@ def _summary(report_md: Path) -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     verdict_end = lines.index("## Scores") if "## Scores" in lines else 0
-    verdicts = [line for line in lines[:verdict_end] if line.startswith(("- ", "  In chrF"))]
+    verdicts = [line for line in lines[:verdict_end] if line.startswith(("- ", "  "))]
     return "\n".join([*verdicts, "", *lines[start:end]])
 
 
