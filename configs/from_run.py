@@ -5,12 +5,14 @@
     python train.py \\
         --config configs/from_run.py:docs/records/multi30k_ende/transformer-small-seed0 \\
         --workdir runs/again --config.seed=7 --config.data.dir=../shared/data/multi30k
+    python -m seq2seq.compare --configs configs/from_run.py:runs/a \
+        --configs configs/from_run.py:runs/b --workdir runs/ab_again --seeds 3
 
 The part after the colon is a run's folder (or its ``config.json``): ``train.py`` saves every
 value there, ``compare``'s overrides and tuned values included, so a run of a comparison or a
-committed record trains again without its command line. ``--config.KEY=VALUE`` changes any
-value on top, as with any config file. A config saved by an older version reads into today's
-schema (renamed keys follow; a key that is gone is refused, by name).
+committed record trains again without its command line (``compare`` names it by its folder).
+``--config.KEY=VALUE`` changes any value on top. A config saved by an older version reads into
+today's schema (renamed keys follow; a key that is gone is refused, by name).
 """
 
 from pathlib import Path

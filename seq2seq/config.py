@@ -255,9 +255,30 @@ def use_multi30k(data: ml_collections.ConfigDict, directory: str | Path = MULTI3
     data.max_length = 64  # tokens; no Multi30k caption is longer
 
 
+def split_config_argument(path: str | Path) -> tuple[Path, tuple[str, ...]]:
+    """``FILE.py:ARG`` as (FILE.py, (ARG,)), the way ``--config`` reads it (ml_collections passes
+    ARG to ``get_config``; ``configs/from_run.py:RUN``); a plain file as (FILE, ())."""
+    text = str(path)
+    file, colon, argument = text.partition(":")
+    if colon and not Path(text).exists():
+        return Path(file), (argument,)
+    return Path(text), ()
+
+
+def config_name(path: str | Path) -> str:
+    """A config's short name, as a comparison names its run folders: the file's stem, or for
+    ``configs/from_run.py:RUN`` the run folder's name."""
+    file, argument = split_config_argument(path)
+    if not argument:
+        return file.stem
+    run = Path(argument[0])
+    return run.parent.name if run.suffix == ".json" else run.name
+
+
 def load_config_file(path: str | Path) -> ml_collections.ConfigDict:
-    """Runs a config file's ``get_config()`` (as ``--config FILE`` does) and validates it."""
-    path = Path(path)
+    """Runs a config file's ``get_config()`` (as ``--config FILE`` does) and validates it;
+    ``FILE.py:ARG`` passes ARG to ``get_config``, as ``--config FILE.py:ARG`` does."""
+    path, argument = split_config_argument(path)
     if not path.exists():
         raise ConfigError(f"no config file at {path}")
     if path.suffix == ".json":  # configs/from_run.py reads one; train.py --config takes that
@@ -268,7 +289,7 @@ def load_config_file(path: str | Path) -> ml_collections.ConfigDict:
     spec = importlib.util.spec_from_file_location(f"seq2seq_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return validate(module.get_config())
+    return validate(module.get_config(*argument))
 
 
 def has_cross_attention(config: ml_collections.ConfigDict) -> bool:

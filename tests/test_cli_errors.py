@@ -673,3 +673,31 @@ def test_a_run_trains_on_from_its_own_saved_config(tmp_path):
     after = config_lib.load_saved(run / "config.json").to_dict()
     assert after["train"].pop("steps") == 4 and before["train"].pop("steps") == 2
     assert after == before
+
+
+def test_a_comparison_names_a_saved_runs_config_by_its_run_folder(tmp_path):
+    """``compare --configs configs/from_run.py:RUN`` retrains runs from their records; each is
+    named by its folder (the file's stem, from_run, would give every one the same name)."""
+    from seq2seq.compare.__main__ import _specs
+    from seq2seq.compare.settings import Settings, run_config
+
+    for name, seed in (("transformer-small-seed0", 0), ("rnnsearch-medium-seed1", 1)):
+        config = tiny_config("transformer" if "transformer" in name else "rnnsearch")
+        config.seed = seed
+        (tmp_path / name).mkdir()
+        config_lib.save(config, tmp_path / name / "config.json")
+    given = [
+        f"configs/from_run.py:{tmp_path / 'transformer-small-seed0'}",
+        f"configs/from_run.py:{tmp_path / 'rnnsearch-medium-seed1' / 'config.json'}",
+    ]
+    specs, title = _specs(given, None, None, [])
+    assert [spec.name for spec in specs] == ["transformer-small-seed0", "rnnsearch-medium-seed1"]
+    assert title == "Comparison: transformer-small-seed0, rnnsearch-medium-seed1"
+    configs = [run_config(spec, Settings(budget_steps=7), 0) for spec in specs]
+    assert [(c.model.name, c.seed, c.train.steps) for c in configs] == [
+        ("transformer", 0, 7), ("rnnsearch", 1, 7)
+    ]  # fmt: skip
+    plain = _specs(["configs/quickstart_rnnsearch.py"], None, None, [])[0]
+    assert [spec.name for spec in plain] == ["quickstart_rnnsearch"]
+    with pytest.raises(ValueError, match="no config file at configs/from_rn.py; check the path"):
+        _specs([f"configs/from_rn.py:{tmp_path}"], None, None, [])

@@ -30,6 +30,7 @@ from seq2seq import cli
 from seq2seq.checkpoints.rule import describe_checkpoint_rule, rules_help
 from seq2seq.compare.suites import FRONTIER_SUITES, RunSpec, expand_suite, select_runs, suite_names
 from seq2seq.compare.workdir import check_free, check_not_records
+from seq2seq.config import config_name, split_config_argument
 
 if TYPE_CHECKING:
     from seq2seq.compare.runner import RunOutcome
@@ -56,9 +57,10 @@ def _specs(
         )
         return specs, f"Comparison: the {suite} suite"
     for path in configs:
-        if not Path(path).is_file():
-            raise ValueError(f"--configs: no config file at {path}; check the path")
-    specs = [RunSpec(Path(path).stem, Path(path)) for path in configs]
+        file, _ = split_config_argument(path)
+        if not file.is_file():
+            raise ValueError(f"--configs: no config file at {file}; check the path")
+    specs = [RunSpec(config_name(path), Path(path)) for path in configs]
     return specs, "Comparison: " + ", ".join(spec.name for spec in specs)
 
 
