@@ -151,6 +151,26 @@ def test_run_saved_its_config_and_final_checkpoint(trained):
     assert (workdir / "checkpoints" / "12").is_dir()
 
 
+def test_tensorboard_lists_the_run_by_its_hyperparameters_beside_its_validation(trained):
+    """``make tensorboard``'s HParams dashboard: the run is a session whose hyperparameters are
+    its config's, its own family's section only, with its validation BLEU to sort by."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    workdir, _ = trained
+    family = workdir.name
+    events = EventAccumulator(str(workdir / "tensorboard")).Reload()
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    shown = HParamsPluginData.FromString(content).session_start_info.hparams
+    assert shown["model.name"].string_value == family
+    assert shown["train.steps"].number_value == 12  # the command line's override
+    assert shown["data.tokens_per_batch"].number_value == 512
+    other = "rnnsearch" if family == "transformer" else "transformer"
+    assert any(key.startswith(f"model.{family}.") for key in shown)
+    assert not any(key.startswith(f"model.{other}.") for key in shown)
+    assert "validation/bleu" in events.Tags()["scalars"]
+
+
 def test_alignment_figures_of_trained_models(runs, tmp_path, monkeypatch):
     """RNNsearch gives one heatmap, the Transformer a layer x (heads + mean) grid."""
     from seq2seq.evaluation.translator import Translator

@@ -7,9 +7,12 @@ import logging
 import math
 import time
 
+import ml_collections
 import numpy as np
 from tensorboardX import SummaryWriter
+from tensorboardX.summary import hparams as hparams_summaries
 
+from seq2seq.config import flatten
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.stopping import EarlyStopping
 
@@ -72,14 +75,38 @@ def steady_means(train_records: list[dict], keys: tuple[str, ...]) -> dict[str, 
     return means
 
 
+def hyperparameters(config: ml_collections.ConfigDict) -> dict[str, bool | int | float | str]:
+    """What TensorBoard's HParams dashboard lists for a run: the seed, the model's family and its
+    own section (``model.transformer.*`` or ``model.rnnsearch.*``), and every ``train.*`` and
+    ``data.*`` value, by their config keys (lists and unset values left out)."""
+    kept = ("seed", "model.name", f"model.{config.model.name}.", "train.", "data.")
+    return {
+        key: value
+        for key, value in flatten(config)
+        if key.startswith(kept) and isinstance(value, bool | int | float | str)
+    }
+
+
 class MetricsWriter:
     """Appends JSON lines to metrics.jsonl (full-precision floats) and mirrors to TensorBoard.
+
+    With ``config``, each start also tells TensorBoard's HParams dashboard the run's
+    ``hyperparameters``, so the runs of a comparison or a tuning grid (``make tensorboard``)
+    sit in one table beside their validation BLEU and loss, and in its parallel-coordinates
+    view. No experiment summary is written: TensorBoard builds one from all the runs it finds,
+    each family's keys included, and offers every logged scalar as a metric.
 
     ``active=False`` writes nothing: every process of a multi-process run logs the same
     (global) metrics, and process 0 alone writes them.
     """
 
-    def __init__(self, run: RunDirectory, resume_step: int, active: bool = True):
+    def __init__(
+        self,
+        run: RunDirectory,
+        resume_step: int,
+        active: bool = True,
+        config: ml_collections.ConfigDict | None = None,
+    ):
         self.active = active
         if not active:
             return
@@ -90,6 +117,9 @@ class MetricsWriter:
         # a run stopped at once (a second Ctrl-C, SIGKILL, a lost machine) that never closes
         # this loses no more than metrics.jsonl does (its flush is not a wait for that thread).
         self.tensorboard = SummaryWriter(str(run.tensorboard_dir), flush_secs=1)
+        if config is not None:  # the session's start: its hyperparameters (a resume repeats it)
+            _, session_start, _ = hparams_summaries(hyperparameters(config), {})
+            self.tensorboard.file_writer.add_summary(session_start)
 
     def _drop_records_after(self, step: int) -> None:
         """A restarted run repeats the steps after its checkpoint: forget their old lines."""

@@ -290,7 +290,7 @@ def _build_loop(
         config=config,
         step_fn=step_fn,
         checkpoints=checkpoints,
-        writer=MetricsWriter(run, int(state.step), active=primary),
+        writer=MetricsWriter(run, int(state.step), active=primary, config=config),
         batches=batches,
         validate=make_validate(config, data.tokenizer, state.graphdef) if make_validate else None,
         batch_sharding=batch_sharding,
