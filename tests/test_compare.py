@@ -566,3 +566,28 @@ def test_hyperparameters_that_differ_run_down_the_page_when_there_are_more_keys_
         "|---|---|",
         "| s0 | 1 |",
     ]
+
+
+def test_each_seeds_folder_is_named_by_the_seed_it_trains(tmp_path):
+    """``--seeds 2 --config.seed=5`` trained seeds 5 and 6 in folders ``-seed0`` and ``-seed1``;
+    the folders now say the seeds, as the committed records' names do."""
+    from seq2seq.bench.timed_run import Job
+
+    spec = RunSpec("quickstart_rnnsearch", REPO / "configs" / "quickstart_rnnsearch.py")
+    moved = Settings(seeds=2, overrides=(("seed", 5),))
+    outcomes = [runner.prepare(spec, moved, k, tmp_path) for k in range(2)]
+    assert [(o.name, o.seed, o.config.seed) for o in outcomes] == [
+        ("quickstart_rnnsearch-seed5", 5, 5), ("quickstart_rnnsearch-seed6", 6, 6)
+    ]  # fmt: skip
+    assert outcomes[1].run.path == tmp_path / "quickstart_rnnsearch-seed6"
+    alone = runner.prepare(spec, Settings(overrides=(("seed", 5),)), 0, tmp_path)
+    assert (alone.name, alone.seed) == ("quickstart_rnnsearch", 5)  # one seed: no suffix
+    broken = RunSpec("broken", tmp_path / "broken.py")
+    (tmp_path / "broken.py").write_text("def get_config():\n    raise ValueError('no')\n")
+    failed = [runner.prepare(broken, moved, k, tmp_path) for k in range(2)]
+    assert [(o.name, o.status) for o in failed] == [
+        ("broken-seed0", "failed"), ("broken-seed1", "failed")
+    ]  # fmt: skip
+    job = Job("transformer-small", 1, 2, str(tmp_path), str(tmp_path), 0.0, (("seed", 5),))
+    assert job.name == "transformer-small-seed6"  # make device-frontier's worker of that run
+    assert Job("transformer-small", 1, 2, "w", "r", 0.0).name == "transformer-small-seed1"

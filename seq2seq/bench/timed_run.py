@@ -37,7 +37,7 @@ class Job:
 
     row: str  # a run of the frontier_tuned suite, e.g. "transformer-small"
     seed_index: int  # the run's seed is the config's seed plus this
-    seeds: int  # seeds of the row in the whole command (names the run ``<row>-seed<k>``)
+    seeds: int  # seeds of the row in the whole command (one: the run is named ``<row>``)
     workdir: str  # parent folder of the run (checkpoints stay there)
     records: str  # where the run's record is copied
     deadline: float  # wall-clock time (``time.time()``) at which training ends
@@ -58,7 +58,10 @@ class Job:
 
     @property
     def name(self) -> str:
-        return self.row if self.seeds == 1 else f"{self.row}-seed{self.seed_index}"
+        """The run's folder, as ``compare`` names it (``runner.prepare``): by the seed it trains,
+        the rows' configs leaving ``seed`` at 0 unless ``--config.seed`` moves it."""
+        seed = int(dict(self.overrides).get("seed", 0)) + self.seed_index
+        return self.row if self.seeds == 1 else f"{self.row}-seed{seed}"
 
 
 def result_path(job_path: Path) -> Path:

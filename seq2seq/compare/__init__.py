@@ -9,7 +9,7 @@
         --config.train.schedule=warmup_rsqrt --tune train.learning_rate=1e-3,3e-3 \\
         --tune train.warmup_steps=300,1000 --tune_minutes 5
 
-Each config trains into ``WORKDIR/<name>`` (``<name>-seed<k>`` with several seeds), or resumes,
+Each config trains into ``WORKDIR/<name>`` (``<name>-seed<K>``, seed K, with --seeds), or resumes,
 or reuses a finished run there; every run is decoded on the same test split with the same beam
 and length penalty; ``WORKDIR/report.md`` (table and figures), ``WORKDIR/report.json`` and
 ``WORKDIR/figures/*.png`` follow. ``comparison.compare`` is that job as a function; see

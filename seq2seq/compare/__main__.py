@@ -352,10 +352,10 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
         )
     if flag.save_records:  # a run (hours of work) where a record would go: refused first
         from seq2seq.compare.frontier import check_replaceable
-        from seq2seq.compare.settings import run_names
+        from seq2seq.compare.settings import first_seed, run_names
 
         for spec in specs:
-            for name in run_names(spec, settings.seeds):
+            for name in run_names(spec, settings.seeds, first_seed(spec, settings)):
                 if (Path(flag.save_records) / name).exists():
                     check_replaceable(Path(flag.save_records) / name)
     from seq2seq.compare.comparison import compare  # once the invocation is known to be sound

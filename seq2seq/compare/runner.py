@@ -119,14 +119,15 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
 
 def prepare(spec: RunSpec, settings: Settings, seed_index: int, root: Path) -> RunOutcome:
     """One run's outcome before training: its folder and config, or the reason it failed."""
-    name = run_names(spec, settings.seeds)[seed_index]
-    outcome = RunOutcome(name, spec, None, RunDirectory(root / name))
     try:
-        outcome.config = run_config(spec, settings, seed_index)
-        outcome.seed = outcome.config.seed
+        config = run_config(spec, settings, seed_index)
     except Exception as error:  # one bad config must not end the comparison
+        name = run_names(spec, settings.seeds)[seed_index]
+        outcome = RunOutcome(name, spec, None, RunDirectory(root / name))
         _fail(outcome, error)
-    return outcome
+        return outcome
+    name = run_names(spec, settings.seeds, config.seed - seed_index)[seed_index]
+    return RunOutcome(name, spec, config.seed, RunDirectory(root / name), config=config)
 
 
 def check_reuse(jobs: Sequence) -> None:

@@ -80,7 +80,19 @@ def apply_budget(config: ml_collections.ConfigDict, settings: Settings) -> None:
         config.train.time_budget_minutes = 0.0  # equal steps: no clock may cut a run short
 
 
-def run_names(spec: RunSpec, seeds: int) -> list[str]:
+def run_names(spec: RunSpec, seeds: int, first_seed: int = 0) -> list[str]:
     """The folders of ``spec``'s runs in a comparison's work directory: its name, or one per
-    seed (``NAME-seedK``, K counting from 0 whatever the config's own seed)."""
-    return [spec.name] if seeds == 1 else [f"{spec.name}-seed{k}" for k in range(seeds)]
+    seed, named by the seed it trains (``NAME-seedK``: with ``--config.seed=5 --seeds 2``,
+    ``-seed5`` and ``-seed6``)."""
+    if seeds == 1:
+        return [spec.name]
+    return [f"{spec.name}-seed{first_seed + k}" for k in range(seeds)]
+
+
+def first_seed(spec: RunSpec, settings: Settings) -> int:
+    """The seed of ``spec``'s first run (its config's, after every override); 0 for a config
+    that fails to load, whose runs are reported as failed under that name."""
+    try:
+        return int(run_config(spec, settings, 0).seed)
+    except Exception:  # noqa: BLE001 (the comparison reports the config's error, run by run)
+        return 0
