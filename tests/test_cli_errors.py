@@ -659,22 +659,6 @@ def test_a_saved_config_given_as_a_config_file_is_refused_with_the_way_to_use_it
     assert compared.returncode == 1 and not (tmp_path / "c").exists()
 
 
-@pytest.mark.slow
-def test_a_run_trains_on_from_its_own_saved_config(tmp_path):
-    """``--config configs/from_run.py:RUN`` with the run's own folder: the run resumes with every
-    value it saved, the override on top, and nothing else changes."""
-    run = tmp_path / "run"
-    first = _run(train_command(run, "transformer", "--config.train.steps=2"))
-    assert "trained to step 2" in first.stdout, first.stderr[-2000:]
-    before = config_lib.load_saved(run / "config.json").to_dict()
-    on = _run([sys.executable, "train.py", "--config", f"configs/from_run.py:{run}", "--workdir",
-               str(run), "--config.train.steps=4"])  # fmt: skip
-    assert "trained to step 4" in on.stdout, on.stderr[-2000:]
-    after = config_lib.load_saved(run / "config.json").to_dict()
-    assert after["train"].pop("steps") == 4 and before["train"].pop("steps") == 2
-    assert after == before
-
-
 def test_a_comparison_names_a_saved_runs_config_by_its_run_folder(tmp_path):
     """``compare --configs configs/from_run.py:RUN`` retrains runs from their records; each is
     named by its folder (the file's stem, from_run, would give every one the same name)."""

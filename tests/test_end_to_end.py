@@ -151,6 +151,24 @@ def test_run_saved_its_config_and_final_checkpoint(trained):
     assert (workdir / "checkpoints" / "12").is_dir()
 
 
+def test_a_run_trains_on_from_its_own_saved_config(runs, tmp_path):
+    """``--config configs/from_run.py:RUN`` with the run's own folder (a copy of the trained
+    Transformer): it resumes with every value it saved, the override on top, nothing else."""
+    import shutil
+
+    from seq2seq import config as config_lib
+
+    run = tmp_path / "transformer"
+    shutil.copytree(runs[0] / "transformer", run)
+    before = config_lib.load_saved(run / "config.json").to_dict()
+    on = _run("train.py", "--config", f"configs/from_run.py:{run}", "--workdir", str(run),
+              "--config.train.steps=14")  # fmt: skip
+    assert "trained to step 14" in on.stdout, on.stderr[-2000:]
+    after = config_lib.load_saved(run / "config.json").to_dict()
+    assert after["train"].pop("steps") == 14 and before["train"].pop("steps") == 12
+    assert after == before
+
+
 def test_tensorboard_lists_the_run_by_its_hyperparameters_beside_its_validation(trained):
     """``make tensorboard``'s HParams dashboard: the run is a session whose hyperparameters are
     its config's, its own family's section only, with its validation BLEU to sort by."""
