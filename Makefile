@@ -10,8 +10,9 @@ UV     := uv==0.13.9
 # The lock is for CPU Linux x86_64 under Python 3.11, with the `test` and `view` extras included.
 LOCK_TARGET := --extra test --extra view --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-.PHONY: help quickstart serve notebook tensorboard test test-fast bench device-wheels device-site device-bench \
-	device-bounds device-data device-frontier device-steps lint format clean lock lock-upgrade
+.PHONY: help quickstart serve notebook tensorboard test test-fast bench device-wheels device-site \
+	device-bench device-bounds device-data device-frontier device-steps lint format clean lock \
+	lock-upgrade
 
 # `make` alone lists the targets; it builds nothing.
 help:
@@ -19,7 +20,7 @@ help:
 	@echo "make serve         translate with them, attention shown, at http://127.0.0.1:8000/"
 	@echo "make notebook      Jupyter on notebooks/ (they read, or train, runs/quickstart)"
 	@echo "make tensorboard   TensorBoard on every run under runs/ (LOGDIR=DIR for others)"
-	@echo "make test          the whole suite, as CI runs it (13-18 minutes on 2 cores)"
+	@echo "make test          the whole suite, as CI runs it (15-22 minutes on 2 cores)"
 	@echo "make test-fast     lint and the quick tests (about 2 minutes)"
 	@echo "make bench         every CPU benchmark on the small configs (a few minutes)"
 	@echo "make lint          ruff's checks and formatting; make format fixes what it can"

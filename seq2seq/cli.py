@@ -28,7 +28,7 @@ from pathlib import Path
 from absl import app, flags
 from absl import logging as absl_logging
 
-from seq2seq.config import ConfigError, unknown_key_message
+from seq2seq.config import ConfigError, saved_config_message, unknown_key_message
 from seq2seq.runtime.compilation_cache import compile_afresh, keep_compiled_programs
 from seq2seq.runtime.host_memory import keep_host_memory
 from seq2seq.runtime.simulated_devices import size_thread_pool
@@ -104,16 +104,8 @@ def missing_config_file_message(argv: list[str]) -> str | None:
                 "configs/quickstart_transformer.py"
             )
         if Path(path).suffix == ".json":
-            return saved_config_message(path, f"--{name}")
+            return f"--{name} {saved_config_message(path)}"
     return None
-
-
-def saved_config_message(path: str | Path, flag: str) -> str:
-    """The one line for a run's saved ``config.json`` given where a config file goes."""
-    return (
-        f"{flag} {path} is a run's saved config, not a config file; pass "
-        f"{flag} configs/from_run.py:{path} to train with it"
-    )
 
 
 def _place_in(error: BaseException, files: set[str]) -> tuple[str, int] | None:

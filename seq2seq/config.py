@@ -275,17 +275,22 @@ def config_name(path: str | Path) -> str:
     return run.parent.name if run.suffix == ".json" else run.name
 
 
+def saved_config_message(path: str | Path) -> str:
+    """The one line for a run's saved ``config.json`` given where a config file goes."""
+    return (
+        f"{path} is a run's saved config, not a config file; pass configs/from_run.py:{path} "
+        "in its place (it reads a run's config.json)"
+    )
+
+
 def load_config_file(path: str | Path) -> ml_collections.ConfigDict:
     """Runs a config file's ``get_config()`` (as ``--config FILE`` does) and validates it;
     ``FILE.py:ARG`` passes ARG to ``get_config``, as ``--config FILE.py:ARG`` does."""
     path, argument = split_config_argument(path)
     if not path.exists():
         raise ConfigError(f"no config file at {path}")
-    if path.suffix == ".json":  # configs/from_run.py reads one; train.py --config takes that
-        raise ConfigError(
-            f"{path} is a run's saved config, not a config file; train.py trains with it "
-            f"through --config configs/from_run.py:{path}"
-        )
+    if path.suffix == ".json":
+        raise ConfigError(saved_config_message(path))
     spec = importlib.util.spec_from_file_location(f"seq2seq_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

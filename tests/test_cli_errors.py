@@ -640,8 +640,8 @@ def test_a_saved_config_given_as_a_config_file_is_refused_with_the_way_to_use_it
     config_lib.save(tiny_config(), saved)
     line = _one_error_line(_run(_with_config(train_command(tmp_path / "w"), str(saved))))
     assert line == (
-        f"error: --config {saved} is a run's saved config, not a config file; pass --config "
-        f"configs/from_run.py:{saved} to train with it"
+        f"error: --config {saved} is a run's saved config, not a config file; pass "
+        f"configs/from_run.py:{saved} in its place (it reads a run's config.json)"
     )
     missing = _one_error_line(
         _run(_with_config(train_command(tmp_path / "w"), f"configs/from_run.py:{tmp_path}/no"))
@@ -655,7 +655,10 @@ def test_a_saved_config_given_as_a_config_file_is_refused_with_the_way_to_use_it
     assert not (tmp_path / "w").exists()
     compared = _run([sys.executable, "-m", "seq2seq.compare", "--configs", str(saved), "--workdir",
                      str(tmp_path / "c")])  # fmt: skip
-    assert f"{saved} is a run's saved config, not a config file; train.py" in compared.stderr
+    assert (
+        f"{saved} is a run's saved config, not a config file; pass configs/from_run.py:{saved}"
+        in compared.stderr
+    )
     assert compared.returncode == 1 and not (tmp_path / "c").exists()
 
 

@@ -58,10 +58,11 @@ class Job:
 
     @property
     def name(self) -> str:
-        """The run's folder, as ``compare`` names it (``runner.prepare``): by the seed it trains,
-        the rows' configs leaving ``seed`` at 0 unless ``--config.seed`` moves it."""
-        seed = int(dict(self.overrides).get("seed", 0)) + self.seed_index
-        return self.row if self.seeds == 1 else f"{self.row}-seed{seed}"
+        """The run's folder, as ``compare`` names it (``runner.prepare``: by its seed)."""
+        from seq2seq.compare.settings import first_seed, run_names
+
+        spec, settings = _spec_and_settings(self)
+        return run_names(spec, self.seeds, first_seed(spec, settings))[self.seed_index]
 
 
 def result_path(job_path: Path) -> Path:
