@@ -101,3 +101,52 @@ def test_make_alone_lists_every_target_and_clean_never_deletes_runs():
     )  # fmt: skip
     (removal,) = [line for line in cleaning.stdout.splitlines() if line.startswith("rm ")]
     assert ".jax_cache" in removal.split() and "runs" not in removal.split()
+
+
+RECORD_PAGES = ("results.md", "benchmarks.md")  # dated records: commands kept as they were run
+SHELLS = ("bash", "sh", "shell", "console")
+
+
+def bare_python_commands(page):
+    """Lines of a page's shell blocks that start Python by the bare name ``python`` (or
+    ``python3``), after any ``VAR=value``, ``srun`` or ``cd DIR &&`` in front of it; comments
+    are not commands."""
+    found, fence = [], None
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            fence = line[3:].strip() if fence is None else None
+        elif fence in SHELLS and re.search(
+            r"(^|[\s;&|(])python3?\s", re.sub(r"(^|\s)#.*", "", line)
+        ):
+            found.append(f"{page.name}:{number}")
+    return found
+
+
+def test_bare_python_commands_are_found(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "python x\n```bash\n.venv/bin/python -m a\nX=1 python b\n  cd s && python3 c\n"
+        "srun python d\n# python is the language\n```\n```\nlayout/   python -m x\n```\n"
+    )
+    assert bare_python_commands(page) == ["page.md:4", "page.md:5", "page.md:6"]
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        REPO / "README.md",
+        *sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in RECORD_PAGES),
+    ],
+    ids=lambda p: p.name,
+)
+def test_every_command_runs_the_projects_python(page):
+    """``python`` in a fresh shell is the system's, without jax: a command copied from the manual
+    fails with ``No module named 'jax'``. The manual's commands name ``.venv/bin/python``."""
+    bare = bare_python_commands(page)
+    assert not bare, f"commands run a bare `python` (write .venv/bin/python): {bare}"
+
+
+@pytest.mark.parametrize("name", RECORD_PAGES)
+def test_the_dated_records_say_which_python_their_commands_ran(name):
+    opening = "\n".join((REPO / "docs" / name).read_text().splitlines()[:12])
+    assert ".venv/bin/python" in opening, f"docs/{name} does not say what `python` is"
