@@ -88,7 +88,7 @@ FAST_SKIPS := fused_attention multiprocess budget bench bench_profile bench_corp
 	evaluation notebooks notebook_helpers mesh scaling frontier checkpoints provenance compare \
 	compare_fairness tuning early_stopping translation_options export compute_dtype \
 	compilation_cache resume end_to_end same_run_on_any_mesh cli_errors models training decoding \
-	rnnsearch
+	rnnsearch rnnsearch_scan serve real_loop step_alone devices
 test-fast: $(STAMP) lint
 	$(PYTHON) -m pytest -m "not slow" --numprocesses auto --maxprocesses 4 --dist loadfile \
 		$(foreach f,$(FAST_SKIPS),--ignore=tests/test_$(f).py) --durations 10

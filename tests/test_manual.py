@@ -150,3 +150,13 @@ def test_every_command_runs_the_projects_python(page):
 def test_the_dated_records_say_which_python_their_commands_ran(name):
     opening = "\n".join((REPO / "docs" / name).read_text().splitlines()[:12])
     assert ".venv/bin/python" in opening, f"docs/{name} does not say what `python` is"
+
+
+def test_every_file_test_fast_leaves_out_exists():
+    """A renamed test file that trains runs would otherwise slip back into ``make test-fast``."""
+    makefile = (REPO / "Makefile").read_text()
+    skips = re.search(r"^FAST_SKIPS := (.*?)\n(?!\t)", makefile, re.S | re.M).group(1)
+    names = skips.replace("\\", " ").split()
+    assert len(names) > 30, names
+    missing = [n for n in names if not (REPO / "tests" / f"test_{n}.py").exists()]
+    assert not missing, f"FAST_SKIPS names test files that do not exist: {missing}"
