@@ -197,6 +197,33 @@ def _assert_near_the_budget(tokens: np.ndarray, may_fall_short: int, budget: int
     assert short <= may_fall_short, (short, may_fall_short, np.sort(fullest)[:20])
 
 
+def test_the_unknown_share_of_a_word_shortlist_is_logged(tmp_path, caplog):
+    """A shortlist of the 3 most frequent words each side ("the dog runs", "der hund läuft")
+    leaves every sentence's digit unknown: 1 word in 4."""
+    pairs = [(f"the dog {i % 9} runs", f"der hund {i % 9} läuft") for i in range(40)]
+    _write_corpus(tmp_path, pairs)
+    config = _text_config(tmp_path)
+    config.data.tokenizer, config.data.vocab_size, config.data.shared_vocab = "word", 7, False
+    config.data.src_lang, config.data.tgt_lang = "en", "de"
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        build_training_data(config, tmp_path / "run")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("unknown")]
+    assert lines == [
+        "unknown tokens: 25.00% of the training split's source, 25.00% of its target (words "
+        "outside shortlists of data.vocab_size=7)"
+    ]
+    # Four words in every sentence for three places: ties go in byte order, so "the" and
+    # "läuft" join the digits outside (2 words in 5).
+    pairs = [(f"the old dog {i % 9} runs", f"der alte hund {i % 9} läuft") for i in range(40)]
+    _write_corpus(tmp_path, pairs)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        build_training_data(config, tmp_path / "run2")
+    assert "unknown tokens: 40.00% of the training split's source, 40.00% of its target" in (
+        caplog.text
+    )
+
+
 @pytest.mark.parametrize("pack", [False, True], ids=["bucketed", "packed"])
 def test_batches_hold_the_budget_in_real_tokens_on_the_synthetic_task(tmp_path, pack):
     config = load_config_file(REPO / "configs/quickstart_transformer.py")

@@ -208,3 +208,25 @@ def test_a_vocabulary_smaller_than_the_corpus_characters_is_one_line(tmp_path):
     assert needed > 27 and message.endswith(f"raise it to at least {needed}")
     assert "\n" not in message and not any(tmp_path.iterdir())  # no model half written
     train_tokenizer(pairs, model_type="unigram", vocab_size=needed, shared=True, directory=tmp_path)
+
+
+def test_every_word_outside_the_shortlist_is_its_own_unk(german_english, multi30k, tmp_path):
+    """Bahdanau et al.: each word outside the shortlist becomes UNK, so a sentence keeps its
+    length in words; SentencePiece's own encoder folds a run of unknown words into one UNK."""
+    tokenizer = _word_tokenizer(german_english.pairs(), tmp_path, vocab_size=500)
+    moses = MosesWords("en")
+    vocabulary = tokenizer.target
+    kept = {vocabulary.id_to_piece(i): i for i in range(4, tokenizer.target_vocab_size)}
+    targets = [target for _, target in TextCorpus(multi30k, "val", "de", "en").pairs()[:300]]
+    runs = 0
+    for target, ids in zip(targets, tokenizer.encode_target(targets), strict=True):
+        words = moses.tokenize(target).split(" ")
+        assert ids.tolist() == [kept.get(f"▁{word}", UNK_ID) for word in words] + [EOS_ID]
+        folded = vocabulary.encode(moses.tokenize(target), add_eos=True)
+        runs += len(folded) < len(ids)
+        if UNK_ID not in folded:
+            assert ids.tolist() == folded  # known words: SentencePiece's own ids
+    assert runs > 10  # sentences where SentencePiece would have folded unknown words together
+    flat, lengths = tokenizer.encode_target_flat(targets[:5])
+    assert flat.tolist() == sum((row.tolist() for row in tokenizer.encode_target(targets[:5])), [])
+    assert lengths.tolist() == [len(row) for row in tokenizer.encode_target(targets[:5])]

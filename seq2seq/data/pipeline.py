@@ -242,6 +242,20 @@ def pairs_line(counts: dict[str, int]) -> str:
     return f"training pairs: {counts['read']:,} read, {kept}"
 
 
+def unknown_line(encoded: EncodedCorpus, data: ml_collections.ConfigDict) -> str:
+    """How much of the training split the tokenizer maps to UNK, as one log line. With a word
+    vocabulary that is every word outside its shortlist (Bahdanau et al. keep 30,000 a
+    language), and a model learns to emit UNK as a word of its own: a shortlist too small for
+    the corpus shows here before it shows as ``⁇`` in the samples."""
+    source, target = (100 * encoded.unknown_share(side) for side in ("source", "target"))
+    line = (
+        f"unknown tokens: {source:.2f}% of the training split's source, {target:.2f}% of its target"
+    )
+    if data.tokenizer == "word":
+        line += f" (words outside shortlists of data.vocab_size={data.vocab_size:,})"
+    return line
+
+
 def build_training_data(
     config: ml_collections.ConfigDict,
     tokenizer_dir: Path,
@@ -268,6 +282,7 @@ def build_training_data(
     )
     counts = {"read": len(encoded), "kept": len(indices), **dropped}
     logger.info(pairs_line(counts))
+    logger.info(unknown_line(encoded, data))
     if not len(indices):
         raise DataError(
             f"no training pairs left after filtering ({counts}); raise data.max_length or "

@@ -18,7 +18,7 @@ import json
 import os
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +81,8 @@ class Tokenizer:
         self.target = target
         self.source_words = source_words
         self.target_words = target_words
+        self._encode_source = _encoder(source, words=source_words is not None)
+        self._encode_target = _encoder(target, words=target_words is not None)
 
     @property
     def source_vocab_size(self) -> int:
@@ -92,19 +94,21 @@ class Tokenizer:
 
     def encode_source(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each sentence, EOS appended, as int32 arrays."""
-        return _encode(self.source, _pretokenize(self.source_words, texts))
+        ids = self._encode_source(_pretokenize(self.source_words, texts))
+        return [np.asarray(sentence, np.int32) for sentence in ids]
 
     def encode_target(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each sentence, EOS appended, as int32 arrays."""
-        return _encode(self.target, _pretokenize(self.target_words, texts))
+        ids = self._encode_target(_pretokenize(self.target_words, texts))
+        return [np.asarray(sentence, np.int32) for sentence in ids]
 
     def encode_source_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """All sentences' ids (EOS appended) concatenated, and each sentence's length."""
-        return encode_flat(self.source, _pretokenize(self.source_words, texts))
+        return _flat(self._encode_source(_pretokenize(self.source_words, texts)))
 
     def encode_target_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """All sentences' ids (EOS appended) concatenated, and each sentence's length."""
-        return encode_flat(self.target, _pretokenize(self.target_words, texts))
+        return _flat(self._encode_target(_pretokenize(self.target_words, texts)))
 
     def decode_target(self, ids: Sequence[int]) -> str:
         """Detokenized text of one output, read up to its first EOS (padding dropped)."""
@@ -119,15 +123,38 @@ def _pretokenize(words: MosesWords | None, texts: Sequence[str]) -> Sequence[str
     return texts if words is None else [words.tokenize(text) for text in texts]
 
 
-def _encode(processor: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[np.ndarray]:
-    return [np.asarray(ids, np.int32) for ids in processor.encode(list(texts), add_eos=True)]
+WORD_PREFIX = "\u2581"  # how SentencePiece marks a piece that starts a word ("▁")
 
 
-def encode_flat(
-    processor: spm.SentencePieceProcessor, texts: Sequence[str]
-) -> tuple[np.ndarray, np.ndarray]:
+def _encoder(
+    processor: spm.SentencePieceProcessor, words: bool
+) -> Callable[[Sequence[str]], list[list[int]]]:
+    """Each text's ids with EOS appended.
+
+    A word vocabulary looks each (Moses) word up on its own. SentencePiece's encoder would fold
+    a run of unknown words ("Jean-Claude Juncker") into one UNK; Bahdanau et al. map every word
+    outside the shortlist to UNK, so a sentence keeps its length in words. Known words get the
+    ids SentencePiece gives them (its word model splits at spaces and normalizes nothing here).
+    """
+    if not words:
+        return lambda texts: processor.encode(list(texts), add_eos=True)
+    known = {
+        processor.id_to_piece(i): i
+        for i in range(processor.get_piece_size())
+        if not (processor.is_control(i) or processor.is_unknown(i))
+    }
+
+    def encode(texts: Sequence[str]) -> list[list[int]]:
+        return [
+            [known.get(WORD_PREFIX + word, UNK_ID) for word in text.split(" ") if word] + [EOS_ID]
+            for text in texts
+        ]
+
+    return encode
+
+
+def _flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """([total tokens] int32 ids of all sentences, EOS after each; [N] int64 lengths)."""
-    ids = processor.encode(list(texts), add_eos=True)
     lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
     flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
     return flat, lengths
