@@ -17,7 +17,9 @@ rule overwrites another's scores; ensembles and samples are filed under labels o
 The last line printed is one JSON object: bleu, signature, chrf, tok_bleu, n,
 bleu_by_source_length, ..., decode_seconds (wall time), compile_seconds (the part of it spent
 tracing and compiling search loops for new shapes) and sentences_per_second (over the rest);
-the file also holds the provenance of the run and of this evaluation.
+the file also holds the provenance of the run and of this evaluation. A run with word
+vocabularies (RNNsearch-50's shortlists) also gets bleu_no_unk: sacreBLEU on the n_no_unk
+sentences with no unknown word in source or reference, Bahdanau et al.'s second column.
 
 ``--nbest K`` writes K lines per sentence, ``INDEX<TAB>SCORE<TAB>TRANSLATION`` (INDEX the 0-based
 input line, SCORE ``log P / lp``, best first; the first is the beam's output). With ``--input -``

@@ -11,6 +11,7 @@ from pathlib import Path
 from seq2seq import progress
 from seq2seq.data.pipeline import load_pairs
 from seq2seq.data.sources import resolve_split
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import partial
 from seq2seq.evaluation.bleu import bleu_by_source_length, chrf_score, sacrebleu_score
 from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
@@ -18,6 +19,7 @@ from seq2seq.evaluation.translator import LineTranslator, Sampling, Translations
 from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.runtime.compile_time import compiling
+from seq2seq.vocabulary import UNK_ID
 
 
 def score(
@@ -27,8 +29,10 @@ def score(
     *,
     target_lang: str,
     bucket_size: int,
+    tokenizer: Tokenizer | None = None,
 ) -> dict[str, object]:
-    """Every score of one set of translations (see ``eval.py`` for what each means)."""
+    """Every score of one set of translations (see ``eval.py`` for what each means); with the
+    run's ``tokenizer``, a word vocabulary's score without unknown words too."""
     return {
         **sacrebleu_score(hypotheses, references, target_lang),
         **chrf_score(hypotheses, references),
@@ -37,7 +41,38 @@ def score(
         "bleu_by_source_length": bleu_by_source_length(
             sources, hypotheses, references, bucket_size, target_lang
         ),
+        **no_unk_score(tokenizer, sources, hypotheses, references, target_lang),
     }
+
+
+def no_unk_score(
+    tokenizer: Tokenizer | None,
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    target_lang: str,
+) -> dict[str, object]:
+    """Bahdanau et al.'s second column of Table 1: sacreBLEU over the sentences with no
+    unknown word in the source or the reference (``bleu_no_unk``, ``n_no_unk`` of them).
+
+    Only a word vocabulary has unknown words (a subword one spells any word), so for any other
+    the result is empty and the first column is the only one.
+    """
+    if tokenizer is None or tokenizer.source_words is None or tokenizer.target_words is None:
+        return {}
+    known = [
+        UNK_ID not in source and UNK_ID not in reference
+        for source, reference in zip(
+            tokenizer.encode_source(sources), tokenizer.encode_target(references), strict=True
+        )
+    ]
+    kept = [i for i, all_known in enumerate(known) if all_known]
+    bleu = (
+        sacrebleu_score([hypotheses[i] for i in kept], [references[i] for i in kept], target_lang)
+        if kept
+        else {"bleu": None}
+    )
+    return {"bleu_no_unk": bleu["bleu"], "n_no_unk": len(kept)}
 
 
 def decoding_facts(translator: LineTranslator) -> dict[str, object]:
@@ -176,6 +211,7 @@ def evaluate(
             [target for _, target in pairs],
             target_lang=config.data.tgt_lang,
             bucket_size=config.eval.length_bucket_size,
+            tokenizer=getattr(translator, "tokenizer", None),
         ),
         "split": split,
         "max_sentences": max_sentences,
@@ -232,6 +268,7 @@ def translate_file(
                 references,
                 target_lang=config.data.tgt_lang,
                 bucket_size=config.eval.length_bucket_size,
+                tokenizer=getattr(translator, "tokenizer", None),
             )
         )
     else:
@@ -258,6 +295,7 @@ def format_report(result: dict[str, object]) -> str:
             f"  sacreBLEU       {result['bleu']:6.2f}  {result['signature']}",
             f"  chrF2           {result['chrf']:6.2f}  {result['chrf_signature']}",
             f"  tokenized BLEU  {result['tok_bleu']:6.2f}  {result['tok_bleu_method']}",
+            *_no_unk_line(result),
             "  sacreBLEU by source length (words): "
             + ", ".join(
                 f"{row['min_words']}-{row['max_words']}: {row['bleu']:.1f} (n={row['n']})"
@@ -265,3 +303,14 @@ def format_report(result: dict[str, object]) -> str:
             ),
         ]
     return "\n".join(lines)
+
+
+def _no_unk_line(result: dict[str, object]) -> list[str]:
+    if "n_no_unk" not in result:
+        return []
+    n, bleu = result["n_no_unk"], result["bleu_no_unk"]
+    shown = f"{bleu:6.2f}" if bleu is not None else "     -"
+    return [
+        f"  no-UNK BLEU     {shown}  on the {n} of {result['n']} sentences without a word "
+        "outside the shortlists in source or reference (Bahdanau et al.'s Table 1)"
+    ]
