@@ -20,8 +20,9 @@ import pytest
 from seq2seq.data import synthetic
 from seq2seq.evaluation.translator import Translator
 from seq2seq.models.base import shift_right
+from seq2seq.records.run_directory import RunDirectory
 from seq2seq.serve.app import Limits, create_app
-from seq2seq.serve.models import load_models
+from seq2seq.serve.models import load_models, scores_of_the_test_split
 from seq2seq.training.trainer import train
 from tests.conftest import REPO, subprocess_env, tiny_config
 
@@ -196,6 +197,22 @@ BAD_INPUTS = [
     ("n-best over the beam", b'{"sentences": ["a"], "nbest": 99}', 422, "nbest 99 must be"),
     ("body over the limit", b'{"sentences": ["' + b"a " * 3000 + b'"]}', 413, "over the limit"),
 ]
+
+
+def test_a_models_test_bleu_is_read_where_eval_py_files_it(tmp_path):
+    """eval.py files ``--split test`` by the stem the role names (Multi30k's
+    test_2016_flickr), or by ``test`` where it read a folder's test.* files instead."""
+    config = tiny_config()
+    config.data.test_split = "test_2016_flickr"
+    run = RunDirectory(tmp_path / "run")
+    run.eval_dir.mkdir(parents=True)
+    assert scores_of_the_test_split(run, config.data, "latest") is None
+    run.eval_result_file("test").write_text(json.dumps({"bleu": 12.5}))
+    assert scores_of_the_test_split(run, config.data, "latest") == {"bleu": 12.5}
+    run.eval_result_file("test_2016_flickr").write_text(json.dumps({"bleu": 40.7}))
+    run.eval_result_file("test_2016_flickr", "best").write_text(json.dumps({"bleu": 41.0}))
+    assert scores_of_the_test_split(run, config.data, "latest") == {"bleu": 40.7}
+    assert scores_of_the_test_split(run, config.data, "best") == {"bleu": 41.0}
 
 
 @pytest.mark.parametrize(

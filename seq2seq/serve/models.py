@@ -133,12 +133,24 @@ class ServedModel:
         }
 
 
+def scores_of_the_test_split(
+    run: RunDirectory, data: ml_collections.ConfigDict, label: str
+) -> dict | None:
+    """What ``eval.py --split test`` wrote for ``run`` under ``label``, or None. ``eval.py``
+    files a split by the stem the role names (Multi30k's ``test_2016_flickr``), or by the role
+    itself where it fell back to a folder's ``test.*`` files; the corpus need not be here."""
+    for split in dict.fromkeys((data.test_split, "test")):
+        if (result := run.read_eval_result(split, label)) is not None:
+            return result
+    return None
+
+
 def _card(
     name: str, translator: Translator, runs: Sequence[RunDirectory], checkpoint: str
 ) -> dict[str, object]:
     config = translator.config
-    result = runs[0].read_eval_result(
-        "test", decoding_label(checkpoint, [run.path for run in runs[1:]])
+    result = scores_of_the_test_split(
+        runs[0], config.data, decoding_label(checkpoint, [r.path for r in runs[1:]])
     )
     return {
         "name": name,
