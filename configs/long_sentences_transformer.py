@@ -23,5 +23,5 @@ def get_config():
     config.data.update(suite.data.to_dict())  # the suite's sentences, batches and buckets
     config.train.steps = suite.train.steps
     config.train.time_budget_minutes = suite.train.time_budget_minutes
-    config.eval.update(suite.eval.to_dict())  # validation once, BLEU by length
+    config.eval.update(suite.eval.to_dict())  # validation every 30 s, BLEU by length
     return config

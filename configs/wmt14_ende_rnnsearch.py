@@ -22,5 +22,7 @@ def get_config():
     data.tokenizer = "bpe"  # as the Transformer: subwords, so no UNK
     data.vocab_size = 37000
     data.shared_vocab = True
+    data.max_length = 256  # the Transformer's filter, in subwords (not the paper's 50 words)
+    data.bucket_width = 32
     config.model.rnnsearch.share_embeddings = False  # the paper's separate embedding tables
     return config

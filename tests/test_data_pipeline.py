@@ -102,6 +102,16 @@ def test_multi30k_configs_find_their_data_from_any_directory(multi30k, tmp_path,
     assert german != english and len(german.split()) > 2
 
 
+def test_the_same_data_rnnsearch_config_reads_what_the_transformer_configs_read():
+    """configs/wmt14_ende_rnnsearch.py promises the Transformer's data: the same pairs kept
+    and the same vocabulary; only the batches (80 sentences, as Bahdanau et al.) differ."""
+    ours = load_config_file(REPO / "configs/wmt14_ende_rnnsearch.py").data.to_dict()
+    theirs = load_config_file(REPO / "configs/wmt14_ende_transformer_base.py").data.to_dict()
+    batching = {"tokens_per_batch", "sentences_per_batch"}
+    differing = {key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)}
+    assert differing == batching, {k: (ours.get(k), theirs.get(k)) for k in differing - batching}
+
+
 def test_rnnsearch50_config_batches_exactly_80_sentences(tmp_path):
     config = load_config_file(REPO / "configs/wmt14_enfr_rnnsearch50.py")
     assert config.data.sentences_per_batch == 80
