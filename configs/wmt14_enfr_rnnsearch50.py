@@ -3,12 +3,12 @@
     python train.py --config configs/wmt14_enfr_rnnsearch50.py --workdir runs/enfr_rnnsearch50
     python eval.py --workdir runs/enfr_rnnsearch50
 
-Paper: 26.75 BLEU on newstest2014 (all sentences; 34.16 on sentences without unknown words), 28.45
-for RNNsearch-50* trained longer. Word-level vocabularies of 30,000 entries per language (the
-29,996 most frequent words and 4 special ids), all others mapped to UNK; "-50": training sentences
-of at most 50 words. Words are Moses tokens (the paper's pipeline ran Moses' tokenizer.perl before
-counting them). Trained ~5 days with AdaDelta on minibatches of 80 sentences; the paper reports
-time, not updates.
+Paper: 26.75 BLEU on newstest2014 (all sentences; 34.16 on sentences without unknown words:
+eval.py's bleu_no_unk), 28.45 for RNNsearch-50* trained longer. Word-level vocabularies of 30,000
+entries per language (the 29,996 most frequent words and 4 special ids), all others mapped to UNK;
+"-50": training sentences of at most 50 words. Words are Moses tokens (the paper's pipeline ran
+Moses' tokenizer.perl before counting them). Trained ~5 days with AdaDelta on minibatches of 80
+sentences; the paper reports time, not updates.
 """
 
 from seq2seq.config import default_config
