@@ -12,6 +12,7 @@ from seq2seq.compare.notebook_runs import (
     NotebookSettings,
     comparison_settings,
     ensure_comparison,
+    ensure_trained,
     has_checkpoint,
     load_comparison,
     notebook_config,
@@ -134,3 +135,15 @@ def test_the_comparison_runs_once_into_a_folder_without_a_report(tmp_path, monke
     (tmp_path / "runs").mkdir()
     assert ensure_comparison(settings) == ensure_comparison(settings) == settings.runs
     assert calls == [(expand_suite("quickstart"), settings.runs, comparison_settings(settings))]
+
+
+def test_a_model_the_notebook_trains_is_validated_as_train_py_validates(tmp_path):
+    """attention_qkv.ipynb trains the quickstart runs on a fresh clone; ``make quickstart`` then
+    finds RNNsearch at its steps and trains nothing, so its report's validation curve and best
+    perplexity are the records written here."""
+    settings = NotebookSettings(short=True, runs=tmp_path)
+    workdir = ensure_trained(settings, "rnnsearch")
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    validations = [r for r in records if r.get("kind") == "validation"]
+    assert validations and validations[-1]["step"] == notebook_config("rnnsearch", True).train.steps
+    assert validations[-1]["perplexity"] > 1.0

@@ -46,3 +46,21 @@ def test_seeds_without_a_result_are_counted_not_averaged():
 def test_a_wrong_best_is_named():
     with pytest.raises(ValueError, match="best='mean'"):
         mean_std_max([1, 2], best="mean")
+
+
+def test_the_reports_columns_show_several_seeds_each_by_its_own_rule():
+    """The report's (and compare_models.ipynb's) columns on a config of two seeds: parameters
+    per seed, BLEU with its highest seed, perplexity with its lowest (the best, not the worst)."""
+    from seq2seq.compare.report_sections import COLUMNS as REPORT_COLUMNS
+
+    shown = [c for c in REPORT_COLUMNS if c[0] in ("bleu", "params", "best_validation_perplexity")]
+    row = {
+        "bleu": [33.0, 35.0],
+        "params": [960_512, 960_512],
+        "best_validation_perplexity": [4.5, 3.5],
+    }
+    assert markdown_table([row], shown).splitlines()[2] == (
+        "| 34.00 ± 1.41 (max 35.00) | 0.96M / 0.96M | 4.00 ± 0.71 (min 3.50) |"
+    )
+    one = {"bleu": 33.0, "params": 960_512, "best_validation_perplexity": 4.5}
+    assert markdown_table([one], shown).splitlines()[2] == "| 33.00 | 0.96M | 4.50 |"

@@ -31,6 +31,7 @@ from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import expand_suite
 from seq2seq.config import ConfigError, load_config_file
 from seq2seq.evaluation.translator import Translator
+from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import train
 
@@ -96,13 +97,18 @@ def has_checkpoint(workdir: Path) -> bool:
 
 
 def ensure_trained(settings: NotebookSettings, model_name: str) -> Path:
-    """The run of ``model_name`` under ``settings.runs``, trained first if it has no checkpoint."""
+    """The run of ``model_name`` under ``settings.runs``, trained first if it has no checkpoint.
+
+    It validates as ``train.py`` does: ``make quickstart`` later continues the run (or finds it
+    at its steps already), and its report's curves and best validation perplexity read these
+    validation records.
+    """
     workdir = settings.runs / run_name(model_name)
     if not has_checkpoint(workdir):
         config = notebook_config(model_name, settings.short)
         print(f"training {model_name} for {config.train.steps} steps into {workdir}", flush=True)
         start = time.monotonic()
-        summary = train(config, workdir)
+        summary = train(config, workdir, make_validate_fn)
         print(f"  {summary.step} steps in {time.monotonic() - start:.0f} s", flush=True)
     return workdir
 

@@ -83,7 +83,7 @@ def _training_figures(records: list[dict]) -> dict:
     train_records = [r for r in records if r.get("kind") == "train"]
     validation = [r for r in records if r.get("kind") == "validation"]
     if train_records:
-        last = records[-1]  # the final validation (when there is one) comes after the last log
+        last = records[-1]  # the run's last record, written after its final validation
         # The first interval includes compilation; later ones show the steady state.
         steady = train_records[1:] or train_records
         figures_.update(

@@ -26,7 +26,7 @@ COLUMNS = [
     ("target_tokens_per_second", "tgt tok/s", ".0f"),
     ("train_minutes", "train min", ".1f"),
     ("steps", "steps", ".0f"),
-    ("best_validation_perplexity", "best val ppl", ".2f"),
+    ("best_validation_perplexity", "best val ppl", tables.lowest_is_best(".2f")),
     ("decode_sentences_per_second", "decode sent/s", ".1f"),
 ]
 

@@ -36,6 +36,18 @@ def mean_std_max(values: Sequence[float | None], spec: str = ".2f", *, best: str
     return cell
 
 
+def lowest_is_best(spec: str = ".2f") -> Callable[[object], str]:
+    """A column format for a figure where lower is better (perplexity): several seeds' cell
+    names the lowest, the best seed's, where ``mean_std_max`` would name the worst."""
+
+    def cell(value: object) -> str:
+        if isinstance(value, list | tuple):
+            return mean_std_max(value, spec, best="min")
+        return format(value, spec)
+
+    return cell
+
+
 def counted(n: int, noun: str) -> str:
     """``"1 seed"``, ``"4 seeds"``: a count with its noun, plural when it is not one."""
     return f"{n} {noun}" + ("" if n == 1 else "s")
