@@ -45,7 +45,7 @@ from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import rules_help
 from seq2seq.data.sources import resolve_split
-from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory, owning_run
 
 # Decoding and scoring (JAX, flax, sacreBLEU) are imported where they are used, once the flags,
 # the files and the run are checked: a refused command ends in a fraction of a second.
@@ -133,6 +133,9 @@ def _sampling() -> "Sampling | None":
 
 
 def _check_options() -> None:
+    for flag in (_INPUT, _OUTPUT, _REFERENCE, _ATTENTION, _SPLIT, _DATA_DIR, _EXPORTED):
+        if flag.value is not None and not flag.value.strip():
+            raise ValueError(f"--{flag.name} is empty; name what it takes (see --help) or drop it")
     if _ENGINE.value not in ENGINES:
         raise ValueError(f"unknown --engine {_ENGINE.value!r}; choose one of {', '.join(ENGINES)}")
     if _EXPORTED.value and _ENGINE.value != "ctranslate2":
@@ -208,6 +211,11 @@ def _check_attention_folder(folder: Path) -> None:
         )
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--attention {folder} is a file; name a folder for the figures")
+    if (folder / "config.json").is_file() or owning_run(folder) is not None:
+        raise ValueError(
+            f"--attention {folder} is a run's folder or in one; name a folder of its own for the "
+            "figures"
+        )
     nearest = next(parent for parent in (folder, *folder.parents) if parent.exists())
     if not nearest.is_dir():
         raise ValueError(f"--attention {folder}: {nearest} is a file, not a folder")
@@ -239,6 +247,10 @@ def _check_output(output: Path) -> None:
                 f"--output {output} is the --{flag.name} file; name another file for the "
                 "translations"
             )
+    if (run := owning_run(output)) is not None:
+        raise ValueError(
+            f"--output {output} is one of the run {run}'s own files; name a file outside them"
+        )
     if output.is_dir():
         raise ValueError(f"--output {output} is a folder; name a file in it")
     if output.exists():

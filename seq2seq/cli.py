@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import re
 import sys
@@ -240,8 +241,10 @@ def check_decoding_flags(beam_size: int | None, alpha: float | None) -> None:
     """
     if beam_size is not None and beam_size < 1:
         raise ConfigError(f"--beam_size {beam_size} must be at least 1 (1: greedy)")
-    if alpha is not None and alpha < 0:
-        raise ConfigError(f"--alpha {alpha} must be >= 0 (0 turns the length penalty off)")
+    if alpha is not None and not (math.isfinite(alpha) and alpha >= 0):
+        raise ConfigError(
+            f"--alpha {alpha} must be a finite number >= 0 (0 turns the length penalty off)"
+        )
 
 
 def check_work_directory(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import math
 import os
 import re
 from collections.abc import Collection, Iterator, Mapping
@@ -527,6 +528,8 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
     section (_check_families)."""
     may_be_zero = ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps")
     for key, value in flatten(config):
+        if isinstance(value, float):  # nan passes no comparison's refusal; inf passes most
+            _require(math.isfinite(value), f"config.{key}={value} must be a finite number")
         if key.startswith("model."):
             continue
         if key.endswith(("_size", "steps")):

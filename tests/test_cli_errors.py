@@ -260,6 +260,7 @@ def _without_jax(tmp_path) -> dict[str, str]:
 
 # eval.py translating a file, the input last: what --attention draws from
 _ATTENTION_OF = ["eval.py", "--workdir", "{tmp}", "--output", "{tmp}/o.txt", "--input"]
+_RECORD = "docs/records/multi30k_ende/rnnsearch-medium-seed0"  # a run's folder, in git
 _QUICK_COMPARISON = ["-m", "seq2seq.compare", "--workdir", "{tmp}/w", "--suite", "quickstart"]
 
 
@@ -287,7 +288,58 @@ _UNWRITABLE = pytest.mark.skipif(
         (["eval.py", "--workdir", "{tmp}/no_run"], "no work directory at {tmp}/no_run"),
         (["eval.py", "--workdir", "{tmp}", "--engine", "nope"], "unknown --engine 'nope'"),
         (["eval.py", "--workdir", "{tmp}", "--beam_size", "0"], "--beam_size 0 must be at least 1"),
-        (["eval.py", "--workdir", "{tmp}", "--alpha=-0.5"], "--alpha -0.5 must be >= 0"),
+        (
+            ["eval.py", "--workdir", "{tmp}", "--alpha=-0.5"],
+            "--alpha -0.5 must be a finite number >= 0",
+        ),
+        (
+            ["eval.py", "--workdir", "{tmp}", "--alpha=nan"],
+            "--alpha nan must be a finite number >= 0",
+        ),
+        (
+            [*_QUICK_COMPARISON, "--alpha=nan"],
+            "--alpha nan must be a finite number",
+        ),  # trained first
+        (["-m", "seq2seq.serve", "--workdir", "{tmp}", "--wait_ms=nan"], "--wait_ms nan must be a"),
+        (["eval.py", "--workdir", "{tmp}", "--split", ""], "--split is empty; name what it takes"),
+        (
+            ["eval.py", "--workdir", "{tmp}", "--input", "", "--output", "{tmp}/o"],
+            "--input is empty",
+        ),  # it scored the test split instead
+        (
+            [
+                "eval.py",
+                "--workdir",
+                "{tmp}",
+                "--input",
+                "README.md",
+                "--output",
+                f"{_RECORD}/metrics.jsonl",
+            ],
+            f"--output {_RECORD}/metrics.jsonl is one of the run ",
+        ),  # it replaced the run's file with the translations
+        (
+            [*_ATTENTION_OF, ".ci/run", "--attention", _RECORD],
+            f"--attention {_RECORD} is a run's folder or in one",
+        ),  # the figures went in among the run's files
+        (
+            ["-m", "seq2seq.bench", "decode", "--beam_size", "0"],
+            "--beam_size=0: 0 is not a positive",
+        ),
+        (
+            ["-m", "seq2seq.bench", "decode", "--sentences", "0"],
+            "--sentences=0: 0 is not a positive",
+        ),
+        (
+            [
+                "-m",
+                "seq2seq.bench.summary",
+                "--config",
+                "configs/bench_small.py",
+                "--target_length=0",
+            ],
+            "--target_length=0: 0 is not a positive integer",
+        ),  # a division by zero
         (["eval.py", "--workdir", "{tmp}", "--sampling", "topk:0"], "topk takes a whole number"),
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
         (

@@ -141,6 +141,9 @@ def _validates_or_raises(config, error: str | None) -> None:
         ("data.vocab_size", 5, None),
         ("train.learning_rate", 0.0, r"config\.train\.learning_rate=0\.0 must be > 0"),
         ("train.learning_rate", -1.0, r"config\.train\.learning_rate=-1\.0 must be > 0"),
+        ("train.learning_rate", float("inf"), r"learning_rate=inf must be a finite number"),
+        ("train.label_smoothing", float("nan"), r"label_smoothing=nan must be a finite number"),
+        ("decode.alpha", float("inf"), r"config\.decode\.alpha=inf must be a finite number"),
         ("checkpoint.keep", 0, r"config\.checkpoint\.keep=0 must be >= 1"),
         ("checkpoint.keep", 1, None),
         ("data.bucket_width", 0, r"config\.data\.bucket_width=0 must be >= 1"),  # ZeroDivision
@@ -163,8 +166,9 @@ def _validates_or_raises(config, error: str | None) -> None:
 )
 def test_values_that_used_to_fail_late_or_run_wrongly_are_refused(key, value, error):
     """An empty language code and a vocabulary of the special tokens alone failed inside the
-    tokenizer; a learning rate of 0 trained nothing, checkpoint.keep=0 kept every checkpoint
-    and a bucket width or mesh size of 0 divided by zero."""
+    tokenizer; a learning rate of 0 trained nothing, one of inf reached a NaN loss,
+    checkpoint.keep=0 kept every checkpoint and a bucket width or mesh size of 0 divided by
+    zero."""
     config = default_config()
     section, name = key.split(".")
     config[section][name] = value

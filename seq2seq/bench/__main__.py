@@ -286,7 +286,7 @@ def _decode_flags() -> dict[str, flags.FlagHolder]:
     """The search measured: beam, batch, lengths, and a trained run or split to translate."""
     return {
         "beam_size": flags.DEFINE_integer(
-            "beam_size", None, "decode: beam (default: the config's)."
+            "beam_size", None, "decode: beam (default: the config's).", lower_bound=1
         ),
         "workdir": flags.DEFINE_string(
             "workdir", None, "decode: a trained run (its config and latest parameters)."
@@ -297,17 +297,24 @@ def _decode_flags() -> dict[str, flags.FlagHolder]:
         "engine": flags.DEFINE_string(
             "engine", "jax", "decode --split: jax, or ctranslate2 (JAX beside CTranslate2)."
         ),
-        "sentences": flags.DEFINE_integer("sentences", 32, "decode: sentences per batch."),
+        "sentences": flags.DEFINE_integer(
+            "sentences", 32, "decode: sentences per batch.", lower_bound=1
+        ),
         "batch_size": flags.DEFINE_integer(
-            "batch_size", None, "decode --split: sentences searched together (default: the run's)."
+            "batch_size",
+            None,
+            "decode --split: sentences searched together (default: the run's).",
+            lower_bound=1,
         ),
         "source_length": flags.DEFINE_integer(
-            "source_length", 30, "decode, untrained: source tokens."
+            "source_length", 30, "decode, untrained: source tokens.", lower_bound=1
         ),
         "output_length": flags.DEFINE_integer(
-            "output_length", 30, "decode, untrained: output tokens."
+            "output_length", 30, "decode, untrained: output tokens.", lower_bound=1
         ),
-        "repeats": flags.DEFINE_integer("repeats", 3, "decode: timed batches (median reported)."),
+        "repeats": flags.DEFINE_integer(
+            "repeats", 3, "decode: timed batches (median reported).", lower_bound=1
+        ),
     }
 
 
@@ -318,8 +325,10 @@ def _profile_flags() -> dict[str, flags.FlagHolder]:
             None,
             "profile: a new directory for the trace (default: a temporary one).",
         ),
-        "profile_steps": flags.DEFINE_integer("profile_steps", 3, "profile: steps traced."),
-        "top": flags.DEFINE_integer("top", 15, "profile: operations listed."),
+        "profile_steps": flags.DEFINE_integer(
+            "profile_steps", 3, "profile: steps traced.", lower_bound=1
+        ),
+        "top": flags.DEFINE_integer("top", 15, "profile: operations listed.", lower_bound=1),
     }
 
 

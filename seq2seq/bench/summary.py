@@ -65,8 +65,12 @@ def summarize(config: ml_collections.ConfigDict, source_length: int, target_leng
 def run() -> None:
     """``python -m seq2seq.bench.summary``: flags are defined here, never on import."""
     config_flag = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-    source_length = flags.DEFINE_integer("source_length", 30, "Source tokens assumed per pair.")
-    target_length = flags.DEFINE_integer("target_length", 30, "Target tokens assumed per pair.")
+    source_length = flags.DEFINE_integer(
+        "source_length", 30, "Source tokens assumed per pair.", lower_bound=1
+    )
+    target_length = flags.DEFINE_integer(
+        "target_length", 30, "Target tokens assumed per pair.", lower_bound=1
+    )
     flags.mark_flags_as_required(["config"])
 
     def main(argv: list[str]) -> None:

@@ -62,6 +62,17 @@ LAYOUT = frozenset(
 )
 
 
+def owning_run(path: str | Path) -> Path | None:
+    """The run folder whose own files (``LAYOUT``: its config, checkpoints, metrics, eval/...)
+    ``path`` is one of or lies in, or None: what a command writing a file of the user's (a
+    translation, a figure) must not overwrite. A file of another name beside them is not one."""
+    path = Path(path).resolve()
+    for parent in path.parents:
+        if (parent / "config.json").is_file() and path.relative_to(parent).parts[0] in LAYOUT:
+            return parent
+    return None
+
+
 class RunDirectoryError(ValueError):
     """A path is not usable as (or does not hold) a run; the message names the fix."""
 

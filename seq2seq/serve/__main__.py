@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import socket
 from types import SimpleNamespace
 
@@ -73,6 +74,8 @@ def serve(f: SimpleNamespace) -> None:
             f"--max_sentences {f.max_sentences.value} must not exceed --max_batch "
             f"{f.max_batch.value}: a request is searched in one batch"
         )
+    if not (math.isfinite(f.wait_ms.value) and f.wait_ms.value >= 0):
+        raise ValueError(f"--wait_ms {f.wait_ms.value} must be a finite number >= 0 (0: no wait)")
     cli.check_decoding_flags(f.beam_size.value, f.alpha.value)
     for path in f.workdir.value:  # each a run, checked before JAX and the models load
         RunDirectory(path).require()

@@ -546,9 +546,14 @@ class _Loop:
         for step_metrics in metrics:
             if math.isfinite(float(step_metrics["loss"])):
                 continue
+            latest = self.checkpoints.latest_step()
+            saved = (
+                "no checkpoint was saved"
+                if latest is None
+                else f"the last good checkpoint is step {latest}"
+            )
             raise TrainingError(
-                f"loss is not finite at step {int(step_metrics['step'])}; the last good "
-                f"checkpoint is step {self.checkpoints.latest_step()}; lower "
+                f"loss is not finite at step {int(step_metrics['step'])}; {saved}; lower "
                 "train.learning_rate or check the data"
             )
 
