@@ -134,6 +134,10 @@ def config_file_error_message(error: BaseException, config_files: list[str]) -> 
         if isinstance(cause, ConfigError):  # raised on purpose, its message names the fix
             return str(cause)
         place = _place_in(cause, files)
+        if place is None and isinstance(cause, SyntaxError) and not cause.filename:
+            # Python refuses the bytes before it parses them (a NUL byte): no file, no line
+            named = " or ".join(sorted(config_files))
+            return f"{named}: SyntaxError: {cause.msg}; fix the config file"
         if place is not None:
             what = cause.msg if isinstance(cause, SyntaxError) else str(cause).split("\n")[0]
             return (

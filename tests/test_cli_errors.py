@@ -740,3 +740,26 @@ def test_a_comparison_names_a_saved_runs_config_by_its_run_folder(tmp_path):
     assert [spec.name for spec in plain] == ["quickstart_rnnsearch"]
     with pytest.raises(ValueError, match="no config file at configs/from_rn.py; check the path"):
         _specs([f"configs/from_rn.py:{tmp_path}"], None, None, [])
+
+
+def test_a_config_file_python_will_not_read_is_named_in_one_line(tmp_path):
+    """A NUL byte is refused before Python parses the file, so the error names no file or line
+    and came out as a traceback through importlib."""
+    config = tmp_path / "damaged.py"
+    config.write_bytes(b"def get_config():\x00\n")
+    command = [
+        sys.executable,
+        "train.py",
+        "--config",
+        str(config),
+        "--workdir",
+        str(tmp_path / "r"),
+    ]
+    result = subprocess.run(
+        command, cwd=REPO, env=_without_jax(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert _one_error_line(result) == (
+        f"error: {config}: SyntaxError: source code string cannot contain null bytes; fix the "
+        "config file"
+    )
+    assert not (tmp_path / "r").exists()
