@@ -300,6 +300,10 @@ _UNWRITABLE = pytest.mark.skipif(
             [*_QUICK_COMPARISON, "--alpha=nan"],
             "--alpha nan must be a finite number",
         ),  # trained first
+        (
+            [*_QUICK_COMPARISON, "--save_records", "README.md/records"],
+            "--save_records README.md/records: README.md is a file; name a folder",
+        ),  # it trained and scored every run first
         (["-m", "seq2seq.serve", "--workdir", "{tmp}", "--wait_ms=nan"], "--wait_ms nan must be a"),
         (["eval.py", "--workdir", "{tmp}", "--split", ""], "--split is empty; name what it takes"),
         (

@@ -398,6 +398,14 @@ def _one_mode(flag: SimpleNamespace) -> None:
             f"--save_records {flag.save_records} is the --workdir: each run's record would "
             "replace the run itself; name another folder (e.g. docs/records/NAME)"
         )
+    if flag.save_records:
+        records = Path(flag.save_records)
+        nearest = next(folder for folder in (records, *records.parents) if folder.exists())
+        if not nearest.is_dir():
+            raise ValueError(
+                f"--save_records {records}: {nearest} is a file; name a folder for the records "
+                "(e.g. docs/records/NAME)"
+            )
 
 
 def run() -> None:
