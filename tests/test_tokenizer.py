@@ -230,3 +230,22 @@ def test_every_word_outside_the_shortlist_is_its_own_unk(german_english, multi30
     flat, lengths = tokenizer.encode_target_flat(targets[:5])
     assert flat.tolist() == sum((row.tolist() for row in tokenizer.encode_target(targets[:5])), [])
     assert lengths.tolist() == [len(row) for row in tokenizer.encode_target(targets[:5])]
+
+
+@pytest.mark.parametrize("damaged", ["shared.model", "moses.json"])
+def test_a_damaged_tokenizer_file_is_named_in_one_line(tmp_path, damaged):
+    """eval.py, export and a resume read a run's tokenizer: a damaged file showed as
+    "Expecting value: line 1 column 1 (char 0)" or SentencePiece's "INTERNAL: ...(109)", naming
+    neither the file nor what to do."""
+    config = tiny_config()
+    build_tokenizer(
+        config, tmp_path, ListCorpus([(f"a b {i % 7}", f"x y {i % 5}") for i in range(50)])
+    )
+    (tmp_path / damaged).write_bytes(b"\x00junk")
+    with pytest.raises(DataError) as refused:
+        load_tokenizer(tmp_path)
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / damaged} cannot be read (") and "\n" not in message
+    assert message.endswith(
+        "restore its tokenizer/ folder from a copy of the run (training again makes a new one)"
+    )

@@ -282,16 +282,36 @@ def _moses(words: dict[str, str] | None) -> tuple[MosesWords | None, MosesWords 
 
 
 def load_tokenizer(directory: Path) -> Tokenizer | None:
-    """The tokenizer saved in ``directory``, or None if there is none."""
+    """The tokenizer saved in ``directory``, or None if there is none.
+
+    Raises:
+      DataError: one line naming a file there that cannot be read as what it should be.
+    """
     moses_file = directory / MOSES_FILE
-    words = _moses(json.loads(moses_file.read_text()) if moses_file.exists() else None)
+    words = (
+        _read(moses_file, lambda text: _moses(json.loads(text)))
+        if moses_file.exists()
+        else (None, None)
+    )
     if (directory / SHARED_MODEL).exists():
-        processor = _processor((directory / SHARED_MODEL).read_bytes())
+        processor = _read(directory / SHARED_MODEL, _processor)
         return Tokenizer(processor, processor, *words)
     if (directory / SOURCE_MODEL).exists() and (directory / TARGET_MODEL).exists():
         return Tokenizer(
-            _processor((directory / SOURCE_MODEL).read_bytes()),
-            _processor((directory / TARGET_MODEL).read_bytes()),
+            _read(directory / SOURCE_MODEL, _processor),
+            _read(directory / TARGET_MODEL, _processor),
             *words,
         )
     return None
+
+
+def _read(path: Path, parse: Callable):
+    """``parse`` of the file's bytes (or text, for JSON), or one line naming the damaged file."""
+    try:
+        return parse(path.read_text() if path.suffix == ".json" else path.read_bytes())
+    except (ValueError, RuntimeError, KeyError, TypeError) as error:  # JSON's, SentencePiece's
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataError(
+            f"{path} cannot be read ({reason}); the run's tokenizer is damaged: restore its "
+            "tokenizer/ folder from a copy of the run (training again makes a new one)"
+        ) from None
