@@ -114,3 +114,31 @@ def test_checkpoints_every_few_training_minutes_without_validation(tmp_path):
     ]
     assert len(crossed) >= 3, clock[-1]
     assert _saved_steps(tmp_path) == sorted({*crossed, summary.step})  # and the final one
+
+
+def test_a_damaged_checkpoint_read_for_evaluation_is_named_with_the_others(tmp_path):
+    """eval.py reads a checkpoint's parameters alone: a folder missing its state showed as a
+    traceback ending in orbax's KeyError."""
+    import shutil
+
+    import jax
+
+    from seq2seq.checkpoints.store import DamagedCheckpointError
+
+    state, _ = create_state(tiny_config("transformer"), 20, 20)
+    checkpoints = Checkpoints(tmp_path / "checkpoints", keep=3)
+    for step in (10, 20):
+        checkpoints.save(step, state, {"epoch": 0, "position": step}, progress={})
+        checkpoints.wait()
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state.params)
+    assert jax.tree.leaves(checkpoints.restore_params(abstract, 10))  # a whole one reads
+    shutil.rmtree(tmp_path / "checkpoints" / "20" / "state")
+    with pytest.raises(DamagedCheckpointError) as refused:
+        checkpoints.restore_params(abstract, 20)
+    message = str(refused.value)
+    assert message.startswith(f"checkpoint 20 in {tmp_path / 'checkpoints'} cannot be read (")
+    assert message.endswith(
+        "pass --checkpoint with another of its steps (10) or restore the folder"
+    )
+    assert "\n" not in message
+    checkpoints.close()

@@ -32,6 +32,11 @@ logger = logging.getLogger(__name__)
 BEST_METRIC = "bleu"  # validation metric that picks the best checkpoint (higher is better)
 
 
+class DamagedCheckpointError(RuntimeError):
+    """A checkpoint's files cannot be read (a partial copy, a damaged file); the message names
+    the step and the others there."""
+
+
 class IncompatibleCheckpointError(ValueError):
     """A checkpoint's arrays do not fit the configured model."""
 
@@ -213,19 +218,33 @@ class Checkpoints:
         Raises:
           IncompatibleCheckpointError: the saved shapes do not fit ``abstract_params``.
         """
-        self._check_shapes(step, {"params": abstract_params})
-        # The saved tree as written (each parameter under its Variable's "value"), params only:
-        # a partial restore leaves the optimizer state on disk.
-        saved = self.manager.item_metadata(step)["state"]["params"]
-        item = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved)}
-        restored = ocp.PyTreeCheckpointer().restore(
-            Path(self.manager.directory) / str(step) / "state",
-            args=ocp.args.PyTreeRestore(
-                item,
-                restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item),
-                partial_restore=True,
-            ),
-        )
+        try:
+            self._check_shapes(step, {"params": abstract_params})
+            # The saved tree as written (each parameter under its Variable's "value"), params
+            # only: a partial restore leaves the optimizer state on disk.
+            saved = self.manager.item_metadata(step)["state"]["params"]
+            item = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved)}
+            restored = ocp.PyTreeCheckpointer().restore(
+                Path(self.manager.directory) / str(step) / "state",
+                args=ocp.args.PyTreeRestore(
+                    item,
+                    restore_args=jax.tree.map(
+                        lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item
+                    ),
+                    partial_restore=True,
+                ),
+            )
+        except IncompatibleCheckpointError:
+            raise
+        except Exception as error:  # orbax raises many types for a damaged or partial folder
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            reason = reason.split(" [tensorstore_spec=")[0]  # a page of JSON: its driver's spec
+            others = [other for other in self.all_steps() if other != step]
+            raise DamagedCheckpointError(
+                f"checkpoint {step} in {self.manager.directory} cannot be read "
+                f"({type(error).__name__}: {reason}); pass --checkpoint with another of its "
+                f"steps ({', '.join(map(str, others)) or 'none'}) or restore the folder"
+            ) from None
         params = jax.tree.map(lambda leaf: leaf, abstract_params)  # a copy to fill in
         nnx.replace_by_pure_dict(params, _without_value_level(restored["params"]))
         return params
