@@ -142,3 +142,16 @@ def test_a_damaged_checkpoint_read_for_evaluation_is_named_with_the_others(tmp_p
     )
     assert "\n" not in message
     checkpoints.close()
+
+
+def test_a_run_without_its_checkpoints_folder_is_refused_and_left_as_it_was(tmp_path):
+    """Opening orbax's manager to list the steps created an empty ``checkpoints/`` in the run
+    being read, before the refusal."""
+    from seq2seq.checkpoints.rule import CheckpointError
+
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    (run.path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError):
+        checkpoint_choice(run, tiny_config(), "latest")
+    assert sorted(p.name for p in run.path.iterdir()) == ["config.json"]

@@ -84,10 +84,18 @@ def restore_params(checkpoints: Checkpoints, abstract_params, choice: Checkpoint
     return jax.tree.map(lambda x, like: np.asarray(x, like.dtype), mean, abstract_params)
 
 
+def _refuse_without_checkpoints(run: RunDirectory) -> None:
+    """A run without a ``checkpoints/`` folder is refused as one with none in it, before
+    orbax's manager would create the folder in the run being read."""
+    if not run.checkpoints_dir.is_dir():
+        raise CheckpointError(run.nothing_to_translate_with())
+
+
 def checkpoint_choice(
     run: RunDirectory, config: ml_collections.ConfigDict, checkpoint: str = "latest"
 ) -> CheckpointChoice:
     """The checkpoints the rule ``checkpoint`` picks among those saved in ``run``."""
+    _refuse_without_checkpoints(run)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
         return choose_checkpoints(checkpoint, checkpoints.all_steps(), run, keep=checkpoints.keep)
@@ -107,6 +115,7 @@ def restore_parameters(
     settings; ``checkpoint`` is a rule of ``seq2seq.checkpoints.rule``.
     """
     graphdef, abstract_params = abstract_model(config, tokenizer)
+    _refuse_without_checkpoints(run)
     checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
     try:
         choice = choose_checkpoints(checkpoint, checkpoints.all_steps(), run, keep=checkpoints.keep)
