@@ -34,6 +34,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
     cli.start()
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -122,8 +123,8 @@ def _sampling() -> "Sampling | None":
                 raise ValueError(f"--{flag.name} applies to sampling; add --sampling topk:K|topp:P")
         return None
     temperature = 1.0 if _TEMPERATURE.value is None else _TEMPERATURE.value
-    if not temperature > 0:
-        raise ValueError(f"--temperature {temperature} must be > 0")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"--temperature {temperature} must be a finite number > 0")
     from seq2seq.decoding.sampling_method import SamplingMethod
 
     method = SamplingMethod.parse(_SAMPLING.value)  # refused before JAX loads

@@ -201,6 +201,7 @@ def _eval(*args):
         (["--engine", "torch"], "unknown --engine 'torch'"),
         (["--sampling", "topk:0"], "topk takes a whole number"),
         (["--temperature", "0.5"], "--temperature applies to sampling"),
+        (["--sampling", "topk:5", "--temperature", "inf"], "--temperature inf must be a finite"),
         (["--nbest", "2"], "--nbest writes K lines per sentence"),
         (["--batch_size", "0"], "--batch_size 0 must be at least 1"),
     ],
