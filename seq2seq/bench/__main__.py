@@ -325,9 +325,7 @@ def _profile_flags() -> dict[str, flags.FlagHolder]:
             None,
             "profile: a new directory for the trace (default: a temporary one).",
         ),
-        "profile_steps": flags.DEFINE_integer(
-            "profile_steps", 3, "profile: steps traced.", lower_bound=1
-        ),
+        "profile_steps": flags.DEFINE_integer("profile_steps", 3, "profile: steps traced."),
         "top": flags.DEFINE_integer("top", 15, "profile: operations listed.", lower_bound=1),
     }
 
