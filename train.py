@@ -36,6 +36,7 @@ def main(argv: list[str]) -> None:
     workdir = cli.check_work_directory(Path(_WORKDIR.value))
     RunDirectory(workdir).check_free()
     config = validate(_CONFIG.value)
+    RunDirectory(workdir).check_budget_reaches(config.train.steps)
     # Imported once the flags, the config and the work directory are checked: a refused
     # command line never waits for JAX and flax.
     from seq2seq.evaluation.validation import make_validate_fn

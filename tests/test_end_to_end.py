@@ -145,6 +145,31 @@ def test_the_same_command_again_says_the_run_has_ended_and_changes_nothing(runs)
     assert (workdir / "metrics.jsonl").read_text() == log
 
 
+def test_fewer_steps_than_the_run_trained_are_refused_and_nothing_is_written(runs):
+    """It said "nothing to train" but rewrote config.json to the lower steps (the record then
+    understated what the run trained) and added a provenance entry and a TensorBoard file."""
+    workdir = runs[0] / "transformer"
+
+    def contents():
+        files = sorted(p for p in workdir.rglob("*") if p.is_file())
+        return {str(p.relative_to(workdir)): p.read_bytes() for p in files}
+
+    before = contents()
+    arguments = _train_arguments("transformer", workdir)
+    arguments[arguments.index("--config.train.steps=12")] = "--config.train.steps=8"
+    result = subprocess.run(
+        [sys.executable, *arguments], cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=subprocess_env(),
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {workdir} has trained to step 12, past the 8 steps asked for (train.steps); "
+        "nothing was changed: raise --config.train.steps to 12 or more to go on, score a step "
+        "it kept with eval.py --checkpoint STEP, or pass a new --workdir for a shorter run\n"
+    )
+    assert contents() == before
+
+
 def test_run_saved_its_config_and_final_checkpoint(trained):
     workdir, _ = trained
     assert json.loads((workdir / "config.json").read_text())["train"]["steps"] == 12

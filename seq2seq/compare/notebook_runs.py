@@ -92,8 +92,7 @@ def run_name(model_name: str) -> str:
 
 def has_checkpoint(workdir: Path) -> bool:
     """Whether ``workdir`` holds a saved training run to restore."""
-    directory = RunDirectory(workdir).checkpoints_dir
-    return directory.is_dir() and any(path.name.isdigit() for path in directory.iterdir())
+    return bool(RunDirectory(workdir).saved_steps())
 
 
 def ensure_trained(settings: NotebookSettings, model_name: str) -> Path:

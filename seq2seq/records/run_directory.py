@@ -347,6 +347,29 @@ class RunDirectory:
         kept = (self.config_file, self.provenance_file, self.corpus_file, self.lock_file)
         return all(p in kept for p in self.path.rglob("*") if p.is_file())  # stops at another
 
+    def saved_steps(self) -> list[int]:
+        """The steps of the checkpoints on disk, oldest first, read from their folders' names
+        without orbax (an interrupted save's temporary folder is not a number)."""
+        if not self.checkpoints_dir.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.checkpoints_dir.iterdir() if p.name.isdigit())
+
+    def check_budget_reaches(self, steps: int) -> None:
+        """Refuses a step budget below a checkpoint the run saved: the run's config would
+        record fewer steps than it trained, and the steps past it would not be undone.
+
+        Raises:
+          RunDirectoryError: one line with the step reached and the choices; nothing written.
+        """
+        saved = self.saved_steps()
+        if saved and steps < saved[-1]:
+            raise RunDirectoryError(
+                f"{self.path} has trained to step {saved[-1]}, past the {steps} steps asked "
+                f"for (train.steps); nothing was changed: raise --config.train.steps to "
+                f"{saved[-1]} or more to go on, score a step it kept with eval.py --checkpoint "
+                "STEP, or pass a new --workdir for a shorter run"
+            )
+
     def is_record(self) -> bool:
         """Whether this is a run's record (``compare --save_records``: config, metrics and
         scores), which trained elsewhere and keeps no checkpoints or tokenizer."""
