@@ -210,17 +210,12 @@ def _check_attention_folder(folder: Path) -> None:
             f"--attention draws a figure a line, and {_INPUT.value} has {lines} lines, over "
             f"{MAX_ATTENTION_LINES}; pass the lines you want to look at in a shorter file"
         )
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--attention {folder} is a file; name a folder for the figures")
     if (folder / "config.json").is_file() or owning_run(folder) is not None:
         raise ValueError(
             f"--attention {folder} is a run's folder or in one; name a folder of its own for the "
             "figures"
         )
-    nearest = next(parent for parent in (folder, *folder.parents) if parent.exists())
-    if not nearest.is_dir():
-        raise ValueError(f"--attention {folder}: {nearest} is a file, not a folder")
-    cli.check_writable(nearest, f"--attention {folder}")
+    cli.check_work_directory(folder, "--attention", "name a folder for the figures")
 
 
 def _draw_attention(translator: "LineTranslator", run: RunDirectory, result: dict) -> str:
@@ -261,12 +256,7 @@ def _check_output(output: Path) -> None:
             raise ValueError(
                 f"--output {output}: cannot write it ({error.strerror}); name another file"
             ) from None
-    for parent in output.parents:
-        if parent.exists() and not parent.is_dir():
-            raise ValueError(f"--output {output}: {parent} is a file, not a folder")
-        if parent.exists():  # the nearest folder there is: it must take the file (or folders)
-            cli.check_writable(parent, f"--output {output}")
-            break
+    cli.check_work_directory(output, "--output", "name a file in a folder", file=True)
 
 
 def _exported_translator(run: RunDirectory | None) -> "LineTranslator":

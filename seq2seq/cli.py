@@ -255,17 +255,22 @@ def check_work_directory(
     path: Path,
     flag: str = "--workdir",
     fix: str = "pass a new folder or an existing run's folder",
+    *,
+    file: bool = False,
 ) -> Path:
-    """Refuses a folder (``--workdir``, or ``flag``) that is, or lies under, an existing file;
-    returns ``path``.
+    """Refuses a folder (``--workdir``, or ``flag``) that is, or lies under, an existing file,
+    or whose nearest existing folder this user may not write in; returns ``path``.
+    ``file=True``: ``path`` names a file to write (``eval.py --output``), and only its folders
+    are checked.
 
-    Called by ``train.py``, ``compare`` and ``export`` before any work, so nothing is created
-    or overwritten.
+    Called by ``train.py``, ``compare``, ``eval.py`` and ``export`` before any work, so nothing
+    is created or overwritten.
 
     Raises:
       ValueError: one line naming the file and the fix.
     """
-    for existing in (path, *path.parents):
+    start = path.parent if file else path
+    for existing in (start, *start.parents):
         if existing.exists():
             break
     if existing.is_dir():

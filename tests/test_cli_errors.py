@@ -302,7 +302,7 @@ _UNWRITABLE = pytest.mark.skipif(
         ),  # trained first
         (
             [*_QUICK_COMPARISON, "--save_records", "README.md/records"],
-            "--save_records README.md/records: README.md is a file; name a folder",
+            "--save_records README.md/records lies under README.md, which is a file, not a dir",
         ),  # it trained and scored every run first
         (["-m", "seq2seq.serve", "--workdir", "{tmp}", "--wait_ms=nan"], "--wait_ms nan must be a"),
         (["eval.py", "--workdir", "{tmp}", "--split", ""], "--split is empty; name what it takes"),
@@ -360,7 +360,7 @@ _UNWRITABLE = pytest.mark.skipif(
         ),
         (
             [*_ATTENTION_OF, ".ci/run", "--attention", "README.md"],
-            "--attention README.md is a file; name a folder for the figures",
+            "--attention README.md is a file, not a directory; name a folder for the figures",
         ),
         (["train.py", "-h"], None),  # the help page, exit 0
         # a folder this user may not write: found before any work, where it was a traceback
@@ -379,6 +379,11 @@ _UNWRITABLE = pytest.mark.skipif(
             "--output /sys/o/t.txt: cannot write in /sys (",
             marks=_UNWRITABLE,
         ),
+        pytest.param(
+            [*_QUICK_COMPARISON, "--save_records", "/sys/records"],
+            "--save_records /sys/records: cannot write in /sys (",
+            marks=_UNWRITABLE,
+        ),  # it trained and scored every run, then failed to write the records
         pytest.param(
             ["-m", "seq2seq.evaluation.average", "--workdir", "{tmp}", "--output", "/sys/avg"],
             "--output /sys/avg: cannot write in /sys (",

@@ -935,7 +935,10 @@ def test_missing_paths_end_eval_with_one_line(args, message, tmp_path):
         ("./sub/../in.txt", "is the --input file"),  # the same file by another path
         ("ref.txt", "is the --reference file; name another file"),
         ("sub", "--output {tmp}/sub is a folder; name a file in it"),
-        ("in.txt/out.txt", "--output {tmp}/in.txt/out.txt: {tmp}/in.txt is a file, not a folder"),
+        (
+            "in.txt/out.txt",
+            "--output {tmp}/in.txt/out.txt lies under {tmp}/in.txt, which is a file, not a dir",
+        ),
     ],
 )
 def test_an_output_that_would_overwrite_an_input_or_cannot_be_a_file_is_refused(

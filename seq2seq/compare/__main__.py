@@ -399,13 +399,9 @@ def _one_mode(flag: SimpleNamespace) -> None:
             "replace the run itself; name another folder (e.g. docs/records/NAME)"
         )
     if flag.save_records:
-        records = Path(flag.save_records)
-        nearest = next(folder for folder in (records, *records.parents) if folder.exists())
-        if not nearest.is_dir():
-            raise ValueError(
-                f"--save_records {records}: {nearest} is a file; name a folder for the records "
-                "(e.g. docs/records/NAME)"
-            )
+        cli.check_work_directory(
+            Path(flag.save_records), "--save_records", "name a folder such as docs/records/NAME"
+        )
 
 
 def run() -> None:
