@@ -1,13 +1,16 @@
 """Checkpoint retention: the newest ``keep`` plus the best by validation BLEU; a checkpoint an
 interruption wrote off schedule is deleted once the resumed run saves a later one."""
 
+import subprocess
+import sys
+
 import pytest
 
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.evaluation.restore import checkpoint_choice
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.trainer import Preemption, create_state, train
-from tests.conftest import tiny_config
+from tests.conftest import REPO, subprocess_env, tiny_config
 
 
 def test_keeps_the_newest_and_the_best_by_bleu(tmp_path):
@@ -142,6 +145,41 @@ def test_a_damaged_checkpoint_read_for_evaluation_is_named_with_the_others(tmp_p
     )
     assert "\n" not in message
     checkpoints.close()
+
+
+def test_reads_left_in_flight_by_a_failed_restore_print_nothing(tmp_path):
+    """A checkpoint whose arrays' data is gone fails at its first read, and orbax closes its
+    event loop with the others in flight: each then printed "RuntimeError: Event loop is
+    closed" as the interpreter went on (after eval.py's one-line error, 90 tracebacks)."""
+    script = f"""
+import time
+from pathlib import Path
+import jax
+from seq2seq.checkpoints.store import Checkpoints, DamagedCheckpointError
+from tests.conftest import tiny_config
+from seq2seq.training.trainer import create_state
+state, _ = create_state(tiny_config("transformer"), 20, 20)
+folder = Path({str(tmp_path)!r})
+checkpoints = Checkpoints(folder, keep=3)
+checkpoints.save(10, state, {{"epoch": 0, "position": 10}}, progress={{}})
+checkpoints.wait()
+for path in (folder / "10" / "state").rglob("*"):
+    if path.is_file() and path.parent.name == "d":
+        path.unlink()
+abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state.params)
+try:
+    checkpoints.restore_params(abstract, 10)
+except DamagedCheckpointError:
+    print("refused")
+time.sleep(1)  # the late reads land
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=subprocess_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "refused\n"
+    assert "Event loop is closed" not in result.stderr, result.stderr[-3000:]
 
 
 def test_a_run_without_its_checkpoints_folder_is_refused_and_left_as_it_was(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,45 @@ class DamagedCheckpointError(RuntimeError):
 
 class IncompatibleCheckpointError(ValueError):
     """A checkpoint's arrays do not fit the configured model."""
+
+
+def _reason(error: Exception) -> str:
+    """``Type: first line`` of an orbax error, without the page of JSON (its driver's spec)
+    that tensorstore appends."""
+    text = str(error).strip()
+    first = text.splitlines()[0].split(" [tensorstore_spec=")[0] if text else ""
+    return f"{type(error).__name__}: {first}"
+
+
+def _is_late_read(unraisable) -> bool:
+    """Whether an unraisable exception is a read that outlived a failed restore: orbax runs a
+    restore's reads in an event loop that it closes at the first failure (a damaged file), and
+    each read still in flight then reaches the closed loop from tensorstore's thread, which
+    printed one traceback per array (90 for a small Transformer) after the one-line error."""
+    error, frames = unraisable.exc_value, unraisable.exc_traceback
+    while frames is not None and frames.tb_next is not None:
+        frames = frames.tb_next
+    return (
+        isinstance(error, RuntimeError)
+        and str(error) == "Event loop is closed"
+        and frames is not None
+        and frames.tb_frame.f_code.co_name == "_check_closed"
+    )
+
+
+def _quiet_late_reads() -> None:
+    """Drops the late reads' exceptions (``_is_late_read``) and passes every other
+    unraisable exception to the hook that was there; installed once."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_late_reads", False):
+        return
+
+    def hook(unraisable) -> None:
+        if not _is_late_read(unraisable):
+            previous(unraisable)
+
+    hook.drops_late_reads = True
+    sys.unraisablehook = hook
 
 
 def _saveable(state: TrainState) -> dict[str, Any]:
@@ -107,6 +147,7 @@ class Checkpoints:
 
     def __init__(self, directory: Path, *, keep: int):
         """``directory``: a run's ``RunDirectory.checkpoints_dir``."""
+        _quiet_late_reads()
         self.keep = keep
         self.manager = ocp.CheckpointManager(
             directory.absolute(),
@@ -237,12 +278,10 @@ class Checkpoints:
         except IncompatibleCheckpointError:
             raise
         except Exception as error:  # orbax raises many types for a damaged or partial folder
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            reason = reason.split(" [tensorstore_spec=")[0]  # a page of JSON: its driver's spec
             others = [other for other in self.all_steps() if other != step]
             raise DamagedCheckpointError(
                 f"checkpoint {step} in {self.manager.directory} cannot be read "
-                f"({type(error).__name__}: {reason}); pass --checkpoint with another of its "
+                f"({_reason(error)}); pass --checkpoint with another of its "
                 f"steps ({', '.join(map(str, others)) or 'none'}) or restore the folder"
             ) from None
         params = jax.tree.map(lambda leaf: leaf, abstract_params)  # a copy to fill in
@@ -284,10 +323,9 @@ class Checkpoints:
                 raise
             except Exception as error:  # orbax raises many types for damaged files
                 logger.warning(
-                    "checkpoint %d is unreadable (%s: %s); trying the previous one",
+                    "checkpoint %d is unreadable (%s); trying the previous one",
                     step,
-                    type(error).__name__,
-                    str(error).splitlines()[0] if str(error) else "",
+                    _reason(error),
                 )
         if steps:
             raise RuntimeError(
