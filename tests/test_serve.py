@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import httpx
 import jax
@@ -21,8 +23,10 @@ from seq2seq.data import synthetic
 from seq2seq.evaluation.translator import Translator
 from seq2seq.models.base import shift_right
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.serve.__main__ import page_url
 from seq2seq.serve.app import Limits, create_app
 from seq2seq.serve.models import load_models, scores_of_the_test_split
+from seq2seq.serve.names import model_names
 from seq2seq.training.trainer import train
 from tests.conftest import REPO, subprocess_env, tiny_config
 
@@ -180,8 +184,20 @@ def test_models_are_described(server, client):
 
 LONG = " ".join(["the"] * 300)
 BAD_INPUTS = [
-    ("empty sentence", b'{"sentences": [""]}', 422, "sentence 0 is empty or whitespace"),
-    ("whitespace", b'{"sentences": ["a", " \\t "]}', 422, "sentence 1 is empty or whitespace"),
+    ("empty sentence", b'{"sentences": [""]}', 422, "sentence 0 is empty, whitespace or"),
+    ("whitespace", b'{"sentences": ["a", " \\t "]}', 422, "sentence 1 is empty, whitespace or"),
+    ("invisible", b'{"sentences": ["\\u200b\\u200b"]}', 422, "whitespace or invisible characters"),
+    # a 500 after the whole search: the answer could not be encoded as UTF-8
+    (
+        "lone surrogate",
+        b'{"sentences": ["a \\udc00"]}',
+        422,
+        "lone surrogate U+DC00 at character 2",
+    ),
+    # these were translated: NUL alone as the source "</s>", a line break as one sentence
+    ("NUL", b'{"sentences": ["\\u0000"]}', 422, "control character U+0000 at character 0"),
+    ("bell", b'{"sentences": ["a\\u0007b"]}', 422, "control character U+0007 at character 1"),
+    ("line break", b'{"sentences": ["a b\\nc"]}', 422, "line break (U+000A at character 3)"),
     ("too long", json.dumps({"sentences": [LONG]}).encode(), 422, "reads at most 256"),
     ("too many", json.dumps({"sentences": ["a"] * 7}).encode(), 422, "over the limit of 6"),
     ("no sentences", b'{"sentences": []}', 422, "sentences is empty"),
@@ -225,6 +241,115 @@ def test_bad_input_is_a_one_line_4xx_and_the_server_goes_on(client, body, status
     assert message in error and "\n" not in error, error
     answer = _translate(client, sentences=[SENTENCES[0]])
     assert all(result["translations"][0]["text"] for result in answer["results"])
+
+
+def test_the_frameworks_own_refusals_are_one_line_naming_the_api(client):
+    """A wrong path or method answered {"detail": "Not Found"}, naming no fix; a compressed
+    body was read as bytes that are not UTF-8; HEAD, which health checks send, was a 405."""
+    cases = [
+        (client.get("/translate"), 405, "GET /translate is not a call this server answers; the "
+         "API is POST /translate and GET /models"),
+        (client.post("/models"), 405, "POST /models is not a call"),
+        (client.get("/nope"), 404, "nothing at /nope; the API is POST /translate"),
+        (client.post("/translate", content=gzip.compress(b'{"sentences": ["a"]}'),
+                     headers={"content-type": "application/json", "content-encoding": "gzip"}),
+         415, "the body is compressed (Content-Encoding: gzip)"),
+    ]  # fmt: skip
+    for response, status, message in cases:
+        assert response.status_code == status, response.text
+        assert message in response.json()["error"]
+    assert client.head("/models").status_code == client.head("/").status_code == 200
+
+
+def test_the_api_schema_names_the_error_body_it_sends(client):
+    """/docs showed FastAPI's {"detail": [...]} for a 422, which this server never sends."""
+    schema = client.get("/openapi.json").json()
+    responses = schema["paths"]["/translate"]["post"]["responses"]
+    for status in ("400", "413", "415", "422"):
+        body = responses[status]["content"]["application/json"]["schema"]
+        assert body == {"$ref": "#/components/schemas/ErrorBody"}
+    assert list(schema["components"]["schemas"]["ErrorBody"]["properties"]) == ["error"]
+
+
+def test_results_follow_the_order_of_the_models_asked_for(server, client):
+    """They came in the server's order, and a model named twice was run once."""
+    names = list(server[2].values())
+    answer = _translate(client, sentences=[SENTENCES[0]], models=names[::-1])
+    assert [result["model"] for result in answer["results"]] == names[::-1]
+    twice = client.post("/translate", json={"sentences": ["a"], "models": names[:1] * 2})
+    assert twice.status_code == 422
+    assert twice.json()["error"] == f"model {names[0]!r} is named twice in models; name each once"
+
+
+def test_an_empty_translation_has_attention_to_show(server):
+    """The API answered null for it, and the page said the model had no attention, where
+    eval.py --attention draws the one row the model wrote (EOS's)."""
+    _, app, names = server
+    for name in names.values():
+        attention = app.state.models[name].attention(SENTENCES[0], "")
+        assert attention["target_tokens"] == ["</s>"]
+        weights = np.array(attention["weights"])
+        assert weights.shape[2:] == (1, len(SENTENCES[0].split()) + 1)
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-4)
+
+
+class _SlowModel:
+    """Stands in for a served model: each search takes ``seconds`` and is recorded."""
+
+    beam_size, max_input_length = 4, 256
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.searched: list[list[str]] = []
+
+    def source_lengths(self, sentences):
+        return [len(sentence.split()) + 1 for sentence in sentences]
+
+    def translate(self, sentences, max_rows):
+        self.searched.append(list(sentences))
+        time.sleep(self.seconds)
+        return SimpleNamespace(nbest=[[(-1.0, sentence.upper())] for sentence in sentences])
+
+
+def test_a_request_whose_client_left_before_its_batch_is_never_searched():
+    """Its sentences were searched in full while later requests waited (Starlette does not
+    cancel a request whose client has gone)."""
+    model = _SlowModel(seconds=1.0)
+    app = create_app({"slow": model}, Limits(max_batch=16, wait_seconds=0.01))
+    with serving(app) as url:
+
+        async def three_clients():
+            async with httpx.AsyncClient(base_url=url, timeout=30) as each:
+                first = asyncio.ensure_future(each.post("/translate", json={"sentences": ["a"]}))
+                await asyncio.sleep(0.3)  # the first one's search is under way
+                with contextlib.suppress(httpx.TimeoutException):
+                    await each.post("/translate", json={"sentences": ["b"]}, timeout=0.3)
+                third = await each.post("/translate", json={"sentences": ["c"]})
+                return await first, third
+
+        first, third = asyncio.run(three_clients())
+    assert first.json()["results"][0]["translations"][0]["text"] == "A"
+    assert third.json()["results"][0]["translations"][0]["text"] == "C"
+    assert model.searched == [["a"], ["c"]]
+
+
+def test_two_paths_to_one_run_are_refused_and_runs_of_one_name_are_told_apart(tmp_path):
+    """The second of two runs named x/t replaced the first; one run passed twice was served
+    once, and through a link twice."""
+    for folder in ("a/x/t", "b/x/t", "c/u"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "c/u")
+    assert model_names([tmp_path / "a/x/t", tmp_path / "b/x/t", tmp_path / "c/u"]) == [
+        "a/x/t", "b/x/t", "u",
+    ]  # fmt: skip
+    for twice in ([tmp_path / "c/u", f"{tmp_path}/c/u/"], [tmp_path / "c/u", tmp_path / "link"]):
+        with pytest.raises(ValueError, match="is the run of --workdir .*; pass each run once"):
+            model_names(twice)
+
+
+def test_an_ipv6_host_is_printed_as_an_address_a_browser_takes():
+    assert page_url("::1", 8000) == "http://[::1]:8000/"
+    assert page_url("127.0.0.1", 8000) == "http://127.0.0.1:8000/"
 
 
 def test_concurrent_requests_are_searched_together_and_each_gets_its_own(server, client):

@@ -27,6 +27,7 @@ from absl import flags
 from seq2seq import cli
 from seq2seq.checkpoints.rule import rules_help
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.serve.names import model_names
 
 
 def _define_flags() -> SimpleNamespace:
@@ -79,6 +80,7 @@ def serve(f: SimpleNamespace) -> None:
     cli.check_decoding_flags(f.beam_size.value, f.alpha.value)
     for path in f.workdir.value:  # each a run, checked before JAX and the models load
         RunDirectory(path).require()
+    model_names(f.workdir.value)  # each run once
     listener = listen(f.host.value, f.port.value)  # a busy port, before the models compile
     import uvicorn
 
@@ -99,10 +101,15 @@ def serve(f: SimpleNamespace) -> None:
             seconds = model.warm_up(examples)
             print(f"{name}: compiled for one-sentence requests in {seconds:.1f} s", flush=True)
     port = listener.getsockname()[1]  # --port 0's choice
-    print(f"serving {', '.join(models)} at http://{f.host.value}:{port}/", flush=True)
+    print(f"serving {', '.join(models)} at {page_url(f.host.value, port)}", flush=True)
     config = uvicorn.Config(create_app(models, limits), log_level="warning")
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C, after uvicorn closed its connections
         _server_class(uvicorn)(config).run(sockets=[listener])
+
+
+def page_url(host: str, port: int) -> str:
+    """The page's address, as a browser takes it (an IPv6 host in brackets: ``[::1]``)."""
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def _server_class(uvicorn):

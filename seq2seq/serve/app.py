@@ -3,10 +3,13 @@
 Every refusal is a 4xx whose JSON body is ``{"error": "one line naming the problem and the
 fix"}``, and the server goes on serving after it. What is refused:
 
-* a body over ``Limits.max_body_bytes`` (413), a body that is not UTF-8 or not JSON (400);
+* a body over ``Limits.max_body_bytes`` (413), a compressed body (415), a body that is not
+  UTF-8 or not JSON (400);
 * a field of the wrong type, an unknown field, no sentences (422);
-* an empty or whitespace-only sentence, more than ``Limits.max_sentences`` sentences, an unknown
-  model name, an n-best list longer than the beam (422);
+* a sentence that is empty, whitespace or invisible characters, or that holds a line break, a
+  control character or a lone surrogate; more than ``Limits.max_sentences`` sentences; an
+  unknown model name or one named twice; an n-best list longer than the beam (422);
+* a path or method the API does not have (404, 405);
 * a sentence longer than a model reads (``decode.max_input_length`` tokens, EOS included): 422.
   ``eval.py`` cuts such inputs and flags them, but a cut translation shown beside its attention
   would look like the model's answer to the whole sentence, so the server refuses it instead.
@@ -14,9 +17,11 @@ fix"}``, and the server goes on serving after it. What is refused:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,12 +30,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from starlette.exceptions import HTTPException
 
 from seq2seq.serve.batching import Batcher, Job
 from seq2seq.serve.models import ServedModel
 
 STATIC = Path(__file__).parent / "static"
 EXAMPLE_BODY = '{"sentences": ["a sentence to translate"]}'
+THE_API = "the API is POST /translate and GET /models (GET /docs describes them)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +64,23 @@ class TranslateRequest(BaseModel):
     attention: StrictBool = Field(
         False, description="Also return the cross-attention weights with the subword tokens."
     )
+
+
+class ErrorBody(BaseModel):
+    """Every refusal's body."""
+
+    error: str = Field(description="One line naming the problem and the fix.")
+
+
+ERRORS = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in [
+        (400, "The body is not UTF-8 or not JSON."),
+        (413, "The body is over the size limit (GET /models: limits.max_body_bytes)."),
+        (415, "The body is compressed (Content-Encoding); send it plain."),
+        (422, "A field's type or value, a sentence or a model name is refused."),
+    ]
+}
 
 
 class RequestError(Exception):
@@ -110,6 +134,14 @@ class BodyGuard:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        encoding = headers.get(b"content-encoding", b"identity").decode("latin-1").strip()
+        if encoding.lower() not in ("", "identity"):
+            message = (
+                f"the body is compressed (Content-Encoding: {encoding}), which this server does "
+                "not read; send it as plain UTF-8 JSON"
+            )
+            await self._refuse(scope, send, 415, message)
+            return
         declared = headers.get(b"content-length", b"").decode("latin-1")
         if declared.isdigit() and int(declared) > self.limit:
             await self._refuse(scope, send, 413, self._too_large(int(declared)))
@@ -167,18 +199,17 @@ def _check(request: TranslateRequest, models: dict[str, ServedModel], limits: Li
             f"{limits.max_sentences}; send the rest in further requests",
         )
     for index, sentence in enumerate(request.sentences):
-        if not sentence.strip():
-            raise RequestError(
-                422, f"sentence {index} is empty or whitespace; send text to translate"
-            )
+        _check_text(index, sentence)
     names = list(models) if request.models is None else request.models
     if not names:
         raise RequestError(422, f"models is empty; leave it out for all of {', '.join(models)}")
-    for name in names:
+    for i, name in enumerate(names):
         if name not in models:
             raise RequestError(
                 422, f"unknown model {name!r}; the models loaded are {', '.join(models)}"
             )
+        if name in names[:i]:
+            raise RequestError(422, f"model {name!r} is named twice in models; name each once")
     for name in names:
         model = models[name]
         if request.nbest is not None and not 1 <= request.nbest <= model.beam_size:
@@ -187,6 +218,10 @@ def _check(request: TranslateRequest, models: dict[str, ServedModel], limits: Li
                 f"{model.beam_size}",
             )  # fmt: skip
         for index, length in enumerate(model.source_lengths(request.sentences)):
+            if length <= 1:  # EOS alone: nothing the tokenizer could read
+                raise RequestError(
+                    422, f"sentence {index} has no token for {name} to read; send text"
+                )
             if length > model.max_input_length:
                 raise RequestError(
                     422,
@@ -194,6 +229,30 @@ def _check(request: TranslateRequest, models: dict[str, ServedModel], limits: Li
                     f"{model.max_input_length}; split it into shorter sentences",
                 )
     return names
+
+
+def _check_text(index: int, sentence: str) -> None:
+    """Refuses a sentence with nothing to translate, or with what no line of text holds: a
+    line break (``eval.py`` reads a line per sentence), a control character, or a lone UTF-16
+    surrogate (JSON's ``\\udc00``, which no UTF-8 answer could carry back)."""
+    seen = "".join(c for c in sentence if unicodedata.category(c) not in ("Cf", "Zs"))
+    if not seen.strip():
+        raise RequestError(
+            422, f"sentence {index} is empty, whitespace or invisible characters; send text"
+        )
+    for position, character in enumerate(sentence):
+        code = f"U+{ord(character):04X}"
+        if character in "\n\r\u2028\u2029\x85":
+            raise RequestError(
+                422, f"sentence {index} holds a line break ({code} at character {position}); "
+                "send each line as a sentence of its own",
+            )  # fmt: skip
+        category = unicodedata.category(character)
+        if (category == "Cc" and character != "\t") or category == "Cs":
+            what = "a lone surrogate" if category == "Cs" else "the control character"
+            raise RequestError(
+                422, f"sentence {index} holds {what} {code} at character {position}; remove it",
+            )  # fmt: skip
 
 
 def _result_of(model: ServedModel, sentences: Sequence[str], found, nbest, attention) -> list:
@@ -204,8 +263,8 @@ def _result_of(model: ServedModel, sentences: Sequence[str], found, nbest, atten
         entry: dict[str, object] = {"text": text, "score": score}
         if nbest is not None:
             entry["nbest"] = [{"text": t, "score": s} for s, t in entries[:nbest]]
-        if attention:
-            entry["attention"] = model.attention(sentence, text) if text else None
+        if attention:  # an empty translation too: its one row, EOS's, shows what it read
+            entry["attention"] = model.attention(sentence, text)
         translations.append(entry)
     return translations
 
@@ -242,7 +301,15 @@ def translate_batch(
                 "batch_sentences": len(sentences),
                 "attention_seconds": time.perf_counter() - start if attention else 0.0,
             })  # fmt: skip
+    for job, result in zip(jobs, results, strict=True):  # in the order the request names them
+        result["results"].sort(key=lambda entry: job.options[0].index(entry["model"]))
     return results
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns once the client of ``request`` has disconnected (its body already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> FastAPI:
@@ -265,6 +332,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> Fas
         lifespan=lifespan,
     )
     app.state.batcher = batcher
+    app.state.models = models
     app.add_middleware(BodyGuard, limit=limits.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
@@ -275,6 +343,19 @@ def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> Fas
     async def refuse(request: Request, error: RequestError):
         return error_response(error.status, error.message)
 
+    @app.exception_handler(HTTPException)
+    async def refuse_route(request: Request, error: HTTPException):
+        """The framework's own refusals (no such path or method, a body it cannot parse) in the
+        API's one-line form, with the fix."""
+        where = f"{request.method} {request.url.path}"
+        if error.status_code == 404:
+            message = f"nothing at {request.url.path}; {THE_API}"
+        elif error.status_code == 405:
+            message = f"{where} is not a call this server answers; {THE_API}"
+        else:
+            message = f"{where}: {error.detail}; send a JSON object like {EXAMPLE_BODY}"
+        return error_response(error.status_code, message)
+
     @app.exception_handler(Exception)
     async def report(request: Request, error: Exception):
         """A fault of the server's own (a bug): one line for the client, the next request is
@@ -282,6 +363,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> Fas
         return error_response(500, f"internal error ({type(error).__name__}: {error})")
 
     @app.get("/models")
+    @app.head("/models", include_in_schema=False)  # what health checks send
     async def list_models() -> dict[str, object]:
         """Each loaded model: family, size, parameters, checkpoint rule, test BLEU, examples."""
         return {
@@ -289,17 +371,30 @@ def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> Fas
             "limits": dataclasses.asdict(limits),
         }
 
-    @app.post("/translate")
-    async def translate(request: TranslateRequest) -> dict[str, object]:
+    @app.post("/translate", responses=ERRORS)
+    async def translate(request: TranslateRequest, http: Request) -> dict[str, object]:
         """Translations by each model (``models``: all when left out), with scores; the n-best
         lists and the cross-attention weights when asked for."""
         names = _check(request, models, limits)
         start = time.perf_counter()
         options = (names, request.nbest, request.attention)
-        result = await batcher.submit(list(request.sentences), options)
-        return {"sentences": request.sentences, **result, "seconds": time.perf_counter() - start}
+        # A client that leaves before its batch starts takes its sentences out of the queue
+        # (the batcher skips a cancelled job); a search already under way finishes.
+        answer = asyncio.ensure_future(batcher.submit(list(request.sentences), options))
+        gone = asyncio.ensure_future(_client_gone(http))
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if not answer.done():
+            answer.cancel()
+            raise RequestError(499, "the client disconnected before its batch began")
+        return {
+            "sentences": request.sentences,
+            **answer.result(),
+            "seconds": time.perf_counter() - start,
+        }
 
     @app.get("/", include_in_schema=False)
+    @app.head("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 

@@ -23,6 +23,7 @@ from seq2seq.evaluation.translator import Translations, Translator, with_decodin
 from seq2seq.models import count_params
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.report.alignment import cross_attention
+from seq2seq.serve.names import model_names
 
 EXAMPLES = 4  # test sentences offered on the page as starting points
 
@@ -95,7 +96,9 @@ class ServedModel:
     def translate(self, sentences: list[str], max_rows: int) -> Translations:
         """Translations with their n-best lists, searched in batches of ``search_rows`` rows.
 
-        A sentence translates the same in any batch (beam search is batch-independent). Only
+        A sentence translates the same in any batch (beam search is batch-independent); its
+        scores agree to float32's rounding (a few units in the 7th digit), since the matrix
+        products of another batch shape sum in another order. Only
         the server's one decoding thread calls this, so setting the batch size here races with
         nothing.
         """
@@ -169,15 +172,6 @@ def _card(
     }
 
 
-def _unique_names(paths: Sequence[Path]) -> list[str]:
-    """Each run's folder name; the parent's name is prefixed where two folders share one."""
-    names = [path.name for path in paths]
-    return [
-        f"{path.parent.name}/{path.name}" if names.count(path.name) > 1 else path.name
-        for path in paths
-    ]
-
-
 def load_models(
     workdirs: Sequence[str | Path],
     checkpoint: str = "latest",
@@ -194,7 +188,7 @@ def load_models(
     """
     runs = [RunDirectory(path).require() for path in workdirs]
     models = {}
-    for name, run in zip(_unique_names([run.path for run in runs]), runs, strict=True):
+    for name, run in zip(model_names([run.path for run in runs]), runs, strict=True):
         config = with_decoding(run.load_config(), beam_size=beam_size, alpha=alpha)
         translator = Translator.from_run(run, config, checkpoint, nbest=config.decode.beam_size)
         models[name] = ServedModel(name, translator, _card(name, translator, [run], checkpoint))

@@ -172,7 +172,7 @@ function renderResult(entry, result, requestSeconds) {
   entry.pinned = null;
   entry.selected = 0;
   const translation = result.translations[0];
-  const tokens = translation.attention ? translation.attention.target_tokens : translation.text.split(" ");
+  const tokens = translation.attention ? translation.attention.target_tokens : translation.text.split(" ").filter(Boolean);
   const line = entry.panel.querySelector(".translation");
   line.replaceChildren();
   tokens.forEach((token, t) => {
