@@ -8,6 +8,7 @@ import contextlib
 import gzip
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -331,6 +332,27 @@ def test_a_request_whose_client_left_before_its_batch_is_never_searched():
     assert first.json()["results"][0]["translations"][0]["text"] == "A"
     assert third.json()["results"][0]["translations"][0]["text"] == "C"
     assert model.searched == [["a"], ["c"]]
+
+
+def test_a_body_that_stops_arriving_is_refused_and_the_server_goes_on():
+    """A client that declared 100 bytes and sent 10 held its connection open for good."""
+    model = _SlowModel(seconds=0.0)
+    app = create_app({"slow": model}, Limits(body_seconds=0.5))
+    with serving(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as stalled:
+            stalled.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"sentence'
+            )
+            answer = stalled.recv(4096).decode()
+        assert answer.startswith("HTTP/1.1 408 "), answer
+        assert (
+            '{"error":"the body stopped arriving after 10 bytes (nothing more for 0.5 s); send '
+            'the whole body at once"}'
+        ) in answer
+        response = httpx.post(url + "/translate", json={"sentences": ["a"]}, timeout=10)
+        assert response.json()["results"][0]["translations"][0]["text"] == "A"
 
 
 def test_two_paths_to_one_run_are_refused_and_runs_of_one_name_are_told_apart(tmp_path):

@@ -4,7 +4,7 @@ Every refusal is a 4xx whose JSON body is ``{"error": "one line naming the probl
 fix"}``, and the server goes on serving after it. What is refused:
 
 * a body over ``Limits.max_body_bytes`` (413), a compressed body (415), a body that is not
-  UTF-8 or not JSON (400);
+  UTF-8 or not JSON (400), a body that stops arriving for ``Limits.body_seconds`` (408);
 * a field of the wrong type, an unknown field, no sentences (422);
 * a sentence that is empty, whitespace or invisible characters, or that holds a line break, a
   control character or a lone surrogate; more than ``Limits.max_sentences`` sentences; an
@@ -44,6 +44,7 @@ THE_API = "the API is POST /translate and GET /models (GET /docs describes them)
 class Limits:
     max_sentences: int = 32  # sentences in one request
     max_body_bytes: int = 64 * 1024  # a request's body
+    body_seconds: float = 30.0  # the longest wait for the next part of a body that has begun
     max_batch: int = 64  # sentences searched together (rows of one beam search)
     wait_seconds: float = 0.005  # how long a batch waits for more requests after its first
 
@@ -125,9 +126,10 @@ class BodyGuard:
     reads it, and one that is not UTF-8 (400): JSON is UTF-8 (RFC 8259), and a decoding error
     deep inside the framework would be a 500, not a line naming the offending byte."""
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app, limit: int, seconds: float):
         self.app = app
         self.limit = limit
+        self.seconds = seconds  # a client that stops sending mid-body is refused after this
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -149,7 +151,15 @@ class BodyGuard:
         body = b""
         more = True
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.seconds)
+            except TimeoutError:
+                message = (
+                    f"the body stopped arriving after {len(body)} bytes (nothing more for "
+                    f"{self.seconds:g} s); send the whole body at once"
+                )
+                await self._refuse(scope, send, 408, message)
+                return
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
@@ -333,7 +343,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> Fas
     )
     app.state.batcher = batcher
     app.state.models = models
-    app.add_middleware(BodyGuard, limit=limits.max_body_bytes)
+    app.add_middleware(BodyGuard, limit=limits.max_body_bytes, seconds=limits.body_seconds)
 
     @app.exception_handler(RequestValidationError)
     async def refuse_invalid(request: Request, error: RequestValidationError):
