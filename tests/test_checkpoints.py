@@ -69,6 +69,73 @@ def _saved_steps(workdir) -> list[int]:
         checkpoints.close()
 
 
+def _records(workdir, kind: str) -> dict[int, dict]:
+    return {r["step"]: r for r in RunDirectory(workdir).read_metrics() if r["kind"] == kind}
+
+
+def test_a_run_stopped_after_its_last_step_validates_and_records_its_end_at_the_next_start(
+    tmp_path,
+):
+    """Stopped by a signal after step 6 of 6, before its final validation: the next start,
+    with nothing left to train, said so and wrote nothing more, so the run never had its last
+    validation or its stop record (a comparison then showed "—" for how it ended)."""
+    from seq2seq.evaluation.validation import make_validate_fn
+
+    config = tiny_config("transformer")
+    config.train.steps, config.eval.every_steps, config.checkpoint.every_steps = 6, 4, 4
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    train(config, whole, make_validate_fn)
+    assert train(config, stopped, make_validate_fn, preemption=_StopAt(6)).preempted
+    assert 6 not in _records(stopped, "validation") and not _records(stopped, "stop")
+    assert train(config, stopped, make_validate_fn).step == 6
+    for kind in ("validation", "stop"):
+        (again,), (first,) = (
+            [{k: v for k, v in r.items() if k in ("bleu", "loss", "reason")}]
+            for r in (_records(stopped, kind)[6], _records(whole, kind)[6])
+        )
+        assert again == first
+    assert _records(stopped, "stop")[6]["reason"] == "cap"
+
+
+class _Interrupted(Exception):
+    """What this test's own SIGINT handler raises: the Ctrl-C reached the run unhandled."""
+
+
+def test_ctrl_c_during_the_final_validation_waits_for_the_final_checkpoint(tmp_path):
+    """A Ctrl-C during the final validation or checkpoint cut orbax's write short: the run
+    kept only a temporary folder of its last step, while metrics.jsonl's validation said it had
+    ended, so a comparison reused it and then failed it for good ("holds no trained model")."""
+    import os
+    import signal
+
+    from seq2seq.evaluation.validation import make_validate_fn
+
+    config = tiny_config("transformer")
+    config.train.steps, config.eval.every_steps, config.checkpoint.every_steps = 6, 4, 4
+
+    def make_validate(config, tokenizer, graphdef):
+        validate = make_validate_fn(config, tokenizer, graphdef)
+
+        def validate_and_interrupt(state):
+            if int(state.step) == 6:  # the final validation, run by the final save
+                os.kill(os.getpid(), signal.SIGINT)
+            return validate(state)
+
+        return validate_and_interrupt
+
+    def unhandled(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGINT, unhandled)
+    try:
+        summary = train(config, tmp_path, make_validate)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert summary.step == 6
+    assert _saved_steps(tmp_path)[-1] == 6
+    assert _records(tmp_path, "stop")[6]["reason"] == "cap"
+
+
 @pytest.mark.slow
 def test_an_interrupted_run_averages_the_checkpoints_of_an_uninterrupted_one(tmp_path):
     # Saved every 10 steps, the newest 3 scheduled ones kept. Stopped at step 23 (off schedule),

@@ -24,7 +24,13 @@ from seq2seq.compare.workdir import LOCK_FILE, foreign_entries
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory, RunDirectoryError, held
 from seq2seq.training.schedules import build_schedule
-from tests.conftest import REPO, assert_compare_refuses, interruptible, subprocess_env
+from tests.conftest import (
+    REPO,
+    assert_compare_refuses,
+    interruptible,
+    subprocess_env,
+    tiny_config,
+)
 
 TINY_CONFIG = """
 from tests.conftest import tiny_config
@@ -142,6 +148,27 @@ def test_a_rerun_reuses_finished_runs_and_their_evaluations(comparison):
     assert [o.status for o in outcomes] == ["ok", "ok"]
     assert run.metrics_file.read_text() == metrics_before
     assert run.eval_result_file("test").stat().st_mtime_ns == eval_before
+
+
+def test_a_run_whose_final_checkpoint_was_never_written_is_trained_again(tmp_path):
+    """A Ctrl-C during the final save left the last step as orbax's temporary folder; the
+    comparison took the final validation record for a finished run and failed it for good
+    ("holds no trained model yet") at every rerun."""
+    from types import SimpleNamespace
+
+    config = tiny_config("transformer")
+    config.train.steps = 150
+    run = RunDirectory(tmp_path)
+    run.metrics_file.write_text(
+        "".join(json.dumps({"step": s, "kind": "validation", "bleu": 1.0}) + "\n"
+                for s in (100, 150))
+    )  # fmt: skip
+    (run.checkpoints_dir / "100").mkdir(parents=True)
+    (run.checkpoints_dir / "150.orbax-checkpoint-tmp-1733").mkdir()
+    job = SimpleNamespace(run=run, config=config)
+    assert not runner._finished(job)
+    (run.checkpoints_dir / "150").mkdir()
+    assert runner._finished(job)
 
 
 def test_table3_rows_follow_the_paper_scaled_to_the_base():

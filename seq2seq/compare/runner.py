@@ -185,6 +185,9 @@ def _finished(job) -> bool:
     if not validations:
         return False
     last, train = validations[-1], job.config.train
+    saved = job.run.saved_steps()
+    if not saved or saved[-1] < last.get("step", 0):
+        return False  # its final checkpoint was never written (a signal during the save)
     stop = records[-1] if records[-1].get("kind") == "stop" else {}
     patience = train.early_stopping_patience
     if stop.get("reason") == CONVERGED and 0 < patience <= stop.get("points_since_best", 0):

@@ -130,6 +130,16 @@ class MetricsWriter:
         if len(kept) != len(lines):
             self.path.write_text("".join(line + "\n" for line in kept))
 
+    def recorded(self, kind: str, step: int) -> bool:
+        """Whether metrics.jsonl holds a record of ``kind`` ("validation", "stop") at ``step``;
+        always true where this process writes nothing. A run stopped by a signal after its
+        last step but before its final validation and stop record lacks them: the next start,
+        with nothing left to train, writes them."""
+        if not self.active or not self.path.exists():
+            return not self.active
+        records = [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        return any(r.get("kind") == kind and r.get("step") == step for r in records)
+
     def write(self, step: int, record: dict, prefix: str = "train") -> None:
         if not self.active:
             return

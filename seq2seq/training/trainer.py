@@ -241,11 +241,15 @@ def _train_locked(
     try:
         with preemption:
             state = loop.run(state, preemption)
-        if preemption.requested and not preemption.ends_run:
+            paused = preemption.requested and not preemption.ends_run
+            if not paused:
+                # Still under the handler: a Ctrl-C or SIGTERM during the final validation or
+                # checkpoint waits for them. It cut orbax's write short, leaving a temporary
+                # folder alone, while metrics.jsonl's last validation said the run had ended.
+                loop.save(state, final=True)
+                loop.record_stop(state)
+        if paused:
             logger.log(preemption.log_level, preemption.message, int(state.step))
-        else:
-            loop.save(state, final=True)
-            loop.record_stop(state)
     finally:
         loop.checkpoints.close()
         loop.writer.close()
@@ -255,7 +259,7 @@ def _train_locked(
         loop.loss,
         loop.seconds,
         params,
-        preemption.requested and not preemption.ends_run,
+        paused,
         elapsed_seconds=progress["elapsed_seconds"],
         train_flops=progress["train_flops"],
         stop_reason=loop.stop_reason,
@@ -593,8 +597,12 @@ class _Loop:
         marks one written off schedule, to resume from
         (``seq2seq.checkpoints.store._Retention``)."""
         step = int(state.step)
-        if final and self.steps_run == 0:
-            return  # nothing trained in this session (its budget or steps were already spent)
+        if final and self.steps_run == 0:  # nothing trained in this session: its budget or
+            # steps were spent, and a checkpoint of this step saved; a signal may have stopped
+            # that session before its final validation
+            if self.validate is not None and not self.writer.recorded("validation", step):
+                self._validate(state, step)
+            return
         self._fetch()  # unchecked steps: check them before their parameters are kept
         if final and self.validate is not None and self._validated_step != step:
             metrics = self._validate(state, step)
@@ -614,7 +622,7 @@ class _Loop:
     def record_stop(self, state: TrainState) -> None:
         """Writes why the run ended (converged, or its budget ran out) to metrics.jsonl."""
         self.stop_reason = CONVERGED if self.stopping.converged else CAPPED
-        if self.steps_run == 0:
+        if self.steps_run == 0 and self.writer.recorded("stop", int(state.step)):
             return  # nothing trained in this session: the session that did recorded the end
         self.writer.write(
             int(state.step),
