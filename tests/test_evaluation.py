@@ -854,6 +854,47 @@ def test_averaged_run_holds_the_mean_of_the_last_checkpoints(workdir, tmp_path, 
     assert max(jax.tree.leaves(differs)) > 0, "the two checkpoints must differ for this to test"
 
 
+def _interrupt_once(monkeypatch, module, name: str):
+    """Makes ``module.name`` write nothing and raise KeyboardInterrupt once, as a Ctrl-C in
+    the middle of the command's writing would; the next call is the real one."""
+    real = getattr(module, name)
+
+    def interrupted(*args, **kwargs):
+        monkeypatch.setattr(module, name, real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, name, interrupted)
+
+
+def test_an_interrupted_average_or_export_leaves_no_half_folder_and_its_rerun_goes_on(
+    workdir, tmp_path, monkeypatch
+):
+    """Interrupted while writing, each left a half folder (a config with no checkpoint, a
+    model.bin of 4 of 119 MB), and its rerun refused it as not empty."""
+    from seq2seq.checkpoints import store
+    from seq2seq.export import converter
+    from seq2seq.export.run import export_run
+    from seq2seq.records.whole import partial_folder
+
+    averaged, exported = tmp_path / "averaged", tmp_path / "exported"
+    _interrupt_once(monkeypatch, store.Checkpoints, "save")
+    with pytest.raises(KeyboardInterrupt):
+        write_averaged_run(workdir, 2, averaged)
+    _interrupt_once(monkeypatch, converter.shutil, "copytree")  # after model.bin, before the rest
+    with pytest.raises(KeyboardInterrupt):
+        export_run(workdir, exported)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # a command killed outright (SIGKILL, a second Ctrl-C) leaves its hidden partial folder
+    for output in (averaged, exported):
+        partial_folder(output).mkdir()
+        (partial_folder(output) / "model.bin").write_bytes(b"half")
+    assert write_averaged_run(workdir, 2, averaged)["steps"] == list(STEPS[1:])
+    export_run(workdir, exported)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["averaged", "exported"]
+    assert (averaged / "averaged_from.json").exists() and (exported / "seq2seq.json").exists()
+    assert restore_model(averaged, config_lib.load_saved(workdir / "config.json"))[3].steps
+
+
 def test_averaging_more_checkpoints_than_kept_names_the_flag_before_building(workdir, tmp_path):
     with pytest.raises(CheckpointError) as error:
         write_averaged_run(workdir, 9, tmp_path / "averaged")

@@ -20,6 +20,7 @@ from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation.restore import choose_checkpoints, load_run_tokenizer, restore_params
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.whole import written_whole
 
 
 def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, object]:
@@ -34,7 +35,6 @@ def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, obj
     source.
     """
     source_run = RunDirectory(workdir).require()
-    output_run = RunDirectory(output)
     if output.exists() and any(output.iterdir()):
         raise ValueError(f"{output} exists and is not empty; choose a new --output")
     config = source_run.load_config()
@@ -52,19 +52,20 @@ def write_averaged_run(workdir: Path, count: int, output: Path) -> dict[str, obj
         state, record = source.restore(template, choice.steps[-1])
     finally:
         source.close()
-    output_run.create()
-    shutil.copy(source_run.config_file, output_run.config_file)
-    shutil.copytree(source_run.tokenizer_dir, output_run.tokenizer_dir)
-    if source_run.provenance_file.exists():
-        shutil.copy(source_run.provenance_file, output_run.provenance_file)
-    target = Checkpoints(output_run.checkpoints_dir, keep=1)
-    try:
-        target.save(choice.steps[-1], state.replace(params=mean), record["iterator"])
-        target.wait()
-    finally:
-        target.close()
-    averaged_from = {"workdir": str(workdir.absolute()), "steps": list(choice.steps)}
-    output_run.averaged_from_file.write_text(json.dumps(averaged_from, indent=2) + "\n")
+    with written_whole(output) as folder:  # an interrupted average leaves no half run
+        written = RunDirectory(folder)
+        shutil.copy(source_run.config_file, written.config_file)
+        shutil.copytree(source_run.tokenizer_dir, written.tokenizer_dir)
+        if source_run.provenance_file.exists():
+            shutil.copy(source_run.provenance_file, written.provenance_file)
+        target = Checkpoints(written.checkpoints_dir, keep=1)
+        try:
+            target.save(choice.steps[-1], state.replace(params=mean), record["iterator"])
+            target.wait()
+        finally:
+            target.close()
+        averaged_from = {"workdir": str(workdir.absolute()), "steps": list(choice.steps)}
+        written.averaged_from_file.write_text(json.dumps(averaged_from, indent=2) + "\n")
     return {**averaged_from, "output": str(output)}
 
 

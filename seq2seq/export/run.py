@@ -11,6 +11,7 @@ from seq2seq import cli
 from seq2seq.export.converter import QUANTIZATIONS, check_exportable, export
 from seq2seq.models import model_section
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.whole import written_whole
 
 
 def export_run(
@@ -38,7 +39,8 @@ def export_run(
         raise ValueError(f"--output {output} already holds files; name a new directory")
     tokenizer, graphdef, params, choice = restore_model(run, config, checkpoint)
     model = nnx.merge(graphdef, params)
-    export(model, run.tokenizer_dir, tokenizer, config, output, quantization)
+    with written_whole(output) as folder:  # an interrupted export leaves no half model
+        export(model, run.tokenizer_dir, tokenizer, config, folder, quantization)
     return {
         "workdir": str(run.path),
         "output": str(output),
