@@ -15,6 +15,7 @@ two pieces, ``start`` before anything else is imported and ``run`` at the end::
 
 from __future__ import annotations
 
+import _thread
 import errno
 import logging
 import math
@@ -22,6 +23,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -310,6 +312,7 @@ def exit_on_error(
     command whose modes keep different things) and exit 130."""
 
     def wrapped(argv: list[str]) -> None:
+        _redeliver_swallowed_interrupts()
         absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
         logging.basicConfig(level=logging.WARNING, format="%(message)s", force=True)
         logging.getLogger("seq2seq").setLevel(logging.INFO)
@@ -339,6 +342,28 @@ def exit_on_error(
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _redeliver_swallowed_interrupts() -> None:
+    """A Ctrl-C that lands while a garbage collector's callback runs (JAX frees XLA's buffers
+    in one) raises KeyboardInterrupt inside it, which Python reports as unraisable ("Exception
+    ignored in: <function _xla_gc_callback>" and a traceback) and forgets: the command ran on to
+    its end. This hook hands the interrupt back to the main thread, where it stops the command
+    as any Ctrl-C does (during training: saves and stops). Other unraisable errors pass on."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            # Later, from another thread: raised in this hook, it would be swallowed again. The
+            # main thread runs SIGINT's handler once the collection is over (if it is not, the
+            # hook comes back and tries again).
+            timer = threading.Timer(0.05, _thread.interrupt_main)
+            timer.daemon = True
+            timer.start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def file_error_message(error: OSError) -> str:
