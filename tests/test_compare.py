@@ -166,9 +166,55 @@ def test_a_run_whose_final_checkpoint_was_never_written_is_trained_again(tmp_pat
     (run.checkpoints_dir / "100").mkdir(parents=True)
     (run.checkpoints_dir / "150.orbax-checkpoint-tmp-1733").mkdir()
     job = SimpleNamespace(run=run, config=config)
-    assert not runner._finished(job)
+    assert not runner.finished(job)
     (run.checkpoints_dir / "150").mkdir()
-    assert runner._finished(job)
+    assert runner.finished(job)
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_ctrl_c_while_extending_its_runs_reports_what_stands(
+    comparison, tmp_path, monkeypatch
+):
+    """Extended from 12 to 24 steps and stopped by Ctrl-C at step 14, its report said the run
+    was "stopped by SIGTERM" and "at its cap" (the stop record of the 12-step budget), and the
+    run not reached yet was "ok" with no scores."""
+    import shutil
+
+    specs, settings, workdir, _, _ = comparison
+    extended = tmp_path / "work"
+    shutil.copytree(workdir, extended)
+
+    class CtrlCAt14(runner.Preemption):
+        def reached(self, step, elapsed_seconds=0.0):
+            if step == 14:  # what Preemption._interrupt does on a Ctrl-C
+                self.requested, self.signal_name = True, "Ctrl-C"
+            return self.requested
+
+    monkeypatch.setattr(runner, "Preemption", CtrlCAt14)
+    longer = dataclasses.replace(settings, overrides=(("train.steps", 24),), slice_minutes=0)
+    outcomes, _ = compare(specs[:1], extended, longer, "extended")
+    assert [(o.status, o.reason) for o in outcomes] == [
+        ("preempted", "stopped by Ctrl-C; rerun to resume"),
+        ("unfinished", "not trained to its end yet"),
+    ]
+    rows = json.loads((extended / "report.json").read_text())["runs"]
+    assert [row.get("ended") for row in rows] == [None, None]
+
+
+def test_sigterm_during_a_slice_says_the_run_stopped_not_that_the_next_slice_resumes_it():
+    """It logged "paused: saved step 6; the next slice resumes it" as the command exited."""
+    import signal
+
+    pause = runner.PauseAt(5.0)
+    pause._handle(signal.SIGTERM, None)
+    assert (pause.message, pause.signal_name) == (
+        "SIGTERM: saved step %d; rerun to resume",
+        "SIGTERM",
+    )
+    assert pause.requested and not pause.paused
+    reached = runner.PauseAt(5.0)
+    assert reached.reached(7, elapsed_seconds=300.0) and reached.paused
+    assert reached.message == "paused: saved step %d; the next slice resumes it"
 
 
 def test_table3_rows_follow_the_paper_scaled_to_the_base():

@@ -17,6 +17,7 @@ from seq2seq.compare.runner import (
     check_reuse,
     check_splits,
     evaluate_outcome,
+    finished,
     prepare,
     train_in_slices,
 )
@@ -120,6 +121,9 @@ def _train_and_score(outcomes: Sequence[RunOutcome], settings: Settings) -> None
         )
     if train_in_slices(outcomes, settings.slice_minutes):
         logger.warning("preempted: writing the report so far; rerun to continue")
+        for outcome in outcomes:  # the runs not reached, or paused between slices
+            if outcome.status == "ok" and not finished(outcome):
+                outcome.status, outcome.reason = "unfinished", "not trained to its end yet"
         return
     for index, outcome in enumerate(outcomes, start=1):
         logger.info("== scoring run %d of %d: %s", index, len(outcomes), outcome.name)

@@ -60,6 +60,8 @@ def run_row(outcome: RunOutcome) -> dict:
     }
     records = outcome.run.read_metrics()
     row.update(_training_figures(records))
+    if outcome.status != "ok":  # a stop record then tells of an earlier budget, not this one
+        row.pop("ended", None)
     if outcome.result:
         row.update(_test_scores(outcome.result))
     if outcome.config is not None and outcome.run.tokenizer_dir.exists():

@@ -43,7 +43,7 @@ class RunOutcome:
     spec: RunSpec
     seed: int | None
     run: RunDirectory
-    status: str = "ok"  # "ok", "failed" or "preempted"
+    status: str = "ok"  # "ok", "failed", "preempted", or "unfinished" (a preempted sweep's)
     reason: str = ""  # the one line saying why a run failed
     result: dict | None = None  # its eval JSON
     config: ml_collections.ConfigDict | None = None
@@ -176,7 +176,7 @@ def training_minutes_left(jobs: Sequence) -> float | None:
     )
 
 
-def _finished(job) -> bool:
+def finished(job) -> bool:
     """Whether the job's run already validated at the end of its budget (its minutes or its
     steps), or converged under its patience: then training it again would only restore and
     compile, 15-20 s, to do nothing."""
@@ -212,6 +212,12 @@ class PauseAt(Preemption):
         self.seconds = minutes * 60
         self.paused = False
 
+    def _handle(self, signum, frame) -> None:
+        """SIGTERM ends the command, not the slice: say so, as any run says it."""
+        super()._handle(signum, frame)
+        if not self.paused:
+            self.message, self.log_level = Preemption.message, Preemption.log_level
+
     def reached(self, step: int, elapsed_seconds: float = 0.0) -> bool:
         if not self.requested and elapsed_seconds >= self.seconds:
             logger.info("paused at %.2f training minutes (step %d)", elapsed_seconds / 60, step)
@@ -233,7 +239,7 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
     """
     active = []
     for job in jobs:
-        if job.status == "ok" and _finished(job):  # said before the rounds count what is left
+        if job.status == "ok" and finished(job):  # said before the rounds count what is left
             logger.info("== %s: finished before, reused", job.run.path.name)
         elif job.status == "ok":
             active.append(job)
@@ -254,7 +260,7 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
             if pause is not None and _trained_minutes(job.run) >= pause:
                 unfinished.append(job)  # resumed past this round's mark
                 continue
-            if _finished(job):
+            if finished(job):
                 logger.info("== %s: finished before, reused", job.run.path.name)
                 continue
             ending = _train_slice(job, pause, round_index)
@@ -286,7 +292,8 @@ def _train_slice(job, pause: float | None, round_index: int) -> str:
     if isinstance(stop, PauseAt) and stop.paused:
         return "paused"
     if summary.preempted:
-        job.status, job.reason = "preempted", "stopped by SIGTERM; rerun to resume"
+        stopped_by = stop.signal_name or "SIGTERM"  # several processes: JAX's service caught it
+        job.status, job.reason = "preempted", f"stopped by {stopped_by}; rerun to resume"
         return "preempted"
     return "done"
 

@@ -105,6 +105,7 @@ class Preemption:
 
     def __init__(self):
         self.requested = False
+        self.signal_name = ""  # what stopped the run, once a signal has: "SIGTERM" or "Ctrl-C"
         self._shared = False
 
     def __enter__(self) -> Preemption:
@@ -117,6 +118,7 @@ class Preemption:
     def _handle(self, signum, frame) -> None:
         del signum, frame
         self.requested = True
+        self.signal_name = self.signal_name or "SIGTERM"
 
     def _interrupt(self, signum, frame) -> None:
         """Ctrl-C stops the run as SIGTERM does, with a checkpoint of the last step; a second
@@ -126,11 +128,13 @@ class Preemption:
         catches and tells the others: every process then saves at one agreed step, whether the
         terminal's Ctrl-C reached them all (processes started together) or this one alone.
         """
+        self.signal_name = "Ctrl-C"
         if self._shared:
             os.kill(os.getpid(), signal.SIGTERM)
         else:
             self._handle(signum, frame)
         self.message = "interrupted (Ctrl-C): saved step %d; rerun to resume"
+        self.log_level = logging.WARNING
         signal.signal(signal.SIGINT, self._previous_interrupt)
 
     def reached(self, step: int, elapsed_seconds: float = 0.0) -> bool:
