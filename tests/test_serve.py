@@ -266,7 +266,7 @@ def test_the_api_schema_names_the_error_body_it_sends(client):
     """/docs showed FastAPI's {"detail": [...]} for a 422, which this server never sends."""
     schema = client.get("/openapi.json").json()
     responses = schema["paths"]["/translate"]["post"]["responses"]
-    for status in ("400", "413", "415", "422"):
+    for status in ("400", "408", "413", "415", "422"):
         body = responses[status]["content"]["application/json"]["schema"]
         assert body == {"$ref": "#/components/schemas/ErrorBody"}
     assert list(schema["components"]["schemas"]["ErrorBody"]["properties"]) == ["error"]

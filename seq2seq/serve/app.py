@@ -77,6 +77,7 @@ ERRORS = {
     status: {"model": ErrorBody, "description": description}
     for status, description in [
         (400, "The body is not UTF-8 or not JSON."),
+        (408, "The body stopped arriving (GET /models: limits.body_seconds)."),
         (413, "The body is over the size limit (GET /models: limits.max_body_bytes)."),
         (415, "The body is compressed (Content-Encoding); send it plain."),
         (422, "A field's type or value, a sentence or a model name is refused."),
