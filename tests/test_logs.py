@@ -208,6 +208,7 @@ def test_runs_that_ended_before_are_not_counted_as_training_left(tmp_path, caplo
         job.config.train.update(steps=100, early_stopping_patience=0)
         with job.run.metrics_file.open("a") as metrics:
             metrics.write(json.dumps({"step": 100, "kind": "validation", "elapsed_seconds": 120.0}))
+        (job.run.checkpoints_dir / "100").mkdir(parents=True)  # its final checkpoint
         jobs.append(job)
     monkeypatch.setattr(runner, "_train_slice", lambda *_: pytest.fail("it trained again"))
     with caplog.at_level(logging.INFO, logger="seq2seq"):
