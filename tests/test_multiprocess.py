@@ -171,6 +171,19 @@ def test_two_processes_train_and_resume_as_one_process_on_two_devices(tmp_path):
     starts = json.loads((shared / "provenance.json").read_text())["entries"]
     assert [start["process_count"] for start in starts] == [2, 2]  # process 0 records each start
 
+    # As if a signal had stopped both after step 6, before its validation and stop record: the
+    # next start validates together (process 0 alone reads the log; the others must follow it
+    # into the collective validation), and writes what was missing.
+    lines = (shared / "metrics.jsonl").read_text().splitlines()
+    kept = [line for line in lines if json.loads(line)["kind"] not in ("validation", "stop")
+            or json.loads(line)["step"] < 6]  # fmt: skip
+    (shared / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
+    _two_processes(shared, steps=6)
+    again = _validation(shared)
+    np.testing.assert_allclose(again[6]["loss"], actual_validation[6]["loss"], rtol=1e-6)
+    records = [json.loads(line) for line in (shared / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["kind"] == "stop" and records[-1]["step"] == 6
+
 
 @pytest.mark.slow
 def test_two_processes_validate_by_minutes_together_at_log_steps(tmp_path):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import jax
 import ml_collections
+import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from tqdm import tqdm
@@ -604,7 +605,7 @@ class _Loop:
         if final and self.steps_run == 0:  # nothing trained in this session: its budget or
             # steps were spent, and a checkpoint of this step saved; a signal may have stopped
             # that session before its final validation
-            if self.validate is not None and not self.writer.recorded("validation", step):
+            if self.validate is not None and self._final_validation_missing(step):
                 self._validate(state, step)
             return
         self._fetch()  # unchecked steps: check them before their parameters are kept
@@ -622,6 +623,14 @@ class _Loop:
             )
             if final:
                 self.checkpoints.wait()
+
+    def _final_validation_missing(self, step: int) -> bool:
+        """Whether metrics.jsonl lacks a validation at ``step``, as process 0 (its one writer)
+        reads it; every process gets that answer, since validating is a collective."""
+        missing = not self.writer.recorded("validation", step)
+        if jax.process_count() > 1:
+            missing = bool(multihost_utils.broadcast_one_to_all(np.bool_(missing)))
+        return missing
 
     def record_stop(self, state: TrainState) -> None:
         """Writes why the run ended (converged, or its budget ran out) to metrics.jsonl."""
