@@ -228,7 +228,10 @@ def _draw_attention(translator: "LineTranslator", run: RunDirectory, result: dic
     lines = [(number, s, t) for number, (s, t) in enumerate(pairs, start=1) if s.strip()]
     folder = Path(_ATTENTION.value)
     with progress.bar(len(lines), "line", "drawing attention") as drawn:
-        paths = attention_of_lines(translator, lines, folder, run.path.name, drawn.update)
+        paths = attention_of_lines(
+            translator, lines, folder, run.path.name, drawn.update,
+            capped=set(result.get("capped_lines", [])),
+        )  # fmt: skip
     result["attention"] = {"folder": str(folder), "figures": len(paths)}
     return f"  attention of {len(paths)} lines drawn in {folder} (lineN.png: input line N)"
 

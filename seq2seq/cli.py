@@ -31,7 +31,12 @@ from pathlib import Path
 from absl import app, flags
 from absl import logging as absl_logging
 
-from seq2seq.config import ConfigError, saved_config_message, unknown_key_message
+from seq2seq.config import (
+    MAX_BEAM_SIZE,
+    ConfigError,
+    saved_config_message,
+    unknown_key_message,
+)
 from seq2seq.runtime.compilation_cache import compile_afresh, keep_compiled_programs
 from seq2seq.runtime.host_memory import keep_host_memory
 from seq2seq.runtime.simulated_devices import size_thread_pool
@@ -238,15 +243,20 @@ def define_config_overrides() -> None:
 
 
 def check_decoding_flags(beam_size: int | None, alpha: float | None) -> None:
-    """Refuses a ``--beam_size`` below 1 or an ``--alpha`` below 0 (None: the config's) by the
-    flags' names, before any model or JAX loads: a command that decodes after training or
-    loading would otherwise fail only then.
+    """Refuses a ``--beam_size`` below 1 or over ``MAX_BEAM_SIZE``, or an ``--alpha`` below 0
+    (None: the config's), by the flags' names, before any model or JAX loads: a command that
+    decodes after training or loading would otherwise fail only then.
 
     Raises:
       ConfigError: one line naming the flag and what it takes.
     """
     if beam_size is not None and beam_size < 1:
         raise ConfigError(f"--beam_size {beam_size} must be at least 1 (1: greedy)")
+    if beam_size is not None and beam_size > MAX_BEAM_SIZE:
+        raise ConfigError(
+            f"--beam_size {beam_size} is over {MAX_BEAM_SIZE}, the widest beam "
+            "searched (memory and time grow with it; the papers use 4 and 12)"
+        )
     if alpha is not None and not (math.isfinite(alpha) and alpha >= 0):
         raise ConfigError(
             f"--alpha {alpha} must be a finite number >= 0 (0 turns the length penalty off)"

@@ -35,6 +35,10 @@ OPTIMIZERS = ("adam", "adadelta")
 SCHEDULES = ("transformer", "constant", "warmup_rsqrt", "warmup_cosine")
 DTYPES = ("float32", "bfloat16", "auto")  # train.dtype; "auto": by platform
 MESH_AXES = ("data", "fsdp", "tensor")  # the device mesh's axes (seq2seq.training.sharding)
+# The widest beam searched. Each sentence keeps this many hypotheses, each with its own decoder
+# cache, so memory and time grow with it; the papers search 4 (Vaswani) and 12 (Bahdanau), and
+# wider beams lower BLEU in NMT (Koehn and Knowles, 2017).
+MAX_BEAM_SIZE = 64
 
 
 class ConfigError(ValueError):
@@ -554,6 +558,11 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
 
 
 def _check_decode(decode: ml_collections.ConfigDict) -> None:
+    _require(
+        decode.beam_size <= MAX_BEAM_SIZE,
+        f"config.decode.beam_size={decode.beam_size} is over {MAX_BEAM_SIZE}, the widest beam "
+        "searched; the papers use 4 and 12",
+    )
     _require(
         decode.min_rows >= 0,
         f"config.decode.min_rows={decode.min_rows} must be >= 0 (rows of the last stage; "

@@ -459,6 +459,10 @@ _UNWRITABLE = pytest.mark.skipif(
             "--engine ctranslate2 times a whole split beside JAX; pass --split",
         ),  # it used to be ignored, timing JAX alone
         (["-m", "seq2seq.serve", "--workdir", "{tmp}", "--beam_size=0"], "--beam_size 0 must be"),
+        (  # it warmed up for minutes, gigabytes deep
+            ["-m", "seq2seq.serve", "--workdir", "{tmp}", "--beam_size=100000"],
+            "--beam_size 100000 is over 64, the widest beam searched",
+        ),
         (["-m", "seq2seq.bench.timed_run", "--job", "{tmp}/j.json"], "no job file at {tmp}/j.json"),
         (
             ["-m", "seq2seq.bench.device_frontier", "--out", "{tmp}/o", "--checkpoint", "7"],

@@ -144,6 +144,8 @@ def _validates_or_raises(config, error: str | None) -> None:
         ("train.learning_rate", float("inf"), r"learning_rate=inf must be a finite number"),
         ("train.label_smoothing", float("nan"), r"label_smoothing=nan must be a finite number"),
         ("decode.alpha", float("inf"), r"config\.decode\.alpha=inf must be a finite number"),
+        ("decode.beam_size", 65, r"beam_size=65 is over 64, the widest beam searched"),  # ran
+        ("decode.beam_size", 64, None),
         ("checkpoint.keep", 0, r"config\.checkpoint\.keep=0 must be >= 1"),
         ("checkpoint.keep", 1, None),
         ("data.bucket_width", 0, r"config\.data\.bucket_width=0 must be >= 1"),  # ZeroDivision

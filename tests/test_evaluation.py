@@ -29,7 +29,13 @@ from seq2seq.decoding.sampling import SamplingMethod
 from seq2seq.evaluation import partial, processes, restore
 from seq2seq.evaluation.averaging import write_averaged_run
 from seq2seq.evaluation.bleu import bleu_by_source_length
-from seq2seq.evaluation.evaluate import evaluate, nbest_lines, read_lines, translate_file
+from seq2seq.evaluation.evaluate import (
+    evaluate,
+    format_report,
+    nbest_lines,
+    read_lines,
+    translate_file,
+)
 from seq2seq.evaluation.restore import choose_checkpoints, restore_model
 from seq2seq.evaluation.stream import line_batches, translate_stream
 from seq2seq.evaluation.tokenized_bleu import papers_tokenize, split_compounds, tokenized_bleu
@@ -42,6 +48,7 @@ from seq2seq.evaluation.translator import (
 )
 from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.report.alignment import cross_attention
 from seq2seq.training.trainer import create_state, train
 from seq2seq.vocabulary import EOS_ID
 from tests.conftest import REPO, Terminal, subprocess_env, tiny_config
@@ -440,6 +447,36 @@ def test_a_file_is_translated_line_for_line_in_order(workdir, tmp_path):
     assert backwards["truncated_lines"] == [len(lines) - 7]
 
 
+def test_an_output_that_reaches_its_cap_unfinished_is_flagged_and_no_other(workdir, tmp_path):
+    """Greedy search at a cap of one token beyond the input: an output flagged capped is one
+    the search cut off (a longer cap lets it go on), and any other ended on its own (a longer
+    cap gives the same words). eval.py's report and JSON name the capped lines."""
+    sources = [source for source, _ in synthetic.load_split("validation")[:40]]
+    tight = Translator.restore(workdir, beam_size=1, max_extra_length=1).translate(sources)
+    roomy = Translator.restore(workdir, beam_size=1, max_extra_length=10).translate(sources)
+    capped = set(tight.capped)
+    assert 0 < len(capped) < len(sources), "all or none capped proves little"
+    for i, (short, long) in enumerate(zip(tight.hypotheses, roomy.hypotheses, strict=True)):
+        if i in capped:  # cut off: given room, greedy search writes on from where it stopped
+            assert long.startswith(short) and len(long.split()) > len(short.split()), i
+        else:  # ended: more room changes nothing
+            assert long == short, i
+    assert not roomy.capped or set(roomy.capped) < capped
+    (tmp_path / "in.txt").write_text("\n".join(["", *sources]) + "\n", encoding="utf-8")
+    tight_translator = Translator.restore(workdir, beam_size=1, max_extra_length=1)
+    result = translate_file(tight_translator, tmp_path / "in.txt", tmp_path / "out.txt")
+    assert result["capped_lines"] == [i + 2 for i in tight.capped]  # a blank line 1 first
+    assert f"{len(capped)} translations stopped at the output cap" in format_report(result)
+    # Its attention ends at the last word the model wrote, not at an EOS it never wrote.
+    first = min(capped)
+    ended, cut = (
+        cross_attention(tight_translator, sources[first], tight.hypotheses[first], ended=ended)
+        for ended in (True, False)
+    )
+    assert ended.target_pieces[-1] == "</s>" and cut.target_pieces == ended.target_pieces[:-1]
+    np.testing.assert_array_equal(cut.weights, ended.weights[:, :, :-1])
+
+
 def test_batch_size_changes_the_batches_not_the_translations(workdir, tmp_path):
     sources = [source for source, _ in synthetic.load_split("validation")[:7]]
     (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
@@ -755,10 +792,15 @@ def test_the_exported_model_translates_as_this_package_does(workdir):
     from seq2seq.export.run import exported_translator
 
     sources = [source for source, _ in synthetic.load_split("validation")[:200]]
-    ours = Translator.restore(workdir, beam_size=1).translate(sources).hypotheses
-    theirs = exported_translator(workdir, "float32", beam_size=1).translate(sources).hypotheses
+    ours_found = Translator.restore(workdir, beam_size=1).translate(sources)
+    theirs_found = exported_translator(workdir, "float32", beam_size=1).translate(sources)
+    ours, theirs = ours_found.hypotheses, theirs_found.hypotheses
     assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= 0.99 * len(sources)
     assert len(set(ours)) > len(sources) // 2, "a model that says one thing proves little"
+    # An output cut off at its cap is flagged alike, though CTranslate2 leaves EOS out of all.
+    same = {i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a == b}
+    assert ours_found.capped, "no output reached its cap: the flag goes untested"
+    assert same & set(ours_found.capped) == same & set(theirs_found.capped)
     result = _run(
         "eval.py", "--workdir", str(workdir), "--engine", "ctranslate2", "--quantization", "int8"
     )

@@ -494,6 +494,32 @@ def test_after_the_warm_up_an_examples_first_request_compiles_nothing(runs):
         monitoring.unregister_event_duration_listener(count)
 
 
+def test_a_translation_cut_off_at_the_output_cap_says_so_and_shows_no_eos_it_never_wrote(runs):
+    """At a cap of one token beyond the input, some outputs stop unfinished: each says
+    ``capped``, and its attention's rows are the tokens the model wrote, without EOS's."""
+    import dataclasses
+
+    from seq2seq.serve.app import translate_batch
+    from seq2seq.serve.batching import Job
+
+    tight = Translator.restore(runs["transformer"], max_extra_length=1)
+    sentences = [source for source, _ in synthetic.load_split("validation", 12)]
+    expected = set(tight.translate(sentences).capped)
+    assert 0 < len(expected) < len(sentences), "all or none capped proves little"
+    model = dataclasses.replace(
+        next(iter(load_models([runs["transformer"]]).values())), translator=tight
+    )
+    jobs = [Job(sentences[:5], ([model.name], None, True), None),
+            Job(sentences[5:], ([model.name], None, True), None)]  # fmt: skip
+    answers = translate_batch({model.name: model}, jobs, 16)
+    translations = [t for a in answers for t in a["results"][0]["translations"]]
+    assert [i for i, t in enumerate(translations) if t["capped"]] == sorted(expected)
+    for i, translation in enumerate(translations):
+        tokens = translation["attention"]["target_tokens"]
+        assert (tokens[-1] == "</s>") == (i not in expected), (i, tokens)
+        assert len(translation["attention"]["weights"][0][0]) == len(tokens)
+
+
 @pytest.mark.parametrize("interrupts", [1, 2])
 def test_ctrl_c_stops_the_command_without_a_traceback(runs, interrupts):
     """Once: uvicorn's graceful stop. Twice, while a request is still arriving: its force quit,

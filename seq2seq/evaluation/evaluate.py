@@ -114,6 +114,9 @@ def _translate(
         "truncated_inputs": len(translations.truncated),
         "truncated_lines": [i + 1 for i in translations.truncated],  # 1-based line numbers
         "max_input_length": translator.config.decode.max_input_length,
+        "capped_outputs": len(translations.capped),
+        "capped_lines": [i + 1 for i in translations.capped],  # 1-based line numbers
+        "max_extra_length": translator.config.decode.max_extra_length,
         "decode_seconds": seconds,
         "compile_seconds": compile_time.seconds,  # within decode_seconds
         "sentences_per_second": (len(sources) - resumed) / decoding,
@@ -289,6 +292,12 @@ def format_report(result: dict[str, object]) -> str:
         lines.append(
             f"  {result['truncated_inputs']} inputs over {result['max_input_length']} tokens were "
             "cut to fit (see truncated_lines)"
+        )
+    if result.get("capped_outputs"):
+        lines.append(
+            f"  {result['capped_outputs']} translations stopped at the output cap (input length "
+            f"+ {result['max_extra_length']} tokens) before the model ended them: cut off, not "
+            "finished (see capped_lines)"
         )
     if "bleu" in result:
         lines += [

@@ -102,6 +102,7 @@ def translate_keeping(
             "hypotheses": found.hypotheses,
             "truncated": [start + i for i in found.truncated],
             "nbest": found.nbest,
+            "capped": [start + i for i in found.capped],
         }
         if keeping:
             with side.open("a", encoding="utf-8") as kept:
@@ -114,7 +115,9 @@ def translate_keeping(
     hypotheses = [text for piece in pieces for text in piece["hypotheses"]]
     truncated = [index for piece in pieces for index in piece["truncated"]]
     nbest = [[tuple(entry) for entry in entries] for piece in pieces for entries in piece["nbest"]]
-    return Translations(hypotheses, truncated, nbest), resumed
+    # a piece kept before outputs were marked capped has none marked
+    capped = [index for piece in pieces for index in piece.get("capped", [])]
+    return Translations(hypotheses, truncated, nbest, capped), resumed
 
 
 def _next_size(size: int, seconds: float, batch: int, largest: int) -> int:

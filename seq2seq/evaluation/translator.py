@@ -41,6 +41,9 @@ class Translations:
     # nbest[i]: (score, hypothesis) pairs for sentence i, best first; hypotheses[i] is the first.
     # Scores are log P(Y | x) / lp(Y) for beam search, log P(Y | x) for a sample.
     nbest: list[list[tuple[float, str]]] = dataclasses.field(default_factory=list)
+    # indices of the sentences whose translation stopped at the output cap (input length +
+    # decode.max_extra_length tokens) before the model ended it: cut off, not finished
+    capped: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -142,10 +145,11 @@ def leave_blank_lines_blank(
     """The one rule for blank lines (``is_blank``), whatever the engine and the search.
 
     A blank line is never tokenized, decoded or scored: its translation is the empty line, with
-    no n-best entries, and it is never counted as truncated. ``translate_sentences(sentences,
-    numbers, progress)`` gets the other lines with their numbers in the whole input
-    (``first_index`` + their index in ``lines``), so each keeps its place and, when sampling,
-    its key. ``progress`` counts the blank lines as done at once, the others as they are.
+    no n-best entries, and it is never counted as truncated or capped.
+    ``translate_sentences(sentences, numbers, progress)`` gets the other lines with their
+    numbers in the whole input (``first_index`` + their index in ``lines``), so each keeps its
+    place and, when sampling, its key. ``progress`` counts the blank lines as done at once, the
+    others as they are.
     """
     kept = [i for i, line in enumerate(lines) if not is_blank(line)]
     hypotheses, nbest = [""] * len(lines), [[] for _ in lines]
@@ -156,7 +160,9 @@ def leave_blank_lines_blank(
     found = translate_sentences([lines[i] for i in kept], [first_index + i for i in kept], progress)
     for position, index in enumerate(kept):
         hypotheses[index], nbest[index] = found.hypotheses[position], found.nbest[position]
-    return Translations(hypotheses, [kept[i] for i in found.truncated], nbest)
+    return Translations(
+        hypotheses, [kept[i] for i in found.truncated], nbest, [kept[i] for i in found.capped]
+    )
 
 
 class LineTranslator:
@@ -398,6 +404,7 @@ class Translator(LineTranslator):
             for member, own in zip(self.members, self._own_source, strict=True)
         ]  # fmt: skip
         outputs: list[list[tuple[float, str]] | None] = [None] * len(first)
+        capped = [False] * len(first)  # the best output stopped at the cap, with no EOS
         batch_size, width = self.config.eval.batch_size, self.config.data.bucket_width
         all_params = [processes.local_copy(member.params) for member in self.members]
         seed_key = jax.random.key(self.sampling.seed if self.sampling else 0)
@@ -417,16 +424,22 @@ class Translator(LineTranslator):
                     for hypothesis, score in zip(tokens[row], scores[row], strict=True)
                     if score > -np.inf
                 ]
+                capped[index] = bool(scores[row][0] > -np.inf and EOS_ID not in tokens[row][0])
             progress(len(indices))
         if not mine:  # more processes than sentences: this one had none to translate
             progress(0)
         missing = [mine[i] for i, output in enumerate(outputs) if output is None]
         if missing:  # inference_batches must cover every sentence; never write a short file
             raise RuntimeError(f"{len(missing)} sentences were not translated, first {missing[0]}")
-        # Each sentence's list travels between processes as one JSON text.
-        nbest = [
-            [tuple(entry) for entry in json.loads(text)]
-            for text in processes.gather_texts([json.dumps(o) for o in outputs], len(sentences))
+        # Each sentence's list and cap travel between processes as one JSON text.
+        found = [
+            json.loads(text)
+            for text in processes.gather_texts(
+                [json.dumps([o, c]) for o, c in zip(outputs, capped, strict=True)], len(sentences)
+            )
         ]
+        nbest = [[tuple(entry) for entry in entries] for entries, _ in found]
         hypotheses = [entries[0][1] if entries else "" for entries in nbest]
-        return Translations(hypotheses, truncated, nbest)
+        return Translations(
+            hypotheses, truncated, nbest, [i for i, (_, cut) in enumerate(found) if cut]
+        )

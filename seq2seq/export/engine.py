@@ -93,6 +93,7 @@ class ExportedTranslator(LineTranslator):
         ]
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
         outputs: list[list[tuple[float, str]]] = [[] for _ in sentences]
+        capped: list[int] = []
         batch_size = self.config.eval.batch_size
         for start in range(0, len(order), batch_size):
             members = order[start : start + batch_size]
@@ -102,8 +103,12 @@ class ExportedTranslator(LineTranslator):
                     (score, self._text(hypothesis))
                     for score, hypothesis in ranked[: self.nbest or 1]
                 ]
+                # CTranslate2 leaves EOS out: an output as long as its limit never ended
+                if ranked and len(ranked[0][1]) >= len(pieces[index]) + decode.max_extra_length:
+                    capped.append(index)
             progress(len(members))
-        return Translations([o[0][1] if o else "" for o in outputs], truncated, outputs)
+        hypotheses = [o[0][1] if o else "" for o in outputs]
+        return Translations(hypotheses, truncated, outputs, sorted(capped))
 
     def _decode_batch(self, batch: list[list[str]], members: list[int]):
         """(index, scored hypotheses) of each sentence of a batch, each decoded at its own limit.

@@ -19,7 +19,8 @@ PADDED_TO = 8  # sequences are padded to a multiple of this: one compiled pass p
 @dataclasses.dataclass
 class Alignment:
     source_pieces: list[str]  # S subword pieces, EOS last
-    target_pieces: list[str]  # T subword pieces of the model's own translation, EOS last
+    # T subword pieces of the model's own translation, EOS last (unless cut off at the cap)
+    target_pieces: list[str]
     weights: np.ndarray  # [L, H, T, S] cross-attention weights (one layer, one head for RNNs)
 
     def averaged(self, layer: int = -1) -> np.ndarray:
@@ -28,29 +29,33 @@ class Alignment:
 
 
 def cross_attention(
-    translator: Translator, sentence: str, target: str | None = None
+    translator: Translator, sentence: str, target: str | None = None, *, ended: bool = True
 ) -> Alignment | None:
     """Translates ``sentence``, then reads the attention that produced each output token.
 
     The translation is fed back with teacher forcing, which gives exactly the decoding pass's
     weights (the cache changes nothing, as the tests check) in one call. Given a ``target`` (a
-    reference translation), the model is forced to produce that instead: its weights then show
-    where it looks for each word of the reference. Returns None for a model without attention
+    reference translation, or a translation searched before), the model is forced to produce
+    that instead: its weights then show where it looks for each word of it. ``ended=False``
+    says the given translation stopped at the output cap (``Translations.capped``): the model
+    never wrote its EOS, so EOS's row is left out. Returns None for a model without attention
     (RNNencdec, ``model.rnnsearch.attention="none"``): it has nothing to show.
     """
     tokenizer = translator.tokenizer
     source = tokenizer.encode_source([sentence])[0]
     if target is None:
-        target = translator.translate([sentence]).hypotheses[0]
+        found = translator.translate([sentence])
+        target, ended = found.hypotheses[0], not found.capped
     target_ids = tokenizer.encode_target([target])[0]
     member = translator.members[0]
     weights = teacher_forced_attention(member.graphdef, member.params, source, target_ids)
     if weights is None:
         return None
+    rows = len(target_ids) if ended or len(target_ids) == 1 else len(target_ids) - 1
     return Alignment(
         source_pieces=[tokenizer.source.id_to_piece(int(i)) for i in source],
-        target_pieces=[tokenizer.target.id_to_piece(int(i)) for i in target_ids],
-        weights=weights,
+        target_pieces=[tokenizer.target.id_to_piece(int(i)) for i in target_ids[:rows]],
+        weights=weights[:, :, :rows],
     )
 
 

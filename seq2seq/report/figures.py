@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -268,6 +268,7 @@ def alignment_figures(
             f"{label}: sentence {index}",
             sentence,
             None,
+            True,
         )
         for index, sentence in enumerate(sentences, start=1)
     ]
@@ -288,18 +289,26 @@ def attention_of_lines(
     out_dir: Path,
     label: str,
     progress: Progress = ignored,
+    capped: Collection[int] = (),
 ) -> list[Path]:
     """Draws the attention with which ``translator`` produced each translation: ``lines`` are
     (line number from 1, source, its translation), drawn to ``out_dir/lineN.png`` (``eval.py
     --attention``). The translation is given, not searched again: its weights come from one
-    teacher-forced pass (``alignment.cross_attention``).
+    teacher-forced pass (``alignment.cross_attention``). ``capped``: the numbers of the lines
+    whose translation stopped at the output cap, drawn without the EOS the model never wrote.
 
     Returns:
       The written PNG paths, in the order of ``lines``; none for a model without attention.
     """
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     drawings = [
-        (Path(out_dir) / f"line{number}.png", f"{label}, line {number}", source, translation)
+        (
+            Path(out_dir) / f"line{number}.png",
+            f"{label}, line {number}" + (" (cut off at the output cap)" * (number in capped)),
+            source,
+            translation,
+            number not in capped,
+        )
         for number, source, translation in lines
     ]
     return _draw_each(translator, drawings, progress)
@@ -307,15 +316,18 @@ def attention_of_lines(
 
 def _draw_each(
     translator: Translator,
-    drawings: Sequence[tuple[Path, str, str, str | None]],
+    drawings: Sequence[tuple[Path, str, str, str | None, bool]],
     progress: Progress = ignored,
 ) -> list[Path]:
-    """Draws each (path, title, source, translation) to its path: the attention with which
-    ``translator`` produces that translation, or its own (None: searched now). A model without
+    """Draws each (path, title, source, translation, ended) to its path: the attention with
+    which ``translator`` produces that translation, or its own (None: searched now); ``ended``
+    False leaves out the EOS row of a translation cut off at the output cap. A model without
     attention (RNNencdec) has nothing to draw. Returns the paths drawn, in order."""
     paths = []
-    for path, title, source, translation in drawings:
-        alignment = alignment_lib.cross_attention(translator, source, target=translation)
+    for path, title, source, translation, ended in drawings:
+        alignment = alignment_lib.cross_attention(
+            translator, source, target=translation, ended=ended
+        )
         progress(1)
         if alignment is not None:
             draw_attention(alignment, path, title=title)

@@ -266,16 +266,19 @@ def _check_text(index: int, sentence: str) -> None:
             )  # fmt: skip
 
 
-def _result_of(model: ServedModel, sentences: Sequence[str], found, nbest, attention) -> list:
-    """Each sentence's translation, score, n-best list and attention, as JSON."""
+def _result_of(
+    model: ServedModel, sentences: Sequence[str], found, capped, nbest, attention
+) -> list:
+    """Each sentence's translation, score, whether it was cut off at the output cap, n-best
+    list and attention, as JSON."""
     translations = []
-    for sentence, entries in zip(sentences, found, strict=True):
+    for sentence, entries, cut in zip(sentences, found, capped, strict=True):
         score, text = entries[0] if entries else (None, "")
-        entry: dict[str, object] = {"text": text, "score": score}
+        entry: dict[str, object] = {"text": text, "score": score, "capped": cut}
         if nbest is not None:
             entry["nbest"] = [{"text": t, "score": s} for s, t in entries[:nbest]]
         if attention:  # an empty translation too: its one row, EOS's, shows what it read
-            entry["attention"] = model.attention(sentence, text)
+            entry["attention"] = model.attention(sentence, text, ended=not cut)
         translations.append(entry)
     return translations
 
@@ -295,16 +298,18 @@ def translate_batch(
             continue
         sentences = [s for i in wanted for s in jobs[i].sentences]
         start = time.perf_counter()
-        found = model.translate(sentences, max_batch).nbest
+        translated = model.translate(sentences, max_batch)
         search_seconds = time.perf_counter() - start
+        found, capped = translated.nbest, set(translated.capped)
         offset = 0
         for i in wanted:
             job = jobs[i]
             _, nbest, attention = job.options
-            mine = found[offset : offset + len(job.sentences)]
+            mine = slice(offset, offset + len(job.sentences))
             offset += len(job.sentences)
             start = time.perf_counter()
-            translations = _result_of(model, job.sentences, mine, nbest, attention)
+            cut = [index in capped for index in range(len(sentences))[mine]]
+            translations = _result_of(model, job.sentences, found[mine], cut, nbest, attention)
             results[i]["results"].append({
                 "model": name,
                 "translations": translations,

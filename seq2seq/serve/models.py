@@ -117,13 +117,16 @@ class ServedModel:
                 self.attention(sentence, found[0][1])
         return time.perf_counter() - start
 
-    def attention(self, sentence: str, translation: str) -> dict[str, object] | None:
+    def attention(
+        self, sentence: str, translation: str, *, ended: bool = True
+    ) -> dict[str, object] | None:
         """The cross-attention that produced ``translation``: source and target pieces and the
-        weights ``[layer][head][target][source]`` (one layer and head for RNNsearch's alignment);
-        None for a model without attention or an ensemble (whose members each attend)."""
+        weights ``[layer][head][target][source]`` (one layer and head for RNNsearch's alignment;
+        no EOS row where ``ended`` is False, a translation cut off at the output cap); None for
+        a model without attention or an ensemble (whose members each attend)."""
         if len(self.translator.members) > 1:
             return None
-        alignment = cross_attention(self.translator, sentence, target=translation)
+        alignment = cross_attention(self.translator, sentence, target=translation, ended=ended)
         if alignment is None:
             return None
         weights = np.asarray(alignment.weights, np.float64)  # [L, H, T, S]

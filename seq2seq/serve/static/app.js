@@ -184,6 +184,7 @@ function renderResult(entry, result, requestSeconds) {
   });
   entry.panel.querySelector(".translation-text").textContent = translation.text;
   const timing = [
+    ...(translation.capped ? ["cut off at the output length cap, unfinished"] : []),
     `score ${translation.score == null ? "–" : translation.score.toFixed(3)} (log P / lp)`,
     `search ${milliseconds(result.search_seconds)} for a batch of ${result.batch_sentences}`,
     `attention ${milliseconds(result.attention_seconds)}`,
