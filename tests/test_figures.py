@@ -184,7 +184,7 @@ def test_alignment_figures_pick_the_form_by_the_weights_shape(tmp_path, monkeypa
     """One heatmap for one layer and head, the grid otherwise, whatever the model is called."""
     given = {"ein Hund": _alignment(1, 1, 3, 3), "zwei Katzen": _alignment(2, 2, 3, 4)}
     monkeypatch.setattr(
-        figures.alignment_lib, "cross_attention", lambda _, sentence, target=None: given[sentence]
+        figures.alignment_lib, "cross_attention", lambda _, sentence, **__: given[sentence]
     )
     drawn = []
     for name in ("plot_rnn_alignment", "plot_transformer_attention"):
