@@ -309,7 +309,7 @@ class _SlowModel:
     def translate(self, sentences, max_rows):
         self.searched.append(list(sentences))
         time.sleep(self.seconds)
-        return SimpleNamespace(nbest=[[(-1.0, sentence.upper())] for sentence in sentences])
+        return SimpleNamespace(nbest=[[(-1.0, s.upper())] for s in sentences], capped=[])
 
 
 def test_a_request_whose_client_left_before_its_batch_is_never_searched():
