@@ -22,6 +22,7 @@ from seq2seq.compare.suites import expand_suite
 from seq2seq.config import ConfigError, flatten, load_config_file
 from seq2seq.models import build_model
 from seq2seq.models.base import shift_right
+from seq2seq.records.run_directory import RunDirectoryError
 from seq2seq.report.attention_trace import record_attention_inputs
 from tests.conftest import REPO, tiny_config
 
@@ -135,6 +136,30 @@ def test_the_comparison_runs_once_into_a_folder_without_a_report(tmp_path, monke
     (tmp_path / "runs").mkdir()
     assert ensure_comparison(settings) == ensure_comparison(settings) == settings.runs
     assert calls == [(expand_suite("quickstart"), settings.runs, comparison_settings(settings))]
+
+
+@pytest.mark.parametrize("what", ["a train.py run", "a folder of run records"])
+def test_a_runs_folder_that_is_not_a_comparison_s_is_refused_before_anything_trains(
+    tmp_path, monkeypatch, what
+):
+    """SEQ2SEQ_NOTEBOOK_RUNS pointed at a ``train.py`` run trained the whole quickstart suite
+    inside it, where ``compare --workdir`` refuses the folder."""
+    runs = tmp_path / "t"
+    if what == "a train.py run":
+        (runs / "checkpoints" / "60").mkdir(parents=True)
+        (runs / "config.json").write_text("{}")
+    else:  # --save_records' copies: a config and metrics, no checkpoints
+        (runs / "quickstart_rnnsearch").mkdir(parents=True)
+        (runs / "quickstart_rnnsearch" / "config.json").write_text("{}")
+        (runs / "quickstart_rnnsearch" / "metrics.jsonl").write_text("")
+    before = sorted(p.relative_to(runs) for p in runs.rglob("*"))
+    monkeypatch.setattr(notebook_runs, "compare", lambda *_: pytest.fail("compare ran"))
+    monkeypatch.setattr(notebook_runs, "train", lambda *_: pytest.fail("train ran"))
+    settings = NotebookSettings(short=True, runs=runs)
+    for ensure in (ensure_comparison, lambda s: ensure_trained(s, "transformer")):
+        with pytest.raises(RunDirectoryError, match=f"^SEQ2SEQ_NOTEBOOK_RUNS {runs} holds "):
+            ensure(settings)
+    assert sorted(p.relative_to(runs) for p in runs.rglob("*")) == before
 
 
 def test_a_model_the_notebook_trains_is_validated_as_train_py_validates(tmp_path):

@@ -29,6 +29,7 @@ from seq2seq.compare.comparison import compare
 from seq2seq.compare.report import read_report
 from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import expand_suite
+from seq2seq.compare.workdir import check_free, check_not_records
 from seq2seq.config import ConfigError, load_config_file
 from seq2seq.evaluation.translator import Translator
 from seq2seq.evaluation.validation import make_validate_fn
@@ -90,6 +91,17 @@ def run_name(model_name: str) -> str:
     return f"quickstart_{model_name}"
 
 
+def check_runs_folder(runs: Path) -> None:
+    """Refuses, before anything trains there, a runs folder that is not a comparison's: a
+    ``train.py`` run, a folder of other things, or of run records (as ``compare --workdir``).
+
+    Raises:
+      RunDirectoryError: one line naming the folder, the variable and some of its entries.
+    """
+    check_free(runs, named=RUNS_VARIABLE)
+    check_not_records(runs, named=RUNS_VARIABLE)
+
+
 def has_checkpoint(workdir: Path) -> bool:
     """Whether ``workdir`` holds a saved training run to restore."""
     return bool(RunDirectory(workdir).saved_steps())
@@ -104,6 +116,7 @@ def ensure_trained(settings: NotebookSettings, model_name: str) -> Path:
     """
     workdir = settings.runs / run_name(model_name)
     if not has_checkpoint(workdir):
+        check_runs_folder(settings.runs)
         config = notebook_config(model_name, settings.short)
         print(f"training {model_name} for {config.train.steps} steps into {workdir}", flush=True)
         start = time.monotonic()
@@ -147,6 +160,7 @@ def ensure_comparison(settings: NotebookSettings) -> Path:
     Reuses finished runs there (those of ``make quickstart`` in the full mode).
     """
     if not (settings.runs / "report.json").exists():
+        check_runs_folder(settings.runs)
         print(f"running the quickstart comparison into {settings.runs}", flush=True)
         compare(expand_suite("quickstart"), settings.runs, comparison_settings(settings))
     return settings.runs

@@ -57,9 +57,10 @@ def _holds_a_run(folder: Path) -> bool:
     return run.config_file.exists() or not run.other_entries()
 
 
-def check_free(path: Path) -> None:
+def check_free(path: Path, named: str = "--workdir") -> None:
     """Refuses a ``--workdir`` that holds things a comparison did not write (``--workdir .``,
-    a folder of comparisons, a corpus): its reports and runs would be mixed with them.
+    a folder of comparisons, a corpus, a ``train.py`` run): its reports and runs would be mixed
+    with them. ``named``: how the folder was given (a notebook's environment variable).
 
     Raises:
       RunDirectoryError: one line naming some of the entries; nothing is written.
@@ -67,12 +68,12 @@ def check_free(path: Path) -> None:
     others = foreign_entries(path)
     if others:
         raise RunDirectoryError(
-            f"--workdir {path} holds {count_entries(others)} that no comparison wrote "
+            f"{named} {path} holds {count_entries(others)} that no comparison wrote "
             f"({show_entries(others)}); nothing was written: pass a new folder or a comparison's"
         )
 
 
-def check_not_records(path: Path) -> None:
+def check_not_records(path: Path, named: str = "--workdir") -> None:
     """Refuses to train in a folder of run records (``--save_records``' copies, such as
     ``docs/records/...``): their runs would count as finished and then fail to score, having
     no checkpoints.
@@ -89,7 +90,7 @@ def check_not_records(path: Path) -> None:
     )
     if records:
         raise RunDirectoryError(
-            f"--workdir {path} holds run records, not runs ({show_entries(records)}: no "
-            f"checkpoints); pass --records {path} to rebuild their report, or a new --workdir "
+            f"{named} {path} holds run records, not runs ({show_entries(records)}: no "
+            f"checkpoints); pass --records {path} to rebuild their report, or a new folder "
             "to train"
         )
