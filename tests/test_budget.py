@@ -27,6 +27,8 @@ def test_the_time_budget_carries_across_resumes(tmp_path):
     assert second.step > first.step
     assert second.elapsed_seconds == pytest.approx(first.elapsed_seconds + second.seconds, abs=1.0)
     assert second.elapsed_seconds > budget  # it stopped on the budget, counted across sessions
+    stop = RunDirectory(tmp_path).read_metrics()[-1]
+    assert (stop["kind"], stop["reason"], stop["budget"]) == ("stop", "cap", "minutes")
 
     records = [r for r in RunDirectory(tmp_path).read_metrics() if r["kind"] == "train"]
     elapsed = [r["elapsed_seconds"] for r in records]

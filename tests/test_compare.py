@@ -16,7 +16,7 @@ from seq2seq import config as config_lib
 from seq2seq.compare import runner
 from seq2seq.compare.comparison import compare
 from seq2seq.compare.grid import make_tuning, scaled_tuned_values
-from seq2seq.compare.report import describe
+from seq2seq.compare.report import _training_figures, describe
 from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec, expand_suite, select_runs, table3_runs
@@ -84,13 +84,45 @@ def test_every_run_is_reported_with_the_numbers_of_its_own_records(comparison):
         result = run.read_eval_result("test")
         last_train = run.read_metrics()[-1]  # the stop record, after the final validation
         assert last_train["kind"] == "stop" and last_train["reason"] == "cap"
-        assert row["status"] == "ok" and row["ended"] == "at its cap"  # no early stopping
+        assert row["status"] == "ok" and row["ended"] == "at its step cap"  # no early stopping
         assert row["bleu"] == result["bleu"] and row["chrf"] == result["chrf"]
         assert row["decode_sentences_per_second"] == result["sentences_per_second"]
         assert row["test_sentences"] == result["n"] == 12
         assert row["steps"] == last_train["step"] == 12
         assert row["train_flops"] == last_train["train_flops"] > 0
         assert row["provenance"]["jax"] == importlib.metadata.version("jax")
+
+
+@pytest.mark.parametrize(
+    ("stop", "ended"),
+    [
+        ({"reason": "cap", "budget": "minutes"}, "at its time cap"),
+        ({"reason": "cap", "budget": "steps"}, "at its step cap"),
+        ({"reason": "cap"}, "at its cap"),  # a record from before the stop said which
+        ({"reason": "converged"}, "converged"),
+    ],
+)
+def test_the_ended_column_says_which_budget_stopped_a_run(stop, ended):
+    """The quickstart's runs stopped on their 4.5 minutes at steps 1480 of 2000 and 1136 of
+    1300, and the report said "at its cap", as for the steps' cap."""
+    records = [
+        {"kind": "train", "step": 5, "target_tokens_per_second": 1.0, "elapsed_seconds": 60},
+        {"kind": "stop", "step": 5, **stop},
+    ]
+    assert _training_figures(records)["ended"] == ended
+
+
+def test_the_report_says_runs_took_turns_only_when_one_had_more_than_one_turn():
+    """The quickstart's runs (4.5 minutes each, turns of 5) each trained in one go, one after
+    the other, and the report said they took turns, so a slow spell touched both."""
+    from seq2seq.compare.report_sections import _turns
+
+    def runs(*slices):
+        return [{"off_the_clock": {"tokens_per_second_per_slice": [1.0] * n}} for n in slices]
+
+    assert _turns(runs(1, 1), 5).startswith("Each run fit in one turn of 5 training minutes")
+    assert _turns(runs(1, 3), 5).startswith("The runs trained side by side, taking turns of 5")
+    assert _turns([{"name": "failed before training"}], 5).startswith("Each run fit")
 
 
 @pytest.mark.slow

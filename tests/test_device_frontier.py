@@ -52,6 +52,7 @@ def test_a_passed_deadline_ends_the_run_with_a_final_validation_and_a_cap(tmp_pa
     records = RunDirectory(tmp_path).read_metrics()
     assert [(r["step"], r["bleu"]) for r in records if r["kind"] == "validation"] == [(1, 0.0)]
     assert records[-1]["kind"] == "stop" and records[-1]["reason"] == "cap"
+    assert records[-1]["budget"] == "minutes"  # the deadline's: time ran out, not the steps
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["1"]
     # One checkpoint where the rule wants the mean of 5: it is scored by the one it has.
     run = RunDirectory(tmp_path)

@@ -92,4 +92,5 @@ def test_a_run_that_keeps_improving_ends_at_its_cap(tmp_path):
     rising = iter(range(100))
     summary = train(config, tmp_path, lambda *args: lambda state: {"bleu": float(next(rising))})
     assert summary.step == 20 and summary.stop_reason == "cap"
-    assert RunDirectory(tmp_path).read_metrics()[-1]["reason"] == "cap"
+    stop = RunDirectory(tmp_path).read_metrics()[-1]
+    assert (stop["reason"], stop["budget"]) == ("cap", "steps")

@@ -42,8 +42,14 @@ NUMERIC_FIELDS = (
     "decode_sentences_per_second",
 )
 
-# How the "ended" column says why a run stopped (its metrics.jsonl's last record).
-STOP_WORDS = {"converged": "converged", "cap": "at its cap"}
+# How the "ended" column says why a run stopped (its metrics.jsonl's last record): converged,
+# or which budget ran out (records from before 2026-12-07 do not say which).
+STOP_WORDS = {
+    ("converged", None): "converged",
+    ("cap", "steps"): "at its step cap",
+    ("cap", "minutes"): "at its time cap",
+    ("cap", None): "at its cap",
+}
 
 
 def run_row(outcome: RunOutcome) -> dict:
@@ -95,7 +101,8 @@ def _training_figures(records: list[dict]) -> dict:
             target_tokens_per_second=statistics.mean(r["target_tokens_per_second"] for r in steady),
         )
     if records and records[-1].get("kind") == "stop":  # written once the run has ended
-        figures_["ended"] = STOP_WORDS.get(records[-1]["reason"], records[-1]["reason"])
+        stop = records[-1]
+        figures_["ended"] = STOP_WORDS.get((stop["reason"], stop.get("budget")), stop["reason"])
     if validation:
         figures_["best_validation_perplexity"] = min(r["perplexity"] for r in validation)
         figures_["last_validation_bleu"] = validation[-1].get("bleu")

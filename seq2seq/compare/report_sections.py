@@ -81,12 +81,26 @@ def verdict(report: dict) -> list[str]:
         "",
     ]
     if settings["slice_minutes"]:
-        lines += [
-            f"The runs trained side by side, taking turns of {settings['slice_minutes']:g} "
-            "training minutes, so a slow spell of the machine touched each of them.",
-            "",
-        ]
+        lines += [_turns(report["runs"], settings["slice_minutes"]), ""]
     return lines
+
+
+def _turns(runs: list[dict], minutes: float) -> str:
+    """Whether the runs took turns (``--slice_minutes``) or each fit in its first turn."""
+    turns = [
+        len((row.get("off_the_clock") or {}).get("tokens_per_second_per_slice") or [])
+        for row in runs
+    ]
+    if max(turns, default=0) > 1:
+        return (
+            f"The runs trained side by side, taking turns of {minutes:g} training minutes, so "
+            "a slow spell of the machine touched each of them."
+        )
+    return (
+        f"Each run fit in one turn of {minutes:g} training minutes, so they trained one after "
+        "another: a slow spell of the machine may have touched one run only (the "
+        "tokens/s per slice below show each run's pace)."
+    )
 
 
 def _decoding(report: dict) -> str:

@@ -637,11 +637,17 @@ class _Loop:
         self.stop_reason = CONVERGED if self.stopping.converged else CAPPED
         if self.steps_run == 0 and self.writer.recorded("stop", int(state.step)):
             return  # nothing trained in this session: the session that did recorded the end
+        step = int(state.step)
+        capped = {} if self.stop_reason != CAPPED else {
+            # which ran out: the steps, or first the training minutes (or a Deadline)
+            "budget": "steps" if step >= self.config.train.steps else "minutes"
+        }  # fmt: skip
         self.writer.write(
-            int(state.step),
+            step,
             {
                 "kind": "stop",
                 "reason": self.stop_reason,
+                **capped,
                 **self.stopping.state(),
                 **self.progress(),
             },
