@@ -55,7 +55,10 @@ def main(argv: list[str]) -> None:
                 "its budget; raise --config.train.steps (or train.time_budget_minutes) to go on"
             )
         return
-    print(f"trained to step {summary.step}, loss {summary.final_loss:.4f}, {summary.seconds:.0f} s")
+    print(
+        f"trained to step {summary.step}, last step's loss {summary.final_loss:.4f}, "
+        f"{summary.seconds:.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -82,10 +82,10 @@ def test_metrics_log_has_a_line_per_logged_step(trained):
 
 def test_the_log_without_a_terminal_says_how_far_the_run_is_and_what_is_left(trained):
     _, result = trained
-    lines = [line for line in result["train_log"].splitlines() if ": loss " in line]
+    lines = [line for line in result["train_log"].splitlines() if ": mean loss " in line]
     assert len(lines) == 3, lines
     assert "step 4/12 (33%, " in lines[0] and "step 8/12 (67%, " in lines[1]
-    assert "step 12/12 (100%, 0 s of training to go): loss " in lines[2]
+    assert "step 12/12 (100%, 0 s of training to go): mean loss " in lines[2]
 
 
 def test_eval_bleu_equals_sacrebleu_on_its_hypothesis_file(trained):

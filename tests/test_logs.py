@@ -49,7 +49,7 @@ def test_the_progress_line_names_the_step_out_of_the_runs_steps_and_the_time_to_
         "flops_per_second_per_device": 6.19e10,
     }
     assert short_line(250, record, 2000, 175.0) == (
-        "step 250/2000 (12%, 3 min of training to go): loss 1.6669, lr 3.91e-03, "
+        "step 250/2000 (12%, 3 min of training to go): mean loss 1.6669, lr 3.91e-03, "
         "10486 target tokens/s, 0.0619 TFLOP/s per device"
     )
 

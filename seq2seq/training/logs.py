@@ -186,7 +186,7 @@ def short_line(step: int, record: dict, steps: int, to_go: float) -> str:
     its ``steps``, the training time ``to_go`` (seconds_to_go), and the interval's figures."""
     return (
         f"step {step}/{steps} ({step / steps:.0%}, {duration(to_go)} of training to go): "
-        f"loss {record['loss_mean']:.4f}, lr {record['learning_rate']:.2e}, "
+        f"mean loss {record['loss_mean']:.4f}, lr {record['learning_rate']:.2e}, "
         f"{record['target_tokens_per_second']:.0f} target tokens/s, "
         f"{record['flops_per_second_per_device'] / 1e12:.3g} TFLOP/s per device"
     )
