@@ -218,14 +218,20 @@ BAD_INPUTS = [
 
 def test_a_models_test_bleu_is_read_where_eval_py_files_it(tmp_path):
     """eval.py files ``--split test`` by the stem the role names (Multi30k's
-    test_2016_flickr), or by ``test`` where it read a folder's test.* files instead."""
+    test_2016_flickr), or by ``test`` where it read a folder's test.* files instead: the run's
+    own folder's, or another corpus's (``--data_dir``), which is not the run's test score."""
     config = tiny_config()
     config.data.test_split = "test_2016_flickr"
+    config.data.dir = str(tmp_path / "corpus")
     run = RunDirectory(tmp_path / "run")
     run.eval_dir.mkdir(parents=True)
     assert scores_of_the_test_split(run, config.data, "latest") is None
-    run.eval_result_file("test").write_text(json.dumps({"bleu": 12.5}))
-    assert scores_of_the_test_split(run, config.data, "latest") == {"bleu": 12.5}
+    for elsewhere in ({}, {"data_dir": str(tmp_path / "held_out")}):  # unknown, or another
+        run.eval_result_file("test").write_text(json.dumps({"bleu": 12.5, **elsewhere}))
+        assert scores_of_the_test_split(run, config.data, "latest") is None
+    own = {"bleu": 12.5, "data_dir": str(tmp_path / "corpus")}
+    run.eval_result_file("test").write_text(json.dumps(own))
+    assert scores_of_the_test_split(run, config.data, "latest") == own
     run.eval_result_file("test_2016_flickr").write_text(json.dumps({"bleu": 40.7}))
     run.eval_result_file("test_2016_flickr", "best").write_text(json.dumps({"bleu": 41.0}))
     assert scores_of_the_test_split(run, config.data, "latest") == {"bleu": 40.7}

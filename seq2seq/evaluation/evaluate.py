@@ -217,6 +217,8 @@ def evaluate(
             tokenizer=getattr(translator, "tokenizer", None),
         ),
         "split": split,
+        # the folder the split was read from (``eval.py --data_dir``, or the run's own)
+        "data_dir": str(Path(config.data.dir).resolve()) if config.data.dir else None,
         "max_sentences": max_sentences,
         **facts,
         "provenance": provenance.for_evaluation(run),

@@ -144,11 +144,15 @@ def scores_of_the_test_split(
 ) -> dict | None:
     """What ``eval.py --split test`` wrote for ``run`` under ``label``, or None. ``eval.py``
     files a split by the stem the role names (Multi30k's ``test_2016_flickr``), or by the role
-    itself where it fell back to a folder's ``test.*`` files; the corpus need not be here."""
-    for split in dict.fromkeys((data.test_split, "test")):
-        if (result := run.read_eval_result(split, label)) is not None:
-            return result
-    return None
+    itself where it fell back to a folder's ``test.*`` files; the corpus need not be here.
+    The role's file counts only where it was read from the run's own folder: ``eval.py
+    --data_dir`` files another corpus's ``test.*`` under it too, and the card would show that
+    score as the run's (a result from before 2026-12-07 does not say where it read)."""
+    if (result := run.read_eval_result(data.test_split, label)) is not None:
+        return result
+    own = str(Path(data.dir).resolve()) if data.dir else None
+    role = run.read_eval_result("test", label) if data.test_split != "test" else None
+    return role if role is not None and role.get("data_dir", "unknown") == own else None
 
 
 def _card(
