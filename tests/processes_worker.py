@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from seq2seq.evaluation import processes
-from seq2seq.training.sharding import initialize_processes
+from seq2seq.training.processes import initialize_processes
 
 TEXTS = ["ein Hund", "", "zwei Männer spielen Fußball", "x", "日本語の文", "a b c d e f g", "Ende"]
 

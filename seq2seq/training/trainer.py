@@ -32,7 +32,7 @@ from seq2seq.models import build_model, compute_dtype, count_params, schedule_wi
 from seq2seq.progress import bar as progress_bar
 from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
-from seq2seq.training import sharding
+from seq2seq.training import processes, sharding
 from seq2seq.training.clock import TrainingClock
 from seq2seq.training.logs import (
     HOST_PARTS,
@@ -204,10 +204,10 @@ def train(
     run = workdir if isinstance(workdir, RunDirectory) else RunDirectory(workdir)
     mesh_config = config.mesh
     if mesh_config.distributed or mesh_config.coordinator_address:
-        sharding.initialize_processes(
+        processes.initialize_processes(
             mesh_config.coordinator_address, mesh_config.num_processes, mesh_config.process_id
         )
-    with sharding.stop_every_process_on_error():
+    with processes.stop_every_process_on_error():
         return _train(config, run, make_validate, preemption or Preemption())
 
 
