@@ -313,3 +313,91 @@ def test_a_crashed_process_stops_the_other_within_a_minute(tmp_path):
     assert seconds < 60, logs[0][-3000:]
     assert workers[1].returncode == -signal.SIGKILL
     assert workers[0].returncode not in (0, None), logs[0][-3000:]
+
+
+def _start_both(workdir, port: int, per_process: list[list[str]]) -> list[subprocess.Popen]:
+    """Processes 0 and 1 of one job at ``port``, each with its own extra flags."""
+    mesh = [f"--config.mesh.coordinator_address=localhost:{port}", "--config.mesh.num_processes=2"]
+    command = train_command(workdir, "transformer", *TINY, *mesh)
+    return [
+        subprocess.Popen(
+            [*command, f"--config.mesh.process_id={index}", *flags],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(1),
+        )  # fmt: skip
+        for index, flags in enumerate(per_process)
+    ]
+
+
+def _finish(processes: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each process's log once it has ended (killed, and the test failed, past ``timeout``)."""
+    try:
+        return [process.communicate(timeout=timeout)[1] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_processes_started_with_different_configs_both_refuse_before_writing(tmp_path):
+    """Another train.steps typed in one terminal: the process with more steps waited in a
+    collective for the other, which had ended, and both hung for good."""
+    workdir = tmp_path / "run"
+    processes = _start_both(
+        workdir, _free_port(), [["--config.train.steps=6"], ["--config.train.steps=8"]]
+    )
+    logs = _finish(processes, timeout=240)
+    assert [p.returncode for p in processes] == [1, 1], logs
+    assert logs[1].strip().splitlines()[-1] == (
+        "error: process 1 was started with another config than process 0 (train.steps: 6 -> "
+        "8); start every process with the same config and flags"
+    )
+    assert (
+        logs[0]
+        .strip()
+        .splitlines()[-1]
+        .startswith("error: process 1 was started with another config than this one")
+    )
+    assert not (workdir / "config.json").exists()
+
+
+def test_a_coordinator_port_in_use_is_refused_in_one_line(tmp_path):
+    """JAX's coordination service failed to bind it and process 0 died of a segmentation
+    fault."""
+    port = _free_port()
+    with socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET) as holder:
+        holder.bind(("::" if socket.has_ipv6 else "0.0.0.0", port))
+        holder.listen()
+        (process,) = _start_both(tmp_path / "run", port, [["--config.train.steps=6"]])
+        (log,) = _finish([process], timeout=120)
+    assert process.returncode == 1, log[-3000:]
+    assert log.strip().splitlines()[-1] == (
+        f"error: config.mesh.coordinator_address=localhost:{port}: port {port} is in use on "
+        "this machine (another job?); pick a free port and pass it to every process"
+    )
+
+
+def test_a_process_whose_peers_never_start_ends_with_one_line():
+    """Process 0 of 2 alone: JAX waits its initialization timeout, then aborts the process
+    with a page of native stack. The watchdog says what to do a little before."""
+    script = (
+        "from seq2seq.training import processes; processes.JOIN_TIMEOUT_SECONDS = 8; "
+        f"processes.initialize_processes('localhost:{_free_port()}', 2, 0)"
+    )
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+        env=subprocess_env(1),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: process 0 of 2 waited 3 s for the job's processes at localhost:")
+    )
+    assert "start all 2 processes (mesh.process_id 0 to 1)" in result.stderr
+    assert time.monotonic() - start < 60

@@ -375,3 +375,16 @@ def test_a_second_run_in_the_process_traces_no_step_loss_or_search_again(tmp_pat
     step_module._STEPS.clear()  # the same run again, with nothing to share
     alone = run("alone", 2.0)
     assert shared.final_loss == alone.final_loss
+
+
+def test_a_sentence_count_the_devices_cannot_share_is_refused_before_the_run_is_written(tmp_path):
+    """It was refused only once the tokenizer was trained and config.json written, so the
+    corrected command was refused in turn, as a change to a run's settings."""
+    from seq2seq.training.trainer import train
+
+    config = tiny_config("transformer")
+    config.data.sentences_per_batch = 8
+    config.train.grad_accum_steps = 3  # a batch's rows split in 3, as over 3 devices
+    with pytest.raises(ValueError, match=r"sentences_per_batch=8 is not a multiple of 3 \("):
+        train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

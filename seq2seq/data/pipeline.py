@@ -17,7 +17,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from seq2seq.data import sources
-from seq2seq.data.batching import BucketedBatches, BucketSpec
+from seq2seq.data.batching import BucketedBatches, BucketSpec, check_row_multiple
 from seq2seq.data.encoded import (
     EncodedCorpus,
     encode_corpus,
@@ -114,6 +114,22 @@ def report_efficiency(batches: grain.IterDataset, count: int = REPORT_BATCHES) -
     }
 
 
+def check_batch_multiple(config: ml_collections.ConfigDict, batch_multiple: int) -> int:
+    """The rows every global batch is padded to a multiple of: ``batch_multiple`` (data-parallel
+    devices x gradient-accumulation steps) and the hosts. Refuses an exact sentence count
+    (``data.sentences_per_batch``) that does not split among them, so that a caller can ask
+    before anything is written.
+
+    Raises:
+      ValueError: one line naming the count and what it must divide into.
+    """
+    hosts = jax.process_count()
+    row_multiple = math.lcm(batch_multiple, hosts)
+    if not config.data.pack:  # packed rows are filled by tokens, never by a sentence count
+        check_row_multiple(row_multiple, hosts, config.data.sentences_per_batch)
+    return row_multiple
+
+
 def make_batches(
     config: ml_collections.ConfigDict,
     corpus: EncodedCorpus,
@@ -125,7 +141,7 @@ def make_batches(
     of the hosts."""
     data = config.data
     hosts, host = jax.process_count(), jax.process_index()
-    row_multiple = math.lcm(batch_multiple, hosts)
+    row_multiple = check_batch_multiple(config, batch_multiple)
     spec = BucketSpec(
         max_length=data.max_length,
         bucket_width=data.bucket_width,

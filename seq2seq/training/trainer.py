@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data import sources
-from seq2seq.data.pipeline import build_training_data
+from seq2seq.data.pipeline import build_training_data, check_batch_multiple
 from seq2seq.models import build_model, compute_dtype, count_params, schedule_width
 from seq2seq.progress import bar as progress_bar
 from seq2seq.records import provenance
@@ -207,6 +207,7 @@ def train(
         processes.initialize_processes(
             mesh_config.coordinator_address, mesh_config.num_processes, mesh_config.process_id
         )
+    processes.check_same_config(config)  # every process refuses together: none waits
     with processes.stop_every_process_on_error():
         return _train(config, run, make_validate, preemption or Preemption())
 
@@ -221,6 +222,7 @@ def _train(
     # Before anything is written: the mesh over this job's devices, and the stems it will read
     # (validation's only if it validates).
     mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    check_batch_multiple(config, _batch_multiple(config, mesh))  # sentences split over it
     splits = ("train_split", "eval_split")[: 1 + bool(make_validate)]
     sources.check_split_keys(config.data, splits, require_folder=True)
     run.create()
@@ -281,9 +283,11 @@ def _build_loop(
     """The data, state (restored if the run has a checkpoint) and jitted step of a run on
     ``mesh``, assembled into its loop; also the state and its parameter count."""
     rules = sharding.AxisRules.from_config(config.mesh.rules)
-    multiple = sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
     data = build_training_data(
-        config, run.tokenizer_dir, batch_multiple=multiple, encoded_dir=run.encoded_dir
+        config,
+        run.tokenizer_dir,
+        batch_multiple=_batch_multiple(config, mesh),
+        encoded_dir=run.encoded_dir,
     )
     vocab = data.tokenizer.target_vocab_size
     state, schedule = create_state(config, data.tokenizer.source_vocab_size, vocab)
@@ -306,6 +310,12 @@ def _build_loop(
     )
     loop.restore(progress)
     return loop, state, params
+
+
+def _batch_multiple(config: ml_collections.ConfigDict, mesh: Mesh) -> int:
+    """A global batch's rows split over the data-parallel devices and accumulation steps."""
+    rules = sharding.AxisRules.from_config(config.mesh.rules)
+    return sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
 
 
 def _log_model(name: str, params: int, mesh, state_shardings) -> None:
