@@ -250,3 +250,32 @@ def test_bench_meshes_that_do_not_parse_are_one_error_line():
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --meshes '2x2': give DATAxFSDPxTENSOR, three positive integers, e.g. 2x2x2"
     )
+
+
+def test_targets_are_graded_only_on_the_settings_they_are_stated_for():
+    """A 4-sentence decode of 8 tokens on any config was graded "met" against the 32 x 30
+    target of the bench config, and a shrunk run "NOT met" against its MFU target."""
+    from seq2seq.bench.__main__ import (
+        _decode_targets,
+        _is_bench_config,
+        _standard_decode,
+        _train_targets,
+    )
+    from seq2seq.config import load_config_file
+
+    shipped = load_config_file(REPO / "configs" / "bench_small.py")
+    assert _is_bench_config(shipped)
+    shipped.model.transformer.d_ff = 512
+    assert not _is_bench_config(shipped)
+    assert not _is_bench_config(load_config_file(REPO / "configs" / "quickstart_transformer.py"))
+    standard = {"model": "transformer", "trained": False, "beam_size": 4, "sentences": 32,
+                "source_length": 30, "max_output_length": 30, "sentences_per_s": 39.0}  # fmt: skip
+    assert _standard_decode(standard)
+    assert _decode_targets(standard)["sentences_per_s"] == ">= 40: NOT met (beam 4)"
+    for change in ({"sentences": 4}, {"source_length": 8}, {"trained": True}):
+        assert not _standard_decode({**standard, **change}), change
+    other = _decode_targets(standard, standard=False)["sentences_per_s"]
+    assert other.startswith("(no target") and "met" not in other
+    trained = {"model": "transformer", "mfu": 0.7, "speedup_over_linen": 2.0}
+    assert _train_targets(trained) == {"mfu": ">= 0.6: met", "speedup_over_linen": ">= 1.3: met"}
+    assert "met" not in str(_train_targets(trained, standard=False))

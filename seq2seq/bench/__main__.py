@@ -38,7 +38,7 @@ from ml_collections import config_flags
 
 from seq2seq import cli
 from seq2seq.bench.settings import MATMUL_SIZES, TARGET_DATA_MULTIPLE, parse_matmul_sizes
-from seq2seq.config import ConfigError, validate
+from seq2seq.config import ConfigError, flatten, load_config_file, validate
 from seq2seq.models import MODELS, ModelFamily, compute_dtype
 from seq2seq.records.run_directory import RunDirectory
 
@@ -73,11 +73,35 @@ def _met(value: float, bound: float) -> str:
     return f">= {_format(bound)}: {'met' if value >= bound else 'NOT met'}"
 
 
-def _train_targets(result: dict) -> dict:
-    """The family's training targets: its MFU and speed-up over the linen yardstick, if set."""
+# The untrained decode the targets are stated for: a batch of 32 sources of 30 tokens, each
+# searched for 30 output tokens (the flags' defaults).
+TARGET_DECODE = {"sentences": 32, "source_length": 30, "max_output_length": 30}
+OTHER_SETTINGS = "(no target: settings differ from the target's)"
+
+
+def _is_bench_config(config: ml_collections.ConfigDict) -> bool:
+    """Whether ``config`` is its family's bench config as shipped, the model its targets are
+    stated for."""
+    family = MODELS.get(config.model.name)
+    if family is None or family.bench is None:
+        return False
+    shipped = load_config_file(bench_config_path(family))
+    return dict(flatten(config)) == dict(flatten(shipped))
+
+
+def _standard_decode(result: dict) -> bool:
+    """Whether an untrained decode ran the settings its family's target is stated at."""
+    return not result["trained"] and all(result[k] == v for k, v in TARGET_DECODE.items())
+
+
+def _train_targets(result: dict, standard: bool = True) -> dict:
+    """The family's training targets: its MFU and speed-up over the linen yardstick, if set,
+    on its bench config (``standard``); another config is only marked as such."""
     bench = MODELS[result["model"]].bench
     if bench is None:
         return {}
+    if not standard:
+        return {"mfu": OTHER_SETTINGS}
     bounds = {"mfu": bench.train_mfu, "speedup_over_linen": bench.speedup_over_linen}
     return {
         key: _met(result[key], bound)
@@ -86,11 +110,14 @@ def _train_targets(result: dict) -> dict:
     }
 
 
-def _decode_targets(result: dict) -> dict:
-    """The family's decoding target, stated at its beam (none at another beam)."""
+def _decode_targets(result: dict, standard: bool = True) -> dict:
+    """The family's decoding target, stated at its beam (none at another beam) and, untrained,
+    on its bench config at ``TARGET_DECODE``'s sizes (``standard``)."""
     bench = MODELS[result["model"]].bench
     if bench is None or result["beam_size"] != bench.beam_size:
         return {}
+    if not standard:
+        return {"sentences_per_s": OTHER_SETTINGS}
     bound = (
         bench.split_decode_sentences_per_s if "split" in result else bench.decode_sentences_per_s
     )
@@ -103,7 +130,6 @@ def _all(settings: dict) -> dict:
     """Every benchmark on each bench family's config, in one process; the summary against the
     targets. The input pipeline is measured on the first family's config."""
     from seq2seq.bench import measure
-    from seq2seq.config import load_config_file
 
     configs = [load_config_file(bench_config_path(family)) for family in bench_families()]
     results = {
@@ -224,6 +250,8 @@ def summary(results: dict) -> str:
     for family in families:
         decode = results[f"decode_{family.name}"]
         bound = _met(decode["sentences_per_s"], family.bench.decode_sentences_per_s)
+        if not _standard_decode(decode):  # --sentences, --source_length or --output_length
+            bound = OTHER_SETTINGS
         rows.append(
             (
                 f"{family.title} beam {decode['beam_size']} sentences/s",
@@ -370,7 +398,8 @@ def _train(flag: SimpleNamespace) -> tuple[dict, str]:
     result = measure.train_benchmark(
         config, flag.steps, flag.warmup, peak, yardstick=flag.yardstick
     )
-    return result, _table(f"train {result['model']}", result, _train_targets(result))
+    targets = _train_targets(result, _is_bench_config(config))
+    return result, _table(f"train {result['model']}", result, targets)
 
 
 def _decode_split(flag: SimpleNamespace) -> tuple[dict, str]:
@@ -412,7 +441,8 @@ def _decode(flag: SimpleNamespace) -> tuple[dict, str]:
         repeats=flag.repeats,
         workdir=workdir,
     )
-    return result, _table(f"decode {result['model']}", result, _decode_targets(result))
+    standard = _standard_decode(result) and _is_bench_config(run_config)
+    return result, _table(f"decode {result['model']}", result, _decode_targets(result, standard))
 
 
 def _profile(flag: SimpleNamespace) -> tuple[dict, str]:
