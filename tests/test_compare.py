@@ -392,7 +392,12 @@ def test_named_suites_expand_to_existing_configs():
             ["--devices", "docs/records/multi30k_ende,docs/records/../records/multi30k_ende"],
             "are one folder; give the records of each device",
         ),
-        (["--directions", "tests"], "--directions tests holds no run folders"),
+        (["--directions", "tests,docs"], "--directions tests holds no run folders"),
+        (  # it wrote a verdict "across directions" of one
+            ["--directions", "docs/records/multi30k_ende"],
+            "--directions takes two or more record folders, one direction each; got 1 (one "
+            "direction's report: --records FOLDER)",
+        ),
     ],
 )
 def test_bad_invocations_end_with_one_line(tmp_path, arguments, message):

@@ -246,6 +246,11 @@ def _verdict_across_directions(flag: SimpleNamespace) -> None:
     from seq2seq.compare.directions import direction_of, write_directions_report
     from seq2seq.compare.frontier import read_records
 
+    if len(flag.directions) < 2:
+        raise ValueError(
+            f"--directions takes two or more record folders, one direction each; got "
+            f"{len(flag.directions)} (one direction's report: --records FOLDER)"
+        )
     folders = []
     for folder in flag.directions:
         if not Path(folder).is_dir():
