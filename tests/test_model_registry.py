@@ -116,7 +116,8 @@ def test_the_bench_tables_come_from_the_entries(family):
                            split_decode_sentences_per_s=20.0, train_mfu=0.5)  # fmt: skip
     unregister(NAME)
     register(dataclasses.replace(family, bench=targets))
-    decode = {"model": NAME, "beam_size": 3, "sentences_per_s": 15.0}
+    decode = {"model": NAME, "beam_size": 3, "sentences_per_s": 15.0, "trained": False,
+              "sentences": 32, "source_length": 30, "max_output_length": 30}  # fmt: skip
     assert _decode_targets(decode) == {"sentences_per_s": ">= 10: met (beam 3)"}
     assert _decode_targets({**decode, "split": "test"}) == {
         "sentences_per_s": ">= 20: NOT met (beam 3)"
