@@ -703,9 +703,11 @@ _RENAMED = {
 def save(config: ml_collections.ConfigDict, path: Path) -> None:
     """Writes the config as JSON (the record of what a run ran with).
 
-    Through a temporary file and a rename, so a process reading it never sees half a file.
+    Through a temporary file and a rename, so a process reading it never sees half a file. The
+    temporary file is hidden: another process of the job, checking meanwhile that the folder
+    holds nothing but a run (``RunDirectory.check_free``), took it for a stranger's file.
     """
-    temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
     temporary.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     os.replace(temporary, path)
 

@@ -349,3 +349,21 @@ def test_a_second_process_cannot_train_a_run_while_one_does(tmp_path):
     with run.training():  # free again
         run.save_config(config)
     assert run.never_started()  # the lock's file is not something the run made
+
+
+def test_a_config_being_written_leaves_the_folder_a_run_to_another_process(tmp_path, monkeypatch):
+    """Process 1 of a job checks the folder (``create``) while process 0 writes config.json:
+    it found ``config.json.tmp27280`` and refused the folder as holding a stranger's file."""
+    from tests.conftest import tiny_config
+
+    run = RunDirectory(tmp_path / "run").create()
+    replace, written = config_lib.os.replace, []
+
+    def check_then_replace(source, target):
+        RunDirectory(run.path).create()  # what the other process's start does meanwhile
+        written.append(os.path.basename(source))
+        replace(source, target)
+
+    monkeypatch.setattr(config_lib.os, "replace", check_then_replace)
+    config_lib.save(tiny_config(), run.config_file)
+    assert len(written) == 1 and run.config_file.is_file()
