@@ -181,10 +181,29 @@ def stop_every_process_on_error() -> Iterator[None]:
     """
     try:
         yield
-    except Exception:
+    except Exception as error:
         if jax.process_count() == 1:
             raise
-        logger.exception("process %d failed; stopping every process", jax.process_index())
+        if _peer_left(error):  # a peer stopped (Ctrl-C, SIGTERM before training): no bug here
+            logger.error(
+                "process %d: another process of the job stopped (%s); stopping this one too",
+                jax.process_index(), _peer_left(error),
+            )  # fmt: skip
+        else:
+            logger.exception("process %d failed; stopping every process", jax.process_index())
         logging.shutdown()
         sys.stderr.flush()
         os._exit(1)
+
+
+# How Gloo reports a collective whose peer process has gone away.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+
+
+def _peer_left(error: Exception) -> str:
+    """The line of a collective's error that says a peer process went away, else "" (JAX
+    raises it as a ValueError or a JaxRuntimeError, by where the collective ran)."""
+    if not isinstance(error, (ValueError, jax.errors.JaxRuntimeError)):
+        return ""
+    lines = [line.strip() for line in str(error).splitlines()]
+    return next((line for line in lines if any(gone in line for gone in PEER_GONE)), "")
