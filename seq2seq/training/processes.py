@@ -49,10 +49,11 @@ def initialize_processes(
         check_port_free(coordinator_address)
     who = f"process {process_id} of {num_processes}" if num_processes else "this process"
     where = f" at {coordinator_address}" if coordinator_address else ""
-    logger.info(
-        "%s: joining the job%s (waiting up to %.0f min for every process)",
-        who, where, JOIN_TIMEOUT_SECONDS / 60,
-    )  # fmt: skip
+    if coordinator_address:  # started by hand: say where it waits (a cluster's launcher knows)
+        logger.info(
+            "%s: joining the job%s (waiting up to %.0f min for every process)",
+            who, where, JOIN_TIMEOUT_SECONDS / 60,
+        )  # fmt: skip
     # JAX aborts the process with a page of native stack when the others do not come: a line
     # of our own, a little before that, says what to do instead.
     watchdog = threading.Timer(JOIN_TIMEOUT_SECONDS - 5, _give_up, (who, where, num_processes))
