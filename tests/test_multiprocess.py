@@ -96,36 +96,41 @@ def _one_process(workdir, steps: int) -> str:
     return result.stderr
 
 
-def _two_processes(workdir, steps: int, *overrides: str) -> list[str]:
-    """Starts process 0 and 1 of one job (one CPU device each); returns their logs."""
-    mesh = [
-        f"--config.mesh.coordinator_address=localhost:{_free_port()}",
-        "--config.mesh.num_processes=2",
-    ]
-    steps_flag = f"--config.train.steps={steps}"
-    command = train_command(workdir, "transformer", steps_flag, *TINY, *mesh, *overrides)
-    processes = [
+def _start_both(workdir, port: int, per_process: list[list[str]]) -> list[subprocess.Popen]:
+    """Processes 0 and 1 of one job at ``port``, each with its own extra flags."""
+    mesh = [f"--config.mesh.coordinator_address=localhost:{port}", "--config.mesh.num_processes=2"]
+    command = train_command(workdir, "transformer", *TINY, *mesh)
+    return [
         subprocess.Popen(
-            [*command, f"--config.mesh.process_id={index}"],
+            [*command, f"--config.mesh.process_id={index}", *flags],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=subprocess_env(1),
-        )
-        for index in range(2)
+        )  # fmt: skip
+        for index, flags in enumerate(per_process)
     ]
-    logs = []
+
+
+def _finish(processes: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each process's log once it has ended (killed, and the test failed, past ``timeout``)."""
     try:
-        for process in processes:
-            _, stderr = process.communicate(timeout=600)
-            logs.append(stderr)
-            assert process.returncode == 0, stderr[-3000:]
+        return [process.communicate(timeout=timeout)[1] for process in processes]
     finally:
-        for process in processes:  # a failed process leaves its peer waiting: stop it
+        for process in processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def _two_processes(workdir, steps: int, *overrides: str) -> list[str]:
+    """Starts process 0 and 1 of one job (one CPU device each); returns their logs."""
+    flags = [f"--config.train.steps={steps}", *overrides]
+    workers = _start_both(workdir, _free_port(), [flags, flags])
+    logs = _finish(workers, timeout=600)
+    for worker, log in zip(workers, logs, strict=True):
+        assert worker.returncode == 0, log[-3000:]
     return logs
 
 
@@ -313,34 +318,6 @@ def test_a_crashed_process_stops_the_other_within_a_minute(tmp_path):
     assert seconds < 60, logs[0][-3000:]
     assert workers[1].returncode == -signal.SIGKILL
     assert workers[0].returncode not in (0, None), logs[0][-3000:]
-
-
-def _start_both(workdir, port: int, per_process: list[list[str]]) -> list[subprocess.Popen]:
-    """Processes 0 and 1 of one job at ``port``, each with its own extra flags."""
-    mesh = [f"--config.mesh.coordinator_address=localhost:{port}", "--config.mesh.num_processes=2"]
-    command = train_command(workdir, "transformer", *TINY, *mesh)
-    return [
-        subprocess.Popen(
-            [*command, f"--config.mesh.process_id={index}", *flags],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=subprocess_env(1),
-        )  # fmt: skip
-        for index, flags in enumerate(per_process)
-    ]
-
-
-def _finish(processes: list[subprocess.Popen], timeout: float) -> list[str]:
-    """Each process's log once it has ended (killed, and the test failed, past ``timeout``)."""
-    try:
-        return [process.communicate(timeout=timeout)[1] for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
 
 def test_processes_started_with_different_configs_both_refuse_before_writing(tmp_path):
