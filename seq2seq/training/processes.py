@@ -102,7 +102,7 @@ def check_port_free(coordinator_address: str) -> None:
     Raises:
       ValueError: one line naming the port and the fix.
     """
-    host, _, port = coordinator_address.rpartition(":")
+    port = coordinator_address.rpartition(":")[2]
     if not port.isdigit():
         raise ValueError(
             f"config.mesh.coordinator_address={coordinator_address!r} has no port; write "
@@ -185,10 +185,10 @@ def stop_every_process_on_error() -> Iterator[None]:
     except Exception as error:
         if jax.process_count() == 1:
             raise
-        if _peer_left(error):  # a peer stopped (Ctrl-C, SIGTERM before training): no bug here
+        if gone := _peer_left(error):  # a peer stopped (Ctrl-C, SIGTERM before training)
             logger.error(
                 "process %d: another process of the job stopped (%s); stopping this one too",
-                jax.process_index(), _peer_left(error),
+                jax.process_index(), gone,
             )  # fmt: skip
         else:
             logger.exception("process %d failed; stopping every process", jax.process_index())
