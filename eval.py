@@ -45,7 +45,7 @@ from absl import flags
 from seq2seq import cli
 from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import rules_help
-from seq2seq.data.sources import resolve_split
+from seq2seq.data.sources import corpus_fingerprint, resolve_split
 from seq2seq.records.run_directory import RunDirectory, owning_run
 
 # Decoding and scoring (JAX, flax, sacreBLEU) are imported where they are used, once the flags,
@@ -72,7 +72,8 @@ _DATA_DIR = flags.DEFINE_string(
     "data_dir",
     None,
     "The folder that holds the run's corpus now, if it moved since training (default: the "
-    "config's data.dir). The run's config is left as it is.",
+    "config's data.dir), or another corpus with the split's files, whose scores are filed as "
+    "eval/SPLIT-corpus-FOLDER.json. The run's config is left as it is.",
 )
 _CHECKPOINT = flags.DEFINE_string("checkpoint", "latest", rules_help())
 _BEAM_SIZE = flags.DEFINE_integer(
@@ -321,6 +322,7 @@ def main(argv: list[str]) -> None:
             f"--attention: {run.path} is an encoder-decoder without attention "
             "(model.rnnsearch.attention='none'): it has none to draw"
         )
+    corpus = None
     if _DATA_DIR.value is not None:  # read from there; the run's config.json is not touched
         if config.data.source == "synthetic":
             raise ValueError(
@@ -329,6 +331,8 @@ def main(argv: list[str]) -> None:
                 "and --reference"
             )
         config.data.dir = _DATA_DIR.value
+        if run.holds_another_corpus(config, corpus_fingerprint):
+            corpus = Path(_DATA_DIR.value).resolve().name  # its scores are not the run's own
     split = (
         None
         if _INPUT.value
@@ -349,8 +353,8 @@ def main(argv: list[str]) -> None:
         if _ATTENTION.value is not None:
             written += "\n" + _draw_attention(translator, run, result)
     else:
-        result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value)
-        hypotheses, scores = filed_in(translator, run, split, _CHECKPOINT.value)
+        result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value, corpus=corpus)
+        hypotheses, scores = filed_in(translator, run, split, _CHECKPOINT.value, corpus)
         written = f"  written to {scores} (the scores and their provenance) and {hypotheses}"
     print(format_report(result))
     print(written)

@@ -992,6 +992,16 @@ def test_a_run_whose_corpus_moved_is_scored_from_its_new_folder(workdir, evaluat
     assert result["bleu"] == before["bleu"] and result["chrf"] == before["chrf"]
     assert (moved / "config.json").read_text() == written
 
+    # Had the run recorded training files the folder lacks, the folder would be another corpus,
+    # whose scores are filed apart from the run's own.
+    own = (moved / "eval" / "test@average2.json").read_text()
+    (moved / "corpus.json").write_text(json.dumps({"train.de": {"bytes": 1, "sha256": "0"}}))
+    again = json.loads(_run("eval.py", "--workdir", str(moved), *flags).stdout.splitlines()[-1])
+    assert again["bleu"] == before["bleu"]
+    assert (moved / "eval" / "test@average2.json").read_text() == own
+    apart = json.loads((moved / "eval" / "test@average2-corpus-corpus.json").read_text())
+    assert apart["data_dir"] == str(corpus.resolve()) and apart["bleu"] == before["bleu"]
+
 
 @pytest.mark.parametrize(
     ("args", "message"),

@@ -283,6 +283,24 @@ def test_a_text_corpus_moved_to_another_folder_is_the_same_run_and_a_changed_one
         run.save_config(_text_config(first), fingerprint=corpus_fingerprint)
 
 
+def test_a_folder_without_the_recorded_training_files_holds_another_corpus(tmp_path):
+    """eval.py --data_dir files scores apart when the folder is not the run's corpus moved."""
+    first = _text_corpus(tmp_path / "first", PAIRS)
+    run = RunDirectory(tmp_path / "run").create()
+    run.save_config(_text_config(first))
+    assert not run.holds_another_corpus(_text_config(first), corpus_fingerprint)  # none recorded
+    run.record_corpus(_text_config(first), corpus_fingerprint)
+    moved = shutil.copytree(first, tmp_path / "moved")
+    assert not run.holds_another_corpus(_text_config(str(moved)), corpus_fingerprint)
+    edited = _text_corpus(tmp_path / "edited", [PAIRS[0], ("two men sit", "zwei Männer stehen")])
+    assert run.holds_another_corpus(_text_config(edited), corpus_fingerprint)
+    held_out = tmp_path / "held_out"  # test files only
+    held_out.mkdir()
+    (held_out / "test.en").write_text("a dog runs\n", "utf-8")
+    (held_out / "test.de").write_text("ein Hund rennt\n", "utf-8")
+    assert run.holds_another_corpus(_text_config(str(held_out)), corpus_fingerprint)
+
+
 def test_the_comparison_reuses_a_run_whose_corpus_moved_and_refuses_one_whose_corpus_changed(
     tmp_path,
 ):

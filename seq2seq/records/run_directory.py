@@ -321,6 +321,21 @@ class RunDirectory:
             return f"its {' and '.join(changed)} are not the files this run trained on"
         return None
 
+    def holds_another_corpus(
+        self, config: ml_collections.ConfigDict, fingerprint: Fingerprint
+    ) -> bool:
+        """Whether ``config.data.dir`` is known to hold another corpus than the one this run
+        trained on: the run recorded its training files (``corpus.json``) and that folder lacks
+        them or holds others. A folder that holds them is the corpus moved; a run that recorded
+        nothing (older runs, TFDS and synthetic data) is given the benefit of the doubt."""
+        if not self.corpus_file.exists() or config.data.source != "text":
+            return False
+        recorded = json.loads(self.corpus_file.read_text())
+        try:
+            return fingerprint(config) != recorded
+        except ValueError:  # no training split there: a held-out folder
+            return True
+
     def record_corpus(self, config: ml_collections.ConfigDict, fingerprint: Fingerprint) -> None:
         """Writes ``corpus.json``, ``fingerprint(config)``, at a run's first start, or over one
         that a start which made nothing left; a resume keeps the first."""
