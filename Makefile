@@ -103,7 +103,9 @@ bench: $(STAMP)
 # accelerator"). Its image has JAX for its GPU but no internet: `make device-wheels`, run where
 # pip can download, saves the lock's versions of the packages the image lacks as wheels for its
 # Python in .whl/; `make device-bench`, run there, installs them beside the image's packages and
-# runs every part in about 9 minutes, writing device_bench.json and .md to $(DEVICE_OUT).
+# runs the parts in order while $(DEVICE_MINUTES) minutes last, writing device_bench.json and .md
+# to $(DEVICE_OUT). Issue 41's eleven come first; issue 55's two, last, may find no time left:
+# `make device-bounds` runs them alone.
 DEVICE_WHEELS := grain array-record portpicker sacremoses ml-collections tensorboardx
 DEVICE_PYTHON ?= python3
 DEVICE_SITE   ?= /tmp/seq2seq-site
