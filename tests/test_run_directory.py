@@ -166,23 +166,30 @@ def test_a_run_of_another_shape_is_refused_and_nothing_is_overwritten(tmp_path):
     assert run.load_config().train.steps == 999
 
 
-@pytest.mark.parametrize(
-    "made",
-    ["metrics.jsonl", "tokenizer/spm.model", "checkpoints/5/state/data", "encoded/train.npz"],
-)
-def test_a_start_that_failed_before_making_anything_does_not_hold_the_folder(tmp_path, made):
+@pytest.mark.parametrize("made", ["metrics.jsonl", "checkpoints/5/state/data", "eval/test.json"])
+def test_a_start_that_failed_before_training_does_not_hold_the_folder(tmp_path, made):
     # A first start with a bad value (here the wrong source language) stopped on its data: its
-    # config and provenance are all it left, so a corrected start may take the folder.
+    # config, provenance and what they derive before training (a tokenizer, an encoded split)
+    # are all it left, so a corrected start may take the folder, and drops what it derived.
     run = RunDirectory(tmp_path).create()
     wrong = tiny_config("transformer")
     wrong.data.src_lang = "xx"
     run.save_config(wrong)
     run.provenance_file.write_text('{"entries": []}\n')
+    for derived in ("tokenizer/spm.model", "encoded/train-0123/source_ids.npy"):
+        (tmp_path / derived).parent.mkdir(parents=True)
+        (tmp_path / derived).write_text("x")
+    assert run.never_started()
+    faster = wrong.copy_and_resolve_references()
+    faster.train.learning_rate *= 2  # not a data key: the tokenizer stays
+    run.save_config(faster)
+    assert run.tokenizer_dir.exists() and run.encoded_dir.exists()
     right = tiny_config("transformer")
     run.save_config(right)
     assert run.load_config().data.src_lang == right.data.src_lang
-    # Once the run has made anything (a log line, its tokenizer, a checkpoint, its encoded
-    # data), its config is its identity again.
+    assert not run.tokenizer_dir.exists() and not run.encoded_dir.exists()
+    # Once the run has made anything else (a log line, a checkpoint, a score), its config is
+    # its identity again.
     (tmp_path / made).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / made).write_text("x")
     with pytest.raises(RunDirectoryError, match="config.data.src_lang"):
@@ -367,6 +374,50 @@ def test_a_second_process_cannot_train_a_run_while_one_does(tmp_path):
     with run.training():  # free again
         run.save_config(config)
     assert run.never_started()  # the lock's file is not something the run made
+
+
+def test_a_start_that_failed_after_its_tokenizer_takes_the_corrected_config(tmp_path):
+    """A data error found once the tokenizer and encoding are written (every pair filtered out
+    by data.max_length) left a folder that refused the corrected rerun as a changed run."""
+    from seq2seq.training.trainer import train
+
+    run = RunDirectory(tmp_path / "run")
+    config = tiny_config("transformer")
+    config.train.steps = 2
+    wrong = config.copy_and_resolve_references()
+    wrong.data.max_length = 2
+    with pytest.raises(ValueError, match="no training pairs left after filtering"):
+        train(wrong, run)
+    assert run.tokenizer_dir.is_dir() and run.encoded_dir.is_dir() and run.never_started()
+    stale = run.tokenizer_dir / "stale.txt"  # gone with the config that derived it
+    stale.write_text("x")
+    train(config, run)
+    assert not stale.exists() and run.load_config().data.max_length == config.data.max_length
+    assert run.saved_steps() == [2] and not run.never_started()
+
+
+def test_a_rerun_of_a_start_that_never_trained_records_the_corpus_it_reads(tmp_path):
+    """Only a run that trained keeps its first corpus record. One that stopped after its
+    tokenizer (a line past the tokenizer's sample was not UTF-8) recorded the bad file, and
+    refused the fixed corpus once it had moved."""
+    first = _text_corpus(tmp_path / "first", PAIRS)
+    run = RunDirectory(tmp_path / "run").create()
+    run.save_config(_text_config(first))
+    run.record_corpus(_text_config(first), corpus_fingerprint)
+    run.tokenizer_dir.mkdir()
+    (run.tokenizer_dir / "shared.model").write_text("a model")
+    bad = json.loads(run.corpus_file.read_text())
+    (tmp_path / "first" / "train.en").write_text("a dog runs\ntwo men stand\n", "utf-8")
+    run.save_config(_text_config(first), fingerprint=corpus_fingerprint)
+    assert (run.tokenizer_dir / "shared.model").exists()  # the same config keeps its tokenizer
+    run.record_corpus(_text_config(first), corpus_fingerprint)
+    fixed = json.loads(run.corpus_file.read_text())
+    assert fixed != bad and fixed == corpus_fingerprint(_text_config(first))
+
+    _started(run)
+    (tmp_path / "first" / "train.en").write_text("a dog runs\ntwo men sat\n", "utf-8")
+    run.record_corpus(_text_config(first), corpus_fingerprint)
+    assert json.loads(run.corpus_file.read_text()) == fixed  # a run that trained keeps it
 
 
 def test_a_config_being_written_leaves_the_folder_a_run_to_another_process(tmp_path, monkeypatch):

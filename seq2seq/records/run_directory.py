@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -249,15 +250,20 @@ class RunDirectory:
         """
         if self.config_file.exists():
             saved = self._saved_config()  # another tool's config.json is never replaced
-            if not self.never_started():
-                differences = self.identity_differences(config, fingerprint, saved=saved)
-                if differences:
-                    changed = "; ".join(differences)
-                    raise RunDirectoryError(
-                        f"{self.path} holds a run trained with other values ({changed}); "
-                        "nothing was overwritten: use a new --workdir (or delete this one) to "
-                        "train afresh, or the run's own config to continue it"
-                    )
+            differences = self.identity_differences(config, fingerprint, saved=saved)
+            if differences and not self.never_started():
+                changed = "; ".join(differences)
+                raise RunDirectoryError(
+                    f"{self.path} holds a run trained with other values ({changed}); "
+                    "nothing was overwritten: use a new --workdir (or delete this one) to "
+                    "train afresh, or the run's own config to continue it"
+                )
+            changed = [d.split(":")[0].removeprefix("config.") for d in differences]
+            if write and any(key == "seed" or key.startswith("data.") for key in changed):
+                # A corrected start: the tokenizer and encoding the old data section (and seed,
+                # which samples the tokenizer's sentences) derived are not this run's.
+                for derived in (self.tokenizer_dir, self.encoded_dir):
+                    shutil.rmtree(derived, ignore_errors=True)
         if write:
             config_lib.save(config, self.config_file)
 
@@ -356,11 +362,19 @@ class RunDirectory:
         return held(self.lock_file, f"{self.path} is being trained by")
 
     def never_started(self) -> bool:
-        """Whether the run here stopped before it made anything: its folder holds its config,
-        provenance and corpus record alone (a start that failed on its data or a bad value).
-        Its config is then no run's identity, and a corrected start may replace it."""
+        """Whether the run here stopped before it trained: its folder holds its config,
+        provenance and corpus record, and at most what a start derives from them before the
+        first step, its tokenizer and encoded training split (a start that failed on its data,
+        a bad value or a batch size). Its config is then no run's identity: a corrected start
+        may replace it (``save_config``, which drops the derived folders) and its corpus record
+        (``record_corpus``)."""
         kept = (self.config_file, self.provenance_file, self.corpus_file, self.lock_file)
-        return all(p in kept for p in self.path.rglob("*") if p.is_file())  # stops at another
+        derived = (self.tokenizer_dir, self.encoded_dir)
+        return all(
+            p in kept or any(folder in p.parents for folder in derived)
+            for p in self.path.rglob("*")
+            if p.is_file()
+        )
 
     def saved_steps(self) -> list[int]:
         """The steps of the checkpoints on disk, oldest first, read from their folders' names
