@@ -627,7 +627,11 @@ def _check_source(data: ml_collections.ConfigDict) -> None:
             re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", data[key]) is not None,
             f"config.data.{key}={data[key]!r} is not a language code such as 'de' or 'en'",
         )
-    _require(data.src_lang != data.tgt_lang, "config.data.src_lang equals data.tgt_lang")
+    _require(
+        data.src_lang != data.tgt_lang,
+        f"config.data.src_lang and data.tgt_lang are both {data.src_lang!r}; set them to the "
+        "pair's two languages (the files' suffixes: train.de and train.en are 'de' and 'en')",
+    )
     _require(
         data.vocab_size > len(SPECIAL_TOKENS),
         f"config.data.vocab_size={data.vocab_size} must exceed the {len(SPECIAL_TOKENS)} special "

@@ -137,6 +137,7 @@ def _validates_or_raises(config, error: str | None) -> None:
         ("data.src_lang", "", r"config\.data\.src_lang='' is not a language code"),
         ("data.tgt_lang", "d/e", r"config\.data\.tgt_lang='d/e' is not a language code"),
         ("data.tgt_lang", "zh-Hant", None),
+        ("data.src_lang", "de", r"src_lang and data\.tgt_lang are both 'de'; set them to the"),
         ("data.vocab_size", 4, r"vocab_size=4 must exceed the 4 special tokens \(pad, unk, bos"),
         ("data.vocab_size", 5, None),
         ("train.learning_rate", 0.0, r"config\.train\.learning_rate=0\.0 must be > 0"),

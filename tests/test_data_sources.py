@@ -167,6 +167,12 @@ def test_a_split_key_whose_stem_is_absent_names_the_key_the_stems_and_the_fix(tm
     with pytest.raises(DataError, match=r"data.test_split='test'.*; pass --split=newstest2014$"):
         resolve_split(data, "test")
     assert resolve_split(data, "train") == "train"
+    data.eval_split = "dev"  # one side there: the message named both as missing
+    with pytest.raises(DataError) as error:
+        check_split_keys(data, ("eval_split",))
+    assert _one_line(error).startswith(
+        f"data.eval_split='dev': no dev.en beside dev.de in {tmp_path} "
+    )
 
 
 def test_a_role_whose_stem_is_absent_reads_the_files_of_its_own_name(tmp_path, caplog):

@@ -1,7 +1,9 @@
 """The ``tfds`` source, through the real ``tfds`` builders with real Multi30k sentences mocked in
 as the prepared data: each side gets its language, in both directions."""
 
+import sys
 import tempfile
+from pathlib import Path
 
 import ml_collections
 import pytest
@@ -121,6 +123,7 @@ def test_unprepared_dataset_says_how_to_prepare_it(tmp_path):
         open_corpus(_data("wmt14_translate/de-en", "en", "de", dir=str(tmp_path)), "train")
     message = str(error.value)
     assert "\n" not in message and "tfds build" in message and str(tmp_path) in message
+    assert f"`{Path(sys.executable).parent / 'tfds'} build" in message  # the venv's, by its path
 
 
 def test_training_on_an_unprepared_dataset_stops_before_writing(tmp_path):
@@ -138,3 +141,18 @@ def test_unknown_dataset_is_one_line():
     with pytest.raises(DataError) as error:
         open_corpus(_data("wmt99_translate/de-en", "en", "de"), "train")
     assert "wmt99_translate" in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(DataError) as error:  # TFDS's message lists every dataset it knows
+        open_corpus(_data("wmt14_translat/de-en", "en", "de"), "train")
+    assert str(error.value).startswith(
+        "config.data.name='wmt14_translat/de-en': TFDS has no dataset 'wmt14_translat'; did you "
+        "mean wmt14_translate"
+    )
+
+
+def test_a_config_the_dataset_lacks_names_the_ones_it_has():
+    with pytest.raises(DataError) as error:  # TFDS's message ended in an empty list
+        open_corpus(_data("wmt14_translate/de-xx", "en", "de"), "train")
+    assert str(error.value) == (
+        "config.data.name='wmt14_translate/de-xx': wmt14_translate has no config 'de-xx'; its "
+        "configs are cs-en, de-en, fr-en, hi-en, ru-en"
+    )

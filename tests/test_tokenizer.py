@@ -1,6 +1,7 @@
 """SentencePiece: round trips restore real text; the vocabulary is a function of the seed."""
 
 import collections
+import logging
 import random
 import string
 
@@ -86,6 +87,26 @@ def test_work_directory_tokenizer_is_reused_not_retrained(tmp_path):
     assert second.source.serialized_model_proto() == first.source.serialized_model_proto()
     saved = sorted(p.name for p in tmp_path.iterdir())
     assert saved == ["moses.json", "shared.model"]  # a word vocabulary: Moses' languages too
+
+
+def test_a_vocabulary_smaller_than_asked_for_is_logged(tmp_path, caplog):
+    """A sample with fewer distinct words than data.vocab_size gave a smaller vocabulary
+    without a word, while config.json kept the size asked for."""
+    config = tiny_config()  # a word vocabulary
+    config.data.vocab_size = 100
+    pairs = [(f"a b c {i % 7}", f"x y z {i % 5}") for i in range(200)]
+    with caplog.at_level(logging.WARNING, logger="seq2seq"):
+        tokenizer = build_tokenizer(config, tmp_path / "small", ListCorpus(pairs))
+    # one shared list: 4 special ids, the words a b c x y z and the digits 0-6
+    assert tokenizer.source_vocab_size == tokenizer.target_vocab_size == 4 + 6 + 7
+    assert "vocabulary: 17 pieces, fewer than data.vocab_size=100:" in caplog.text
+    caplog.clear()
+    config.data.vocab_size = 12  # the 12 most frequent: as asked, so nothing to say
+    with caplog.at_level(logging.WARNING, logger="seq2seq"):
+        assert (
+            build_tokenizer(config, tmp_path / "exact", ListCorpus(pairs)).source_vocab_size == 12
+        )
+    assert "vocabulary:" not in caplog.text
 
 
 def test_flat_encoding_matches_per_sentence_encoding(tmp_path):

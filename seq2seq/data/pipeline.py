@@ -71,7 +71,7 @@ def _train_tokenizer(
     data = config.data
     sample = corpus.take(sample_indices(len(corpus), data.tokenizer_sample_size, config.seed))
     logger.info("training a %s tokenizer on %d sampled pairs", data.tokenizer, len(sample))
-    return train_tokenizer(
+    tokenizer = train_tokenizer(
         sample,
         model_type=data.tokenizer,
         vocab_size=data.vocab_size,
@@ -79,6 +79,24 @@ def _train_tokenizer(
         directory=directory,
         source_lang=data.src_lang,
         target_lang=data.tgt_lang,
+    )
+    if line := smaller_vocabulary_line(tokenizer, data):
+        logger.warning(line)
+    return tokenizer
+
+
+def smaller_vocabulary_line(tokenizer: Tokenizer, data: ml_collections.ConfigDict) -> str | None:
+    """One line where the vocabulary came out smaller than ``data.vocab_size`` (the sample holds
+    fewer distinct pieces or words than asked for; SentencePiece then stops short rather than
+    failing), else None. The model's embeddings take the tokenizer's size, not the config's."""
+    sizes = {tokenizer.source_vocab_size, tokenizer.target_vocab_size}
+    if max(sizes) >= data.vocab_size:
+        return None
+    found = " and ".join(f"{size:,}" for size in sorted(sizes))
+    return (
+        f"vocabulary: {found} pieces, fewer than data.vocab_size={data.vocab_size:,}: the "
+        f"tokenizer's sample ({data.tokenizer_sample_size:,} pairs at most) holds no more, and "
+        "the model's embeddings take the smaller size"
     )
 
 

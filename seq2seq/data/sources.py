@@ -14,6 +14,8 @@ import gzip
 import hashlib
 import itertools
 import logging
+import shutil
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -188,6 +190,34 @@ class TextCorpus(ParallelCorpus):
         return texts[0], texts[1]
 
 
+def _unknown_tfds_name(name: str, error: ValueError) -> str:
+    """One line for a ``data.name`` TFDS cannot build: a dataset it does not know (with the
+    nearest names it does) or a config the dataset lacks (with the ones it has). TFDS's own
+    message is a page: every dataset it knows, one per line."""
+    import tensorflow_datasets as tfds
+
+    dataset, _, config = name.partition("/")
+    known = tfds.list_builders(with_community_datasets=False)
+    if dataset not in known:
+        near = difflib.get_close_matches(dataset, known, n=3)
+        hint = f"did you mean {' or '.join(near)}?" if near else "check the name"
+        return f"config.data.name={name!r}: TFDS has no dataset {dataset!r}; {hint}"
+    configs = [c.name for c in getattr(tfds.builder_cls(dataset), "BUILDER_CONFIGS", [])]
+    if config and configs and config not in configs:
+        return (
+            f"config.data.name={name!r}: {dataset} has no config {config!r}; its configs are "
+            f"{', '.join(configs)}"
+        )
+    return f"config.data.name={name!r} is not a TFDS dataset here: {str(error).splitlines()[0]}"
+
+
+def _tfds_command() -> str:
+    """How to call TFDS's command line: the ``tfds`` script beside this Python (a venv's
+    ``.venv/bin/tfds``, which a shell without the venv on its PATH does not find), or ``tfds``."""
+    beside = Path(sys.executable).parent / "tfds"
+    return str(beside) if beside.is_file() else (shutil.which("tfds") or "tfds")
+
+
 class TfdsCorpus(ParallelCorpus):
     """A TFDS translation dataset (e.g. ``wmt14_translate/de-en``), read with random access.
 
@@ -213,10 +243,7 @@ class TfdsCorpus(ParallelCorpus):
         try:
             builder = tfds.builder(name, data_dir=data_dir or None, file_format="array_record")
         except ValueError as error:  # includes tfds' DatasetNotFoundError
-            raise DataError(
-                f"config.data.name={name!r} is not a TFDS dataset here: "
-                f"{str(error).splitlines()[0]}"
-            ) from None
+            raise DataError(_unknown_tfds_name(name, error)) from None
         languages = list(builder.info.features.keys())
         for key, language in (("src_lang", source_lang), ("tgt_lang", target_lang)):
             if language not in languages:
@@ -225,8 +252,8 @@ class TfdsCorpus(ParallelCorpus):
                     f"(it has {', '.join(languages)})"
                 )
         build = (
-            f"`tfds build {name} --data_dir={builder.data_dir_root} --file_format=array_record` "
-            "where the internet is reachable"
+            f"`{_tfds_command()} build {name} --data_dir={builder.data_dir_root} "
+            "--file_format=array_record` where the internet is reachable"
         )
         try:
             self._records = builder.as_data_source(split=split)
@@ -352,13 +379,26 @@ def check_split_keys(
                 f"--reference {folder / f'{fix}.{data.tgt_lang}'}"
             )
         raise DataError(
-            f"data.{key}={stem!r}: no {stem}.{data.src_lang} and {stem}.{data.tgt_lang} in "
-            f"{data.dir} (its {data.src_lang}-{data.tgt_lang} splits: {', '.join(available)}); "
+            f"data.{key}={stem!r}: {_missing_files(Path(data.dir), stem, data)} in {data.dir} "
+            f"(its {data.src_lang}-{data.tgt_lang} splits: {', '.join(available)}); "
             f"pass {advice}"
         )
     if require_folder:  # counting lines: a misaligned or empty split stops the run here too
         for key in keys:
             TextCorpus(Path(data.dir), data[key], data.src_lang, data.tgt_lang)
+
+
+def _missing_files(folder: Path, stem: str, data: ml_collections.ConfigDict) -> str:
+    """``no STEM.SRC and STEM.TGT``, or, where one side is there, the one that is not."""
+    there = [
+        language
+        for language in (data.src_lang, data.tgt_lang)
+        if any((folder / f"{stem}.{language}{gz}").is_file() for gz in ("", ".gz"))
+    ]
+    if len(there) == 1:
+        (missing,) = {data.src_lang, data.tgt_lang} - set(there)
+        return f"no {stem}.{missing} beside {stem}.{there[0]}"
+    return f"no {stem}.{data.src_lang} and {stem}.{data.tgt_lang}"
 
 
 def resolve_split(data: ml_collections.ConfigDict, name: str, overrides: bool = True) -> str:
