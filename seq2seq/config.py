@@ -420,6 +420,17 @@ def lookup(config: ml_collections.ConfigDict, key: str) -> object:
     return node.to_dict() if isinstance(node, ml_collections.ConfigDict) else node
 
 
+def _check_cosine(train: ml_collections.ConfigDict) -> None:
+    """The cosine decays over the steps after the warm-up: a warm-up of all the steps or more
+    left it none, and optax refused the schedule when the first step ran (after a comparison's
+    whole tuning sweep)."""
+    _require(
+        train.schedule != "warmup_cosine" or train.warmup_steps < train.steps,
+        f"config.train.warmup_steps={train.warmup_steps} leaves warmup_cosine nothing to decay "
+        f"over in train.steps={train.steps}; lower the warm-up or raise the steps",
+    )
+
+
 def _check_early_stopping(config: ml_collections.ConfigDict) -> None:
     train, evaluation = config.train, config.eval
     _require(
@@ -459,6 +470,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _check_ranges(config)
     _check_decode(config.decode)
     _check_early_stopping(config)
+    _check_cosine(config.train)
     _check_batches(config.data)
     _check_source(config.data)
     _check_families(config)

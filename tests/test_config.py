@@ -131,6 +131,18 @@ def _validates_or_raises(config, error: str | None) -> None:
             validate(config)
 
 
+@pytest.mark.parametrize(("steps", "error"), [(4000, "leaves warmup_cosine nothing"), (4001, None)])
+def test_a_cosine_whose_warm_up_takes_every_step_is_refused(steps, error):
+    """optax refused it only when the first step ran: after a comparison's tuning sweep."""
+    config = default_config()
+    config.train.schedule, config.train.warmup_steps, config.train.steps = (
+        "warmup_cosine",
+        4000,
+        steps,
+    )
+    _validates_or_raises(config, error)
+
+
 @pytest.mark.parametrize(
     ("key", "value", "error"),
     [

@@ -301,6 +301,30 @@ def test_trials_in_steps_are_scored_at_their_rungs_step(tmp_path):
             "--tune_steps 150 ends inside quickstart_transformer's warm-up (300 steps at "
             "train.warmup_steps=300): give every trial more, at least --tune_steps 301",
         ),
+        (  # rung 2 refused its own trial after rung 1 had trained (train.steps: 400 -> 800)
+            [
+                "--tune",
+                "train.learning_rate=x0.5,x1",
+                "--tune_steps",
+                "400",
+                "--tune_rungs",
+                "2",
+                "--config.train.schedule=warmup_cosine",
+            ],
+            "--tune_rungs 2 with --tune_steps: quickstart_transformer's warmup_cosine decays "
+            "over train.steps",
+        ),
+        (  # trained every trial to the final budget and called that convergence
+            [
+                "--tune",
+                "model.dropout_rate=0.0,0.1",
+                "--tune_steps",
+                "400",
+                "--tune_to_convergence",
+            ],
+            "--tune_to_convergence trains trials until their early stopping, but "
+            "quickstart_transformer has none (train.early_stopping_patience=0)",
+        ),
     ],
 )
 def test_bad_tune_invocations_end_with_one_line(tmp_path, arguments, message):

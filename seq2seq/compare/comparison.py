@@ -10,7 +10,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq.compare.grid import Tuning, check_overrides, check_trials_outlast_warmup
+from seq2seq.compare.grid import (
+    Tuning,
+    check_overrides,
+    check_rungs_keep_each_schedule,
+    check_trials_can_converge,
+    check_trials_outlast_warmup,
+)
 from seq2seq.compare.report import build_report, write_report
 from seq2seq.compare.runner import (
     RunOutcome,
@@ -83,8 +89,9 @@ def _compare(
 
 def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) -> None:
     """Refuses, before any training, runs that would share a folder, a scored split that
-    training or validation reads, a ``--config`` override of a tuned key, and trials in steps
-    that would end inside a warm-up."""
+    training or validation reads, a ``--config`` override of a tuned key, trials in steps that
+    would end inside a warm-up, rungs in steps that would change a cosine's length, and trials
+    sent to a convergence their config's early stopping never declares."""
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -95,6 +102,8 @@ def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) 
     if tuning is not None:
         check_overrides(tuning, settings)
         check_trials_outlast_warmup(specs, settings, tuning)
+        check_rungs_keep_each_schedule(specs, settings, tuning)
+        check_trials_can_converge(specs, settings, tuning)
 
 
 def _stopped_trial(tuned) -> RunOutcome:

@@ -300,6 +300,58 @@ def check_trials_outlast_warmup(
     """
     if tuning.unit != "steps":
         return
+    for spec, point, train in _trial_trains(specs, settings, tuning):
+        if train.schedule in WARMUP_SCHEDULES and tuning.minutes <= train.warmup_steps:
+            raise config_lib.ConfigError(
+                f"--tune_steps {tuning.minutes:g} ends inside {spec.name}'s warm-up "
+                f"({train.warmup_steps:,} steps at {point_name(point)}): give every trial "
+                f"more, at least --tune_steps {train.warmup_steps + 1}"
+            )
+
+
+def check_rungs_keep_each_schedule(
+    specs: Sequence[RunSpec], settings: Settings, tuning: Tuning
+) -> None:
+    """Refuses rungs in steps for a config whose schedule decays over ``train.steps``
+    (``warmup_cosine``): a trial taken on to the next rung gets more steps, which is another
+    schedule and so another run, and its own folder refused it after the first rung's training.
+
+    Raises:
+      ConfigError: one line naming the config and the choices.
+    """
+    if tuning.unit != "steps" or tuning.rungs < 2:
+        return
+    for spec, _, train in _trial_trains(specs, settings, tuning):
+        if train.schedule == "warmup_cosine":
+            raise config_lib.ConfigError(
+                f"--tune_rungs {tuning.rungs} with --tune_steps: {spec.name}'s warmup_cosine "
+                "decays over train.steps, so a trial that goes on to a longer rung would be "
+                "another run; use --tune_rungs 1, --tune_minutes, or another train.schedule"
+            )
+
+
+def check_trials_can_converge(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> None:
+    """Refuses ``--tune_to_convergence`` for a config without early stopping: its last rung
+    would train every trial to the final runs' whole budget, and the report would call that
+    convergence.
+
+    Raises:
+      ConfigError: one line naming the config and the key to set.
+    """
+    if not tuning.converge:
+        return
+    for spec, _, train in _trial_trains(specs, settings, tuning):
+        if not train.early_stopping_patience:
+            raise config_lib.ConfigError(
+                f"--tune_to_convergence trains trials until their early stopping, but "
+                f"{spec.name} has none (train.early_stopping_patience=0); set it, e.g. "
+                "--config.train.early_stopping_patience=4"
+            )
+
+
+def _trial_trains(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning):
+    """``(spec, point, train section)`` of every trial whose config can be built (one that
+    cannot fails as its trial)."""
     for spec in specs:
         for point in tuning.points():
             try:
@@ -310,12 +362,7 @@ def check_trials_outlast_warmup(
                 train = run_config(trial_spec, settings, 0).train
             except Exception:  # noqa: BLE001 (a config that cannot be built fails as its trial)
                 continue
-            if train.schedule in WARMUP_SCHEDULES and tuning.minutes <= train.warmup_steps:
-                raise config_lib.ConfigError(
-                    f"--tune_steps {tuning.minutes:g} ends inside {spec.name}'s warm-up "
-                    f"({train.warmup_steps:,} steps at {point_name(point)}): give every trial "
-                    f"more, at least --tune_steps {train.warmup_steps + 1}"
-                )
+            yield spec, point, train
 
 
 def check_overrides(tuning: Tuning, settings: Settings) -> None:
