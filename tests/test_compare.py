@@ -16,7 +16,7 @@ from seq2seq import config as config_lib
 from seq2seq.compare import runner
 from seq2seq.compare.comparison import compare
 from seq2seq.compare.grid import make_tuning, scaled_tuned_values
-from seq2seq.compare.report import _training_figures, describe
+from seq2seq.compare.report import _training_figures, aggregate, describe
 from seq2seq.compare.report_sections import provenance_warnings
 from seq2seq.compare.settings import Settings
 from seq2seq.compare.suites import RunSpec, expand_suite, select_runs, table3_runs
@@ -110,6 +110,36 @@ def test_the_ended_column_says_which_budget_stopped_a_run(stop, ended):
         {"kind": "stop", "step": 5, **stop},
     ]
     assert _training_figures(records)["ended"] == ended
+
+
+def test_a_run_that_stopped_before_its_first_logged_interval_keeps_its_figures():
+    """A run whose early stopping came at step 30, before log_every_steps=50, wrote no train
+    record, and its steps, minutes and FLOPs were missing from the report's table."""
+    records = [
+        {"kind": "validation", "step": 20, "perplexity": 9.0, "bleu": 1.0, "elapsed_seconds": 50},
+        {"kind": "validation", "step": 30, "perplexity": 9.5, "bleu": 0.5, "elapsed_seconds": 70},
+        {"kind": "stop", "step": 30, "reason": "converged", "elapsed_seconds": 72.0,
+         "train_flops": 3.5e12},
+    ]  # fmt: skip
+    figures = _training_figures(records)
+    assert (figures["steps"], figures["train_minutes"], figures["train_flops"]) == (30, 1.2, 3.5e12)
+    assert figures["ended"] == "converged" and "target_tokens_per_second" not in figures
+
+
+def test_a_config_row_counts_its_seeds_by_status_and_says_a_shared_ending_once():
+    """A seed stopped by Ctrl-C showed as "1 of 2 failed", and two seeds' "at its step cap"
+    as "at its step cap, at its step cap"."""
+    row = {"config_name": "t", "ended": "at its step cap"}
+    seeds = [{**row, "seed": 0, "status": "ok"}, {**row, "seed": 1, "status": "preempted"}]
+    (merged,) = aggregate(seeds)
+    assert merged["status"] == "1 of 2 preempted" and merged["ended"] == "at its step cap"
+    seeds += [{**row, "seed": 2, "status": "failed", "ended": None}]
+    seeds += [{**row, "seed": 3, "status": "unfinished", "ended": None}]
+    (merged,) = aggregate(seeds)
+    assert merged["status"] == "1 of 4 preempted, 1 failed, 1 unfinished"
+    assert merged["ended"] == "at its step cap, at its step cap, —, —"
+    (merged,) = aggregate([{**row, "seed": k, "status": "ok"} for k in (0, 1)])
+    assert merged["status"] == "ok"
 
 
 def test_the_report_says_runs_took_turns_only_when_one_had_more_than_one_turn():

@@ -90,17 +90,20 @@ def _training_figures(records: list[dict]) -> dict:
     figures_: dict = {}
     train_records = [r for r in records if r.get("kind") == "train"]
     validation = [r for r in records if r.get("kind") == "validation"]
-    if train_records:
+    stopped = bool(records) and records[-1].get("kind") == "stop"  # written once it ended
+    if train_records or stopped:  # a run may stop early before its first logged interval
         last = records[-1]  # the run's last record, written after its final validation
-        # The first interval includes compilation; later ones show the steady state.
-        steady = train_records[1:] or train_records
         figures_.update(
-            steps=max(r["step"] for r in records),
+            steps=max(r["step"] for r in records if "step" in r),
             train_minutes=last.get("elapsed_seconds", float("nan")) / 60,
             train_flops=last.get("train_flops"),
-            target_tokens_per_second=statistics.mean(r["target_tokens_per_second"] for r in steady),
         )
-    if records and records[-1].get("kind") == "stop":  # written once the run has ended
+    if train_records:  # the first interval includes compilation; later ones are steady
+        steady = train_records[1:] or train_records
+        figures_["target_tokens_per_second"] = statistics.mean(
+            r["target_tokens_per_second"] for r in steady
+        )
+    if stopped:
         stop = records[-1]
         figures_["ended"] = STOP_WORDS.get((stop["reason"], stop.get("budget")), stop["reason"])
     if validation:
@@ -168,14 +171,29 @@ def aggregate(rows: Sequence[dict]) -> list[dict]:
             "description": members[0].get("description"),
             "seeds": [m["seed"] for m in members],
         }
-        failed = [m["status"] for m in members if m["status"] != "ok"]
-        row["status"] = "ok" if not failed else f"{len(failed)} of {len(members)} failed"
-        row["ended"] = ", ".join(m.get("ended") or "—" for m in members)
+        row["status"] = _statuses(members)
+        ended = [m.get("ended") or "—" for m in members]
+        row["ended"] = ended[0] if len(set(ended)) == 1 else ", ".join(ended)  # seeds in order
         for field in NUMERIC_FIELDS:
             row[field] = [m.get(field) for m in members]
         row["signature"] = members[0].get("signature")
         merged.append(row)
     return merged
+
+
+def _statuses(members: Sequence[dict]) -> str:
+    """A config's seeds by status: ``ok``, or ``1 of 2 unfinished`` (a run a Ctrl-C or SIGTERM
+    stopped, not yet trained to its end), ``1 of 3 failed, 1 preempted``..."""
+    counts: dict[str, int] = {}
+    for member in members:
+        if member["status"] != "ok":
+            counts[member["status"]] = counts.get(member["status"], 0) + 1
+    if not counts:
+        return "ok"
+    return ", ".join(
+        f"{n} of {len(members)} {status}" if i == 0 else f"{n} {status}"
+        for i, (status, n) in enumerate(counts.items())
+    )
 
 
 def summary_statistics(values: Sequence[float | None]) -> dict | None:

@@ -401,8 +401,12 @@ def _choose(result: ModelTuning, last_rung: Sequence[Trial]) -> None:
     """Sets ``result.chosen`` to the best trial of the last rung, if any was scored."""
     best = best_trial(last_rung)
     if best is None:
+        earlier = any(trial.rungs for trial in result.trials)  # scored before the last rung
         logger.warning(
-            "== %s: no trial was scored; its final runs keep its own values", result.spec.name
+            "== %s: no trial was scored%s; its final runs keep its own values (see the trials' "
+            "reasons in the report)",
+            result.spec.name,
+            " at the last rung" if earlier else "",
         )
     else:
         result.chosen = best.point
