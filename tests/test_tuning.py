@@ -740,6 +740,15 @@ def test_the_last_rung_trains_to_convergence_and_its_winner_is_the_final_run(tmp
     assert summary["last_rung"] == "convergence"
     assert "their last 5 points (`--tune_to_convergence`)" in report_sections._tuning_method(
         summary
+    )  # and the intro's scoring agrees (it said "its own last validation record")
+    intro = report_sections._tuning_intro(summary)[2]
+    assert (
+        "scored by its last validation record at each rung (at the last, the mean of its " in intro
+    )
+    one_rung = {**summary, "rungs": 1}  # the only rung is convergence: no trial budget to state
+    assert "each with a budget" not in report_sections._tuning_method(one_rung)
+    assert (
+        "scored by the mean of its last 5 validation" in report_sections._tuning_intro(one_rung)[2]
     )
     # The winner trained under the final runs' budget: it is seed 0's final run, not retrained.
     final = runner.prepare(result.tuned_spec(), settings, 0, tmp_path / "work")

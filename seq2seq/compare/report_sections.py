@@ -185,7 +185,14 @@ def fairness(report: dict) -> list[str]:
         ]
     if report["tuning_minutes"]:
         spent = ", ".join(f"`{k}` {v:.1f}" for k, v in report["tuning_minutes"].items())
-        lines += [f"Training minutes spent on tuning, per config: {spent}.", ""]
+        winners = report.get("copied_from_winning_trial")
+        counted = (
+            " They include each winning trial, which the copied final runs continue, so those"
+            " minutes are counted in the final runs' too."
+            if winners
+            else ""
+        )
+        lines += [f"Training minutes spent on tuning, per config: {spent}.{counted}", ""]
     return lines + _off_the_clock(report["runs"])
 
 
@@ -282,7 +289,9 @@ def _tuning_method(data: dict) -> str:
     """How the configs were tuned: the grid, the trials' budgets, the halving."""
     counts = sorted(set(data["trials_per_model"].values()))
     unit = data.get("budget_unit", "minutes")
-    if len(counts) == 1 and unit == "steps":
+    if len(counts) == 1 and data["rungs"] == 1 and data.get("last_rung") == "convergence":
+        method = f"every model got the same {counts[0]} trials"  # one rung: no trial budget
+    elif len(counts) == 1 and unit == "steps":
         method = (
             f"every model got the same {counts[0]} trials, each with a budget of "
             f"{data['minutes_per_trial']:g} training steps"
@@ -321,6 +330,16 @@ def _tuning_method(data: dict) -> str:
     return method
 
 
+def _trial_scoring(data: dict) -> str:
+    """What a trial's score was read from: its last validation record, or with
+    ``--tune_to_convergence`` the mean of the last rung's last 5."""
+    if data.get("last_rung") != "convergence":
+        return "its own last validation record"
+    if data["rungs"] == 1:
+        return "the mean of its last 5 validation records"
+    return "its last validation record at each rung (at the last, the mean of its last 5)"
+
+
 def _tuning_intro(data: dict) -> list[str]:
     grid = "; ".join(
         f"`{key}` ∈ {{{', '.join(map(repr, values))}}}" for key, values in data["grid"].items()
@@ -336,7 +355,7 @@ def _tuning_intro(data: dict) -> list[str]:
         "## Tuning (chosen on the validation split)",
         "",
         f"Before the final runs each config trained on {drawn}the grid {grid}: "
-        f"{_tuning_method(data)}. Each trial was scored by its own last validation record "
+        f"{_tuning_method(data)}. Each trial was scored by {_trial_scoring(data)} "
         f"(greedy decoding, split {', '.join(f'`{s}`' for s in splits)}); the test split was "
         "never read while tuning. The trial with the highest validation BLEU (ties: lower "
         "validation perplexity) gave its values to the config's final runs, applied after the "

@@ -148,7 +148,7 @@ def check_reuse(jobs: Sequence) -> None:
         if differences:
             raise config_lib.ConfigError(
                 f"{job.run.path} was trained with other values ({'; '.join(differences)}); "
-                "nothing was trained: use a new --workdir to train afresh (or delete that run)"
+                "it was left as it was: use a new --workdir to train afresh (or delete that run)"
             )
 
 
