@@ -47,6 +47,7 @@ from seq2seq import config as config_lib
 from seq2seq.checkpoints.rule import rules_help
 from seq2seq.data.sources import corpus_fingerprint, resolve_split
 from seq2seq.records.run_directory import RunDirectory, owning_run
+from seq2seq.serve.names import model_names
 
 # Decoding and scoring (JAX, flax, sacreBLEU) are imported where they are used, once the flags,
 # the files and the run are checked: a refused command ends in a fraction of a second.
@@ -144,6 +145,8 @@ def _check_options() -> None:
         raise ValueError("--exported is a CTranslate2 model; add --engine ctranslate2")
     if not _WORKDIR.value and not (_EXPORTED.value and _INPUT.value):
         raise ValueError("pass --workdir RUN (or --engine ctranslate2 --exported DIR --input ...)")
+    if len(_WORKDIR.value or []) > 1:
+        model_names(_WORKDIR.value)  # an ensemble of one run twice is refused, as serve does
     if _ENGINE.value == "ctranslate2":
         if len(_WORKDIR.value or []) > 1 or _SAMPLING.value:
             raise ValueError(
@@ -299,6 +302,20 @@ def _translator(
     return translator
 
 
+def _decoding_variant(config: ml_collections.ConfigDict | None) -> list[str]:
+    """``beamK`` and ``alphaA`` where ``--beam_size`` and ``--alpha`` differ from the run's own
+    decoding: a split scored so is filed apart, not over the scores of the run's settings (which
+    the server's model card and a comparison read)."""
+    if config is None:
+        return []
+    variant = []
+    if _BEAM_SIZE.value is not None and _BEAM_SIZE.value != config.decode.beam_size:
+        variant.append(f"beam{_BEAM_SIZE.value}")
+    if _ALPHA.value is not None and _ALPHA.value != config.decode.alpha:
+        variant.append(f"alpha{_ALPHA.value:g}")
+    return variant
+
+
 def _translate_stream(translator) -> None:
     from seq2seq.evaluation.evaluate import decoding_facts
     from seq2seq.evaluation.stream import translate_stream
@@ -322,7 +339,7 @@ def main(argv: list[str]) -> None:
             f"--attention: {run.path} is an encoder-decoder without attention "
             "(model.rnnsearch.attention='none'): it has none to draw"
         )
-    corpus = None
+    variant = _decoding_variant(config)
     if _DATA_DIR.value is not None:  # read from there; the run's config.json is not touched
         if config.data.source == "synthetic":
             raise ValueError(
@@ -332,7 +349,7 @@ def main(argv: list[str]) -> None:
             )
         config.data.dir = _DATA_DIR.value
         if run.holds_another_corpus(config, corpus_fingerprint):
-            corpus = Path(_DATA_DIR.value).resolve().name  # its scores are not the run's own
+            variant.append(f"corpus-{Path(_DATA_DIR.value).resolve().name}")  # not the run's
     split = (
         None
         if _INPUT.value
@@ -353,8 +370,8 @@ def main(argv: list[str]) -> None:
         if _ATTENTION.value is not None:
             written += "\n" + _draw_attention(translator, run, result)
     else:
-        result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value, corpus=corpus)
-        hypotheses, scores = filed_in(translator, run, split, _CHECKPOINT.value, corpus)
+        result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value, variant=variant)
+        hypotheses, scores = filed_in(translator, run, split, _CHECKPOINT.value, variant)
         written = f"  written to {scores} (the scores and their provenance) and {hypotheses}"
     print(format_report(result))
     print(written)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import json
+import logging
 import math
 import os
 import shutil
@@ -724,7 +725,9 @@ def test_eval_py_draws_a_bar_on_a_terminal_and_none_into_a_pipe(workdir, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_file_interrupted_midway_goes_on_from_its_finished_pieces(workdir, tmp_path, monkeypatch):
+def test_a_file_interrupted_midway_goes_on_from_its_finished_pieces(
+    workdir, tmp_path, monkeypatch, caplog
+):
     """Ctrl-C lost every translation of a file or split: they were written at the end."""
     translator = Translator.restore(workdir)
     translator.config.eval.batch_size = 4  # pieces of 4, 8, 16, 32, then 64 sentences
@@ -763,8 +766,11 @@ def test_a_file_interrupted_midway_goes_on_from_its_finished_pieces(workdir, tmp
     translator.config.decode.alpha = 0.0
     starts.clear()
     stop_at = None
-    assert "resumed_sentences" not in translate_file(translator, given, output)
+    with caplog.at_level(logging.WARNING, logger="seq2seq"):
+        assert "resumed_sentences" not in translate_file(translator, given, output)
     assert starts == [0, 4, 12, 28, 60, 124]
+    # and it says so: the 4 sentences kept were dropped without a word
+    assert f"{side} holds 1 finished piece(s) of another translation" in caplog.text
 
 
 @pytest.mark.slow
@@ -959,6 +965,19 @@ def test_a_checkpoint_that_does_not_fit_the_config_is_one_clear_line(workdir, tm
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "the config builds" in result.stderr
+
+
+@pytest.mark.slow
+def test_another_beam_or_length_penalty_is_filed_beside_the_runs_own_scores(workdir, evaluated):
+    """``eval.py --alpha 0`` overwrote eval/test.json, the run's own decoding's scores."""
+    own = (workdir / "eval" / "test@average2.json").read_text()
+    flags = ["--checkpoint", "average:2", "--beam_size", "1", "--alpha", "0.6"]  # 0.6: its own
+    result = json.loads(_run("eval.py", "--workdir", str(workdir), *flags).stdout.splitlines()[-1])
+    assert result["beam_size"] == 1
+    assert (workdir / "eval" / "test@average2.json").read_text() == own
+    apart = json.loads((workdir / "eval" / "test@average2-beam1.json").read_text())
+    assert apart["beam_size"] == 1 and apart["bleu"] == result["bleu"]
+    assert (workdir / "eval" / "test@average2-beam1.hyp.txt").is_file()
 
 
 def test_a_run_whose_corpus_moved_is_scored_from_its_new_folder(workdir, evaluated, tmp_path):

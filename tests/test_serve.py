@@ -238,6 +238,22 @@ def test_a_models_test_bleu_is_read_where_eval_py_files_it(tmp_path):
     assert scores_of_the_test_split(run, config.data, "best") == {"bleu": 41.0}
 
 
+def test_the_card_shows_only_scores_of_the_step_and_decoding_it_serves():
+    """The card showed a step-400 score for a run served at step 500, and eval.py's beam-4
+    score for a model served with beam 2."""
+    from seq2seq.serve.models import _scores_what_it_serves
+
+    decode = SimpleNamespace(beam_size=4, alpha=0.6)
+    served = SimpleNamespace(
+        describe_checkpoint=lambda: "step 500", config=SimpleNamespace(decode=decode)
+    )
+    scored = {"bleu": 79.0, "checkpoint": "step 500", "beam_size": 4, "alpha": 0.6}
+    assert _scores_what_it_serves(scored, served)
+    for other in ({"checkpoint": "step 400"}, {"beam_size": 2}, {"alpha": 0.0}):
+        assert not _scores_what_it_serves({**scored, **other}, served), other
+    assert _scores_what_it_serves({"bleu": 79.0}, served)  # a result that does not say
+
+
 @pytest.mark.parametrize(
     "body, status, message", [case[1:] for case in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS]
 )

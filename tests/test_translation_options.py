@@ -211,3 +211,11 @@ def test_bad_decoding_options_are_one_line(args, message, tmp_path):
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr
     assert message in result.stderr
+
+
+def test_an_ensemble_of_one_run_twice_is_refused_as_the_server_refuses_it(tmp_path):
+    result = _eval("--workdir", tmp_path, "--workdir", f"{tmp_path}/")  # it was decoded and filed
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: --workdir {tmp_path}/ is the run of --workdir {tmp_path}; pass each run once"
+    )

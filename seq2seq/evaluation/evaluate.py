@@ -186,7 +186,7 @@ def evaluate(
     *,
     filed_as: str,
     max_sentences: int | None = None,
-    corpus: str | None = None,
+    variant: Sequence[str] = (),
 ) -> dict[str, object]:
     """Translates ``split`` (default: the config's test split) with ``translator``, scores it
     and files the translations and scores in ``run``.
@@ -199,15 +199,16 @@ def evaluate(
     resolved to). Under any rule but ``latest`` the files are ``eval/SPLIT@RULE.*``
     (``RunDirectory``), so scoring one run by two rules keeps both; an ensemble, sampling and
     another engine add to the name (``decoding_label``). ``max_sentences`` scores only the first
-    N pairs (quick looks and tests; recorded). ``corpus``: the name of another corpus's folder
-    the split was read from (``eval.py --data_dir``), added to the name so that its scores never
-    stand in for the run's own.
+    N pairs (quick looks and tests; recorded). ``variant``: what else sets these scores apart
+    from the run's own, added to their name (``eval.py``'s ``beam1``, ``alpha0_0`` against the
+    run's decoding, ``corpus-NAME`` for another corpus's folder), so that they never overwrite
+    or stand in for them.
     """
     config = translator.config
     split = resolve_split(config.data, split or "test")
     pairs = load_pairs(config, split)[:max_sentences]
     sources = [source for source, _ in pairs]
-    hypotheses_file, scores_file = filed_in(translator, run, split, filed_as, corpus)
+    hypotheses_file, scores_file = filed_in(translator, run, split, filed_as, variant)
     translations, facts = _translate(translator, sources, hypotheses_file)
     hypotheses = translations.hypotheses
     result = {
@@ -237,16 +238,15 @@ def filed_in(
     run: RunDirectory,
     split: str,
     filed_as: str,
-    corpus: str | None = None,
+    variant: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Where ``evaluate`` files a split's translations and its scores (``eval/SPLIT.hyp.txt``
-    and ``eval/SPLIT.json`` under ``latest``; the rule, decoding label and another corpus's
-    folder name the other names: ``eval/SPLIT-corpus-NAME.json``)."""
+    and ``eval/SPLIT.json`` under ``latest``; the rule, decoding label and ``variant`` name the
+    others: ``eval/SPLIT@best-beam1.json``, ``eval/SPLIT-corpus-NAME.json``)."""
     ensemble_with = [Path(member.name) for member in translator.members[1:]]
     rule = decoding_label(filed_as, ensemble_with, translator.sampling)
     rule += getattr(translator, "label", "")
-    if corpus is not None:
-        rule += "-corpus-" + corpus.replace(".", "_")
+    rule += "".join(f"-{part}".replace(".", "_") for part in variant)
     return run.hypotheses_file(split, rule), run.eval_result_file(split, rule)
 
 

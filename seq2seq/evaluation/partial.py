@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from seq2seq.progress import Progress
 PIECE_BATCHES = 16  # the most batches a piece holds (and the most an input of one piece holds)
 PIECE_SECONDS = 60.0  # about the most a piece should take: what Ctrl-C may lose
 clock = time.perf_counter  # the pieces' timer (the tests' own clock replaces it)
+logger = logging.getLogger(__name__)
 
 
 def side_file(output: Path) -> Path:
@@ -58,6 +60,14 @@ def _read_pieces(path: Path, identity: str) -> list[dict]:
     pieces: list[dict] = []
     try:
         if not lines or json.loads(lines[0]).get("translates") != identity:
+            if len(lines) > 1:  # a Ctrl-C'd translation of another input or other settings
+                logger.warning(
+                    "%s holds %d finished piece(s) of another translation (other sentences, or "
+                    "another checkpoint, beam, length penalty, batch size, sampling or engine): "
+                    "starting afresh, over them",
+                    path,
+                    len(lines) - 1,
+                )
             return []
         for line in lines[1:]:
             pieces.append(json.loads(line))

@@ -155,6 +155,18 @@ def scores_of_the_test_split(
     return role if role is not None and role.get("data_dir", "unknown") == own else None
 
 
+def _scores_what_it_serves(result: dict, translator: Translator) -> bool:
+    """Whether scores ``eval.py`` wrote were of the parameters and decoding served: the same
+    checkpoint (``latest`` moves on as a run trains on), beam and length penalty."""
+    decode = translator.config.decode
+    served = {
+        "checkpoint": translator.describe_checkpoint(),
+        "beam_size": decode.beam_size,
+        "alpha": decode.alpha,
+    }
+    return all(result.get(key, value) == value for key, value in served.items())
+
+
 def _card(
     name: str, translator: Translator, runs: Sequence[RunDirectory], checkpoint: str
 ) -> dict[str, object]:
@@ -162,6 +174,8 @@ def _card(
     result = scores_of_the_test_split(
         runs[0], config.data, decoding_label(checkpoint, [r.path for r in runs[1:]])
     )
+    if result is not None and not _scores_what_it_serves(result, translator):
+        result = None  # another step (the run trained on since), beam or length penalty
     return {
         "name": name,
         "family": "ensemble" if len(runs) > 1 else config.model.name,
