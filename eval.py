@@ -124,6 +124,12 @@ def _sampling() -> "Sampling | None":
             if flag.value is not None:
                 raise ValueError(f"--{flag.name} applies to sampling; add --sampling topk:K|topp:P")
         return None
+    for flag in (_BEAM_SIZE, _ALPHA):  # taken silently, and shown as the decoding's
+        if flag.value is not None:
+            raise ValueError(
+                f"--{flag.name} applies to beam search; --sampling draws one translation a "
+                "sentence, with no beam or length penalty: drop one of them"
+            )
     temperature = 1.0 if _TEMPERATURE.value is None else _TEMPERATURE.value
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"--temperature {temperature} must be a finite number > 0")
@@ -379,5 +385,15 @@ def main(argv: list[str]) -> None:
     print(json.dumps({key: value for key, value in result.items() if key != "provenance"}))
 
 
+def _interrupted() -> str:
+    """Ctrl-C's line: a file or split goes on from its finished pieces; a stream cannot."""
+    if _INPUT.value == "-":
+        return (
+            "interrupted: the lines translated so far were written; standard input cannot be "
+            "resumed, so send the rest again"
+        )
+    return cli.RESUMES
+
+
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, interrupted=_interrupted)

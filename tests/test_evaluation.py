@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -278,7 +279,7 @@ def test_checkpoint_choices(tmp_path):
         ("15", "no checkpoint at step 15 .*saved steps: 10, 20, 30"),
         ("average:4", "needs the last 4 checkpoints but .* holds 3"),
         ("avg:2", "not understood"),
-        ("average:0", "not understood"),
+        ("average:0", "averages no checkpoint; K must be at least 1"),
     ]:
         with pytest.raises(CheckpointError, match=message):
             choose_checkpoints(spec, steps, tmp_path)
@@ -1086,3 +1087,24 @@ def test_an_ensemble_s_scores_are_filed_beside_the_run_s_own(workdir):
     assert (workdir / "eval" / f"test@step{STEPS[1]}.hyp.txt").read_text("utf-8") == own
     assert (workdir / "eval" / filed[0]).read_text("utf-8") == own
     assert both["bleu"] == pytest.approx(alone["bleu"]) and alone["bleu"] > 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_stream_does_not_promise_a_resume(workdir):
+    """``eval.py --input -`` said "rerun the same command to continue" on Ctrl-C; a stream
+    read from standard input cannot go on where it stopped."""
+    process = subprocess.Popen(
+        [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+        text=True, env=subprocess_env(),
+    )  # fmt: skip
+    process.stdin.write(synthetic.load_split("validation")[0][0] + "\n")
+    process.stdin.flush()
+    assert process.stdout.readline().strip()  # one line translated: the stream is running
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert stderr.strip().splitlines()[-1] == (
+        "interrupted: the lines translated so far were written; standard input cannot be "
+        "resumed, so send the rest again"
+    )

@@ -52,3 +52,22 @@ def test_a_subword_vocabulary_has_no_unknown_words_and_no_second_column(multi30k
     sources, references = [s for s, _ in pairs[:5]], [t for _, t in pairs[:5]]
     assert no_unk_score(tokenizer, sources, references, references, "en") == {}
     assert no_unk_score(None, sources, references, references, "en") == {}
+
+
+def test_the_report_line_counts_in_words_and_names_sampling_instead_of_a_beam():
+    """It said "1 sentences", "1 inputs ... were cut", and "beam 8, alpha 0.6" for samples."""
+    facts = {"split": "test", "n": 1, "beam_size": 8, "alpha": 0.6, "checkpoint": "step 9",
+             "decode_seconds": 1.0, "compile_seconds": 0.5, "truncated_inputs": 1,
+             "max_input_length": 256, "capped_outputs": 1, "max_extra_length": 50}  # fmt: skip
+    lines = format_report(facts).splitlines()
+    assert lines[0] == "test: 1 sentence, beam 8, alpha 0.6, step 9, 1.0 s (0.5 s of it compiling)"
+    assert lines[1] == "  1 input over 256 tokens cut to fit (see truncated_lines)"
+    assert lines[2].startswith("  1 translation stopped at the output cap")
+    sampled = {**facts, "n": 2, "sampling": "topk:10", "temperature": 1.0, "seed": 3}
+    sampled |= {"engine": "jax", "truncated_inputs": 0, "capped_outputs": 0}
+    assert format_report(sampled) == (
+        "test: 2 sentences, sampling topk:10, temperature 1, seed 3, step 9, 1.0 s (0.5 s of it "
+        "compiling)"
+    )
+    exported = {**facts, "engine": "ctranslate2", "truncated_inputs": 0, "capped_outputs": 0}
+    assert "compiling" not in format_report(exported)  # CTranslate2 compiles nothing of JAX's

@@ -204,6 +204,8 @@ def _eval(*args):
         (["--sampling", "topk:5", "--temperature", "inf"], "--temperature inf must be a finite"),
         (["--nbest", "2"], "--nbest writes K lines per sentence"),
         (["--batch_size", "0"], "--batch_size 0 must be at least 1"),
+        (["--sampling", "topk:5", "--beam_size", "8"], "--beam_size applies to beam search"),
+        (["--sampling", "topp:0.9", "--alpha", "1"], "--alpha applies to beam search"),
     ],
 )
 def test_bad_decoding_options_are_one_line(args, message, tmp_path):

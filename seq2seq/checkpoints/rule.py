@@ -58,6 +58,10 @@ class CheckpointRule:
         match = re.fullmatch(r"average:([1-9][0-9]*)", text)
         if match:
             return cls("average", int(match.group(1)))
+        if re.fullmatch(r"average:0+", text):
+            raise CheckpointError(
+                f"--checkpoint={text!r} averages no checkpoint; K must be at least 1"
+            )
         raise CheckpointError(f"--checkpoint={text!r} is not understood; use {rules_help()}")
 
     def __str__(self) -> str:

@@ -295,21 +295,29 @@ def format_report(result: dict[str, object]) -> str:
     """The scores as a few readable lines (the JSON line follows them in ``eval.py``)."""
     what = result.get("split") or result.get("input")
     compiling = result.get("compile_seconds") or 0.0
+    if "sampling" in result:  # the beam is not searched
+        decoding = (
+            f"sampling {result['sampling']}, temperature {result['temperature']:g}, "
+            f"seed {result['seed']}"
+        )
+    else:
+        decoding = f"beam {result['beam_size']}, alpha {result['alpha']}"
+    jax_compiled = result.get("engine", "jax") == "jax" and compiling >= 0.05
     lines = [
-        f"{what}: {result['n']} sentences, beam {result['beam_size']}, alpha {result['alpha']}, "
-        f"{result['checkpoint']}, {result['decode_seconds']:.1f} s"
-        + (f" ({compiling:.1f} s of it compiling)" if compiling >= 0.05 else "")
+        f"{what}: {_count(result['n'], 'sentence')}, {decoding}, {result['checkpoint']}, "
+        f"{result['decode_seconds']:.1f} s"
+        + (f" ({compiling:.1f} s of it compiling)" if jax_compiled else "")
     ]
     if result["truncated_inputs"]:
         lines.append(
-            f"  {result['truncated_inputs']} inputs over {result['max_input_length']} tokens were "
-            "cut to fit (see truncated_lines)"
+            f"  {_count(result['truncated_inputs'], 'input')} over "
+            f"{result['max_input_length']} tokens cut to fit (see truncated_lines)"
         )
     if result.get("capped_outputs"):
         lines.append(
-            f"  {result['capped_outputs']} translations stopped at the output cap (input length "
-            f"+ {result['max_extra_length']} tokens) before the model ended them: cut off, not "
-            "finished (see capped_lines)"
+            f"  {_count(result['capped_outputs'], 'translation')} stopped at the output cap "
+            f"(input length + {result['max_extra_length']} tokens) before the model ended it: "
+            "cut off, not finished (see capped_lines)"
         )
     if "bleu" in result:
         lines += [
@@ -324,6 +332,11 @@ def format_report(result: dict[str, object]) -> str:
             ),
         ]
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 sentence``, ``3 sentences``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _no_unk_line(result: dict[str, object]) -> list[str]:
