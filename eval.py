@@ -35,6 +35,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -243,7 +244,17 @@ def _draw_attention(translator: "LineTranslator", run: RunDirectory, result: dic
             capped=set(result.get("capped_lines", [])),
         )  # fmt: skip
     result["attention"] = {"folder": str(folder), "figures": len(paths)}
-    return f"  attention of {len(paths)} lines drawn in {folder} (lineN.png: input line N)"
+    said = f"  attention of {len(paths)} lines drawn in {folder} (lineN.png: input line N)"
+    # Figures an earlier --input left there would pass for lines of this one (an empty line
+    # draws nothing): the folder holds this input's figures alone.
+    stale = [
+        path
+        for path in folder.glob("line*.png")
+        if re.fullmatch(r"line[0-9]+\.png", path.name) and path not in paths
+    ]
+    for path in stale:
+        path.unlink()
+    return said + (f"; {len(stale)} figures of another input removed" if stale else "")
 
 
 def _check_output(output: Path) -> None:

@@ -251,14 +251,18 @@ def test_eval_draws_each_non_empty_line_s_attention_named_by_its_line(runs, tmp_
     sources = [source for source, _ in synthetic.load_split("test")[:2]]
     given, folder = tmp_path / "in.txt", tmp_path / "attention"
     given.write_text(f"{sources[0]}\n\n{sources[1]}\n")
+    folder.mkdir()  # an earlier input's figures (its line 2 is this one's empty line), and a file
+    for name in ("line2.png", "line9.png", "notes.png"):  # of the user's
+        (folder / name).write_bytes(b"not this input's")
     result = _run("eval.py", "--workdir", str(root / "rnnsearch"), "--input", str(given),
                   "--output", str(tmp_path / "out.txt"), "--attention", str(folder),
                   "--beam_size", "1")  # fmt: skip
-    assert sorted(path.name for path in folder.iterdir()) == ["line1.png", "line3.png"]
-    for path in folder.iterdir():
+    assert sorted(p.name for p in folder.iterdir()) == ["line1.png", "line3.png", "notes.png"]
+    for path in folder.glob("line*.png"):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result.stdout.splitlines()[-2] == (
-        f"  attention of 2 lines drawn in {folder} (lineN.png: input line N)"
+        f"  attention of 2 lines drawn in {folder} (lineN.png: input line N); 2 figures of "
+        "another input removed"
     )
     printed = json.loads(result.stdout.splitlines()[-1])
     assert printed["attention"] == {"folder": str(folder), "figures": 2}
