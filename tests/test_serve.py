@@ -277,6 +277,14 @@ def test_the_frameworks_own_refusals_are_one_line_naming_the_api(client):
         (client.post("/translate", content=gzip.compress(b'{"sentences": ["a"]}'),
                      headers={"content-type": "application/json", "content-encoding": "gzip"}),
          415, "the body is compressed (Content-Encoding: gzip)"),
+        # JSON sent as text, or as curl -d sends it, was "not a JSON object"
+        (client.post("/translate", content=b'{"sentences": ["a"]}',
+                     headers={"content-type": "text/plain; charset=utf-8"}),
+         415, "the body is sent as Content-Type: text/plain; send it as application/json"),
+        (client.post("/translate", content=b'{"sentences": ["a"]}',
+                     headers={"content-type": "application/x-www-form-urlencoded"}),
+         415, "Content-Type: application/x-www-form-urlencoded; send it as application/json "
+         "(curl: -H 'Content-Type: application/json')"),
     ]  # fmt: skip
     for response, status, message in cases:
         assert response.status_code == status, response.text

@@ -3,8 +3,9 @@
 Every refusal is a 4xx whose JSON body is ``{"error": "one line naming the problem and the
 fix"}``, and the server goes on serving after it. What is refused:
 
-* a body over ``Limits.max_body_bytes`` (413), a compressed body (415), a body that is not
-  UTF-8 or not JSON (400), a body that stops arriving for ``Limits.body_seconds`` (408);
+* a body over ``Limits.max_body_bytes`` (413), a compressed body or one not sent as
+  ``application/json`` (415), a body that is not UTF-8 or not JSON (400), a body that stops
+  arriving for ``Limits.body_seconds`` (408);
 * a field of the wrong type, an unknown field, no sentences (422);
 * a sentence that is empty, whitespace or invisible characters, or that holds a line break, a
   control character or a lone surrogate; more than ``Limits.max_sentences`` sentences; an
@@ -122,6 +123,14 @@ def _validation_message(error: RequestValidationError) -> tuple[int, str]:
     return 422, f"{location or 'the body'}: {first.get('msg', 'invalid')}; see GET /docs"
 
 
+def _is_json(media_type: str) -> bool:
+    """``application/json`` or a JSON type of its own (``application/problem+json``)."""
+    media_type = media_type.lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
 class BodyGuard:
     """ASGI middleware: a request body over ``limit`` bytes is refused (413) before anything
     reads it, and one that is not UTF-8 (400): JSON is UTF-8 (RFC 8259), and a decoding error
@@ -142,6 +151,14 @@ class BodyGuard:
             message = (
                 f"the body is compressed (Content-Encoding: {encoding}), which this server does "
                 "not read; send it as plain UTF-8 JSON"
+            )
+            await self._refuse(scope, send, 415, message)
+            return
+        media = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip()
+        if scope["path"] == "/translate" and not _is_json(media):  # it was read as not JSON
+            message = (
+                f"the body is sent as Content-Type: {media or '(none)'}; send it as "
+                "application/json (curl: -H 'Content-Type: application/json')"
             )
             await self._refuse(scope, send, 415, message)
             return
