@@ -274,6 +274,7 @@ def test_the_frameworks_own_refusals_are_one_line_naming_the_api(client):
          "API is POST /translate and GET /models"),
         (client.post("/models"), 405, "POST /models is not a call"),
         (client.get("/nope"), 404, "nothing at /nope; the API is POST /translate"),
+        (client.post("/translate/", json={"sentences": ["a"]}), 404, "nothing at /translate/"),
         (client.post("/translate", content=gzip.compress(b'{"sentences": ["a"]}'),
                      headers={"content-type": "application/json", "content-encoding": "gzip"}),
          415, "the body is compressed (Content-Encoding: gzip)"),

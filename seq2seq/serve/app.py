@@ -363,6 +363,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits = Limits()) -> Fas
         title="seq2seq translation server",
         description="RNNsearch and the Transformer side by side, with their attention.",
         lifespan=lifespan,
+        redirect_slashes=False,  # POST /translate/ was a 307 to /translate, not one line
     )
     app.state.batcher = batcher
     app.state.models = models
