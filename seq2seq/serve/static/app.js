@@ -204,6 +204,10 @@ async function translate(event) {
   event && event.preventDefault();
   const text = document.getElementById("source").value;
   if (!text.trim()) { setStatus("Type a sentence first.", true); return; }
+  if (/[\n\r\u2028\u2029]/.test(text.trim())) {  // the API's refusal names "sentence 0"
+    setStatus("The page translates one sentence: put it on one line (eval.py --input translates a file).", true);
+    return;
+  }
   const button = document.getElementById("translate");
   button.disabled = true;
   setStatus("Translating…");
