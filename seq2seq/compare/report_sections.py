@@ -178,8 +178,8 @@ def fairness(report: dict) -> list[str]:
     lines = ["## Fairness checks", "", verdict_lib.splits_sentence(report["splits"]), ""]
     if report["hyperparameters"]:
         lines += [
-            "Hyperparameters that differ between the runs (`*`: chosen by tuning; —: not a key "
-            "of that run's model):",
+            "Hyperparameters that differ between the runs, and every one chosen by tuning "
+            "(`*`, shown even where all runs chose alike; —: not a key of that run's model):",
             "",
             hyperparameter_table(report["hyperparameters"]),
         ]
