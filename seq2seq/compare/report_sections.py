@@ -167,7 +167,8 @@ def horizons(report: dict) -> list[str]:
         "",
         "Validation BLEU (greedy, the configs' validation sentences) of each run at the "
         "largest training time, step count and FLOP count that every run reached; each run's "
-        "last validation point at or before it, with where that point lay.",
+        "last validation point at or before it (in minutes, up to 2% past it: validations "
+        "due at one minute land a step apart), with where that point lay.",
         "",
         tables.markdown_table(table, columns),
     ]
