@@ -240,7 +240,13 @@ def train_in_slices(jobs: Sequence, slice_minutes: float) -> bool:
     active = []
     for job in jobs:
         if job.status == "ok" and finished(job):  # said before the rounds count what is left
-            logger.info("== %s: finished before, reused", job.run.path.name)
+            logger.info(
+                "== %s: %s",
+                job.run.path.name,
+                "its winning trial, copied, has trained to the final budget already"
+                if job.run.winning_trial_file.exists()
+                else "finished before, reused",
+            )
         elif job.status == "ok":
             active.append(job)
     round_index = 1
