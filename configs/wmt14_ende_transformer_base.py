@@ -6,7 +6,7 @@
 Paper: 27.3 BLEU on newstest2014 (tokenized, compound-split; about 1.5 lower in sacreBLEU),
 25.8 BLEU / 4.92 perplexity on newstest2013 without averaging; 100k steps of ~25k source +
 ~25k target tokens, ~12 hours on 8 P100s. About 63M parameters with a 37k shared vocabulary
-(the paper rounds to 65M; docs/benchmarks.md, "Parameter counts").
+(the paper says 65M, perhaps from a larger vocabulary; docs/benchmarks.md, "Parameter counts").
 """
 
 from seq2seq.config import default_config

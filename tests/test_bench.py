@@ -111,6 +111,11 @@ def test_rnnsearch_flops_match_a_hand_count():
     encdec_per_token = 2 * 12 + 4 * 8 + 4 * 4 + 4 * 4 + 2 * 4 + 2 * 7  # no C c, C_o c per token
     assert train_flops(config, 7, 2, 3) == 3 * 2 * (encdec_sentence + 3 * encdec_per_token)
 
+    # A scoring added to the model but not here was counted as dot's, silently.
+    r.attention = "scaled_dot"
+    with pytest.raises(ValueError, match="no FLOP count for RNNsearch attention 'scaled_dot'"):
+        train_flops(config, 7, 2, 3)
+
 
 def test_flops_of_a_batch_are_the_sum_over_its_pairs():
     config = _tiny_transformer()

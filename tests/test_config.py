@@ -262,3 +262,18 @@ def test_the_config_has_one_section_per_model_family():
     from seq2seq.models import MODELS
 
     assert set(MODEL_NAMES) == set(MODELS) == set(default_config().model) - {"name"}
+
+
+def test_a_count_whose_default_is_zero_may_be_zero_and_a_size_may_not():
+    """A new field ``extra_layers: int = 0`` failed its own default ("must be positive") and so
+    every config, since each family's section is checked."""
+    import dataclasses
+
+    from seq2seq.models.schema import FieldError, check_fields
+
+    section = dataclasses.make_dataclass("Section", [("width", int, 8), ("extra_layers", int, 0)])
+    check_fields(section, {"width": 8, "extra_layers": 0})
+    with pytest.raises(FieldError, match="extra_layers=-1 must be >= 0"):
+        check_fields(section, {"width": 8, "extra_layers": -1})
+    with pytest.raises(FieldError, match="width=0 must be positive"):
+        check_fields(section, {"width": 0, "extra_layers": 0})

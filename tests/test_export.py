@@ -225,3 +225,30 @@ def test_a_sentence_s_exported_beam_does_not_depend_on_the_rest_of_its_batch(tok
         np.testing.assert_allclose(
             sorted(s for s, _ in together), sorted(s for s, _ in apart), atol=1e-4
         )
+
+
+def test_every_transformer_field_is_exported_or_changes_no_translation():
+    """A field the converter does not know (a new hyperparameter) is caught here first, and a
+    run using it is refused, not exported as if it had its default (a GELU feed-forward was
+    exported as ReLU and translated otherwise)."""
+    import dataclasses
+
+    from seq2seq.export.converter import EXPORTED_FIELDS, TRAINING_ONLY_FIELDS, check_exportable
+
+    fields = {field.name for field in dataclasses.fields(TransformerConfig)}
+    assert fields == EXPORTED_FIELDS | TRAINING_ONLY_FIELDS
+    assert not EXPORTED_FIELDS & TRAINING_ONLY_FIELDS
+    extended = dataclasses.make_dataclass(
+        "Extended", [("activation", str, "relu")], bases=(TransformerConfig,), frozen=True
+    )
+    check_exportable("transformer", extended(8, 8, d_model=8, d_ff=8, num_heads=2, d_k=4, d_v=4))
+    with pytest.raises(ValueError) as error:
+        check_exportable(
+            "transformer",
+            extended(8, 8, d_model=8, d_ff=8, num_heads=2, d_k=4, d_v=4, activation="gelu"),
+        )
+    assert str(error.value) == (
+        "model.transformer.activation='gelu' is not carried by the CTranslate2 export (it would "
+        "build the model as if activation='relu'); teach seq2seq/export/converter.py the field "
+        "first"
+    )

@@ -61,7 +61,7 @@ from seq2seq.linear import Linear, project
 from seq2seq.logical_axes import constrain, gathered, param
 
 Array = jax.Array
-Scoring = Literal["additive", "dot", "general", "scaled_dot"]
+Scoring = Literal["additive", "dot", "general"]  # AlignmentAttention's (Luong et al.'s three)
 Implementation = Literal["explicit", "cpu", "cudnn", "xla"]
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ The output directory also holds the run's tokenizer (``tokenizer/``) and its dec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -30,13 +31,26 @@ import numpy as np
 from ctranslate2.specs import common_spec, transformer_spec
 
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.models import MODELS, Transformer
+from seq2seq.models import MODELS, Transformer, TransformerConfig
 from seq2seq.models.transformer import sinusoidal_positions
 
 QUANTIZATIONS = ("float32", "int16", "int8")
 SETTINGS_FILE = "seq2seq.json"
 TOKENIZER_DIR = "tokenizer"
 LAYER_NORM_EPSILON = 1e-6  # every nnx.LayerNorm of the Transformer
+
+# Every field of ``TransformerConfig`` is one the export carries (in the spec, or in the shapes
+# of the weights it copies) or one that does not change a translation. A field in neither (a
+# hyperparameter added later) is refused at any value but its default: the spec would be built
+# as if it had that default, and the exported model would translate otherwise, silently.
+EXPORTED_FIELDS = frozenset({
+    "source_vocab_size", "target_vocab_size", "d_model", "d_ff", "num_heads", "d_k", "d_v",
+    "encoder_layers", "decoder_layers", "norm", "positions", "max_positions",
+    "share_embeddings", "tie_output", "scale_embeddings",
+})  # fmt: skip
+TRAINING_ONLY_FIELDS = frozenset({
+    "dropout_rate", "attention_dropout_rate", "relu_dropout_rate", "scan_layers", "dtype",
+})  # fmt: skip
 
 
 def _array(value) -> np.ndarray:
@@ -95,6 +109,19 @@ def check_exportable(model_name: str, config) -> None:
         exportable = " or ".join(n for n, family in MODELS.items() if family.ctranslate2_export)
         raise ValueError(
             f"CTranslate2 has no {model_name} model; only a {exportable} run can be exported"
+        )
+    # a built model's TransformerConfig, or the config's model section (a ConfigDict)
+    fields = dataclasses.fields(config if dataclasses.is_dataclass(config) else TransformerConfig)
+    for field in fields:
+        if field.default is dataclasses.MISSING:  # the vocabulary sizes: the tokenizer's
+            continue
+        value = getattr(config, field.name, field.default)
+        if field.name in EXPORTED_FIELDS | TRAINING_ONLY_FIELDS or value == field.default:
+            continue
+        raise ValueError(
+            f"model.transformer.{field.name}={value!r} is not carried by the CTranslate2 export "
+            f"(it would build the model as if {field.name}={field.default!r}); teach "
+            "seq2seq/export/converter.py the field first"
         )
     if not config.d_k == config.d_v == config.d_model // config.num_heads:
         raise ValueError(

@@ -55,8 +55,10 @@ def rnnsearch_forward_flops(r: ml_collections.ConfigDict, vocab: int, source_len
         keys, query, score = s * 2 * (2 * n) * a, 2 * n_dec * a, 2 * a
     elif r.attention == "general":  # W h_j once per sentence; s . (W h_j) per step
         keys, query, score = s * 2 * (2 * n) * n_dec, 0, 2 * n_dec
-    else:  # dot: s . h_j
+    elif r.attention == "dot":  # s . h_j
         keys, query, score = 0, 0, 2 * n_dec
+    else:  # a scoring added without its count here would be counted as another's, silently
+        raise ValueError(f"no FLOP count for RNNsearch attention {r.attention!r}; add it here")
     attention = length * (query + s * score + s * 2 * (2 * n))  # ... and c_i = sum alpha_ij h_j
     gru = length * 2 * 3 * n_dec * (m + 2 * n + n_dec)  # W E y, C c, U s
     deep_output = length * (2 * (n_dec + m + 2 * n) * 2 * l + 2 * l * vocab)

@@ -52,17 +52,21 @@ def choices(config_class: type) -> dict[str, tuple]:
 
 def check_fields(config_class: type, values: Mapping[str, object]) -> None:
     """Each value against its field alone: a ``Literal`` field takes one of its choices, an
-    integer field (a size, a count) is positive, a dropout rate lies in [0, 1).
+    integer field (a size, a count) is positive, or at least 0 where its default is 0 (a count
+    that may be off), a dropout rate lies in [0, 1).
 
     Raises:
       FieldError: the first field that fails, named with its value.
     """
     allowed = choices(config_class)
     hints = typing.get_type_hints(config_class)
+    may_be_zero = {f.name for f in dataclasses.fields(config_class) if f.default == 0}
     for name, value in values.items():
         if name in allowed and value not in allowed[name]:
             raise FieldError(name, value, f"is not one of {', '.join(allowed[name])}")
-        if hints.get(name) is int and not value > 0:
+        if hints.get(name) is int and name in may_be_zero and not value >= 0:
+            raise FieldError(name, value, "must be >= 0")
+        if hints.get(name) is int and name not in may_be_zero and not value > 0:
             raise FieldError(name, value, "must be positive")
         if name.endswith("dropout_rate") and not 0.0 <= value < 1.0:
             raise FieldError(name, value, "must be in [0, 1)")
