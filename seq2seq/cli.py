@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -314,15 +315,35 @@ def check_writable(folder: Path, what: str) -> None:
 RESUMES = "interrupted: what had finished is kept; rerun the same command to continue"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside training (a scheduler's stop, ``kill``): it stops the command as Ctrl-C
+    does, so every handler of Ctrl-C (a translation's finished pieces, a comparison's report so
+    far) keeps what it keeps, and the command ends with a line and status 143."""
+
+
+def _terminate(signum, frame) -> None:
+    del signum, frame
+    raise Terminated
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM raises ``Terminated`` in the main thread. Training puts its own handler in its
+    place while it trains (a checkpoint first); a job of several processes gives SIGTERM back to
+    the default before JAX's preemption service takes it (``training.processes``)."""
+    signal.signal(signal.SIGTERM, _terminate)
+
+
 def exit_on_error(
     main: Callable[[list[str]], None], interrupted: str | Callable[[], str] = RESUMES
 ) -> Callable[[list[str]], None]:
     """Turns expected failures (bad config, missing files, NaN loss) into one line and exit 1,
     and Ctrl-C outside training into the line ``interrupted`` (or the one it returns, for a
-    command whose modes keep different things) and exit 130."""
+    command whose modes keep different things) and exit 130; SIGTERM there into the same line
+    after ``terminated (SIGTERM):`` and exit 143."""
 
     def wrapped(argv: list[str]) -> None:
         _redeliver_swallowed_interrupts()
+        stop_on_sigterm()
         absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
         logging.basicConfig(level=logging.WARNING, format="%(message)s", force=True)
         logging.getLogger("seq2seq").setLevel(logging.INFO)
@@ -339,14 +360,17 @@ def exit_on_error(
                 raise
             print(f"error: {file_error_message(error)}", file=sys.stderr)
             sys.exit(1)
-        except KeyboardInterrupt:  # training saves on the first Ctrl-C; this is anywhere else
+        except KeyboardInterrupt as stop:  # training saves on the first; this is elsewhere
             line = interrupted() if callable(interrupted) else interrupted
+            terminated = isinstance(stop, Terminated)
+            if terminated:
+                line = "terminated (SIGTERM): " + line.removeprefix("interrupted: ")
             print(line, file=sys.stderr, flush=True)
             sys.stdout.flush()
             # At once, as a second Ctrl-C asks: a checkpoint orbax is still writing in another
             # thread would print a traceback as the interpreter shut down around it. Its folder
             # stays unfinished, and a resume starts from the checkpoint before it.
-            os._exit(130)
+            os._exit(143 if terminated else 130)
 
     return wrapped
 

@@ -1090,9 +1090,15 @@ def test_an_ensemble_s_scores_are_filed_beside_the_run_s_own(workdir):
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_a_stream_does_not_promise_a_resume(workdir):
+@pytest.mark.parametrize(
+    ("stop", "status", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+    ids=["Ctrl-C", "SIGTERM"],
+)
+def test_a_stopped_stream_says_so_and_promises_no_resume(workdir, stop, status, said):
     """``eval.py --input -`` said "rerun the same command to continue" on Ctrl-C; a stream
-    read from standard input cannot go on where it stopped."""
+    read from standard input cannot go on where it stopped. SIGTERM outside training ended
+    every command silently (status -15), as if it had not been asked."""
     process = subprocess.Popen(
         [sys.executable, "eval.py", "--workdir", str(workdir), "--input", "-"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
@@ -1101,10 +1107,10 @@ def test_ctrl_c_on_a_stream_does_not_promise_a_resume(workdir):
     process.stdin.write(synthetic.load_split("validation")[0][0] + "\n")
     process.stdin.flush()
     assert process.stdout.readline().strip()  # one line translated: the stream is running
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130
+    assert process.returncode == status
     assert stderr.strip().splitlines()[-1] == (
-        "interrupted: the lines translated so far were written; standard input cannot be "
+        f"{said}: the lines translated so far were written; standard input cannot be "
         "resumed, so send the rest again"
     )

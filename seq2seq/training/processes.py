@@ -15,6 +15,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -59,6 +60,9 @@ def initialize_processes(
     watchdog = threading.Timer(JOIN_TIMEOUT_SECONDS - 5, _give_up, (who, where, num_processes))
     watchdog.daemon = True
     watchdog.start()
+    # SIGTERM goes to JAX's preemption service, which tells every process to save at one step;
+    # the command's own handler (``cli.stop_on_sigterm``) would stop this process alone.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         jax.distributed.initialize(
             coordinator_address=coordinator_address or None,
