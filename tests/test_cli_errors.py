@@ -351,7 +351,7 @@ _UNWRITABLE = pytest.mark.skipif(
             "--attention draws the lines of a file; pass --input FILE --output FILE with it",
         ),
         (
-            [*_ATTENTION_OF, ".ci/run", "--attention", "{tmp}/a", "--workdir", "{tmp}"],
+            [*_ATTENTION_OF, ".ci/run", "--attention", "{tmp}/a", "--workdir", "{tmp}/b"],
             "drop --engine ctranslate2, a second --workdir, --sampling and --nbest",
         ),
         (
