@@ -29,6 +29,27 @@ def test_keeps_the_newest_and_the_best_by_bleu(tmp_path):
     checkpoints.close()
 
 
+def test_a_save_left_unfinished_is_deleted_by_the_trainer_and_kept_from_readers(tmp_path):
+    """A second Ctrl-C during a save left ``61.orbax-checkpoint-tmp`` beside the checkpoints
+    for good; only the trainer (the run's lock held) may delete it: a reader, eval.py while the
+    run trains, could find the trainer's save under way."""
+    state, _ = create_state(tiny_config("transformer"), 20, 20)
+    directory = tmp_path / "checkpoints"
+    checkpoints = Checkpoints(directory, keep=2, training=True)
+    checkpoints.save(10, state, {"epoch": 0, "position": 10}, progress={"elapsed_seconds": 1.0})
+    checkpoints.wait()
+    checkpoints.close()
+    unfinished = directory / "13.orbax-checkpoint-tmp-1765100000000"  # orbax's own naming
+    (unfinished / "state").mkdir(parents=True)
+    reader = Checkpoints(directory, keep=2)
+    assert reader.all_steps() == [10] and unfinished.is_dir()
+    reader.close()
+    trainer = Checkpoints(directory, keep=2, training=True)
+    trainer.wait()
+    assert trainer.all_steps() == [10] and not unfinished.exists()
+    trainer.close()
+
+
 def test_an_interrupted_checkpoint_takes_no_place_and_marks_and_scores_survive_restarts(tmp_path):
     state, _ = create_state(tiny_config("transformer"), 20, 20)
     checkpoints = Checkpoints(tmp_path / "checkpoints", keep=2)

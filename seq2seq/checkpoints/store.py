@@ -145,14 +145,19 @@ class _Retention(policies.PreservationPolicy):
 class Checkpoints:
     """Keeps the newest ``keep`` checkpoints plus the best by validation BLEU (``_Retention``)."""
 
-    def __init__(self, directory: Path, *, keep: int):
-        """``directory``: a run's ``RunDirectory.checkpoints_dir``."""
+    def __init__(self, directory: Path, *, keep: int, training: bool = False):
+        """``directory``: a run's ``RunDirectory.checkpoints_dir``. ``training``: opened by
+        the run's one trainer (its lock held), which deletes the folders of saves a stopped
+        start left unfinished (``*.orbax-checkpoint-tmp*``, from a second Ctrl-C during a save):
+        never read, they were kept for good. A reader (eval.py while the run trains) must not,
+        as the trainer may be writing one."""
         _quiet_late_reads()
         self.keep = keep
         self.manager = ocp.CheckpointManager(
             directory.absolute(),
             options=ocp.CheckpointManagerOptions(
                 create=True,
+                cleanup_tmp_directories=training,
                 preservation_policy=_Retention(keep),
                 # Set only so that orbax writes each step's metrics and reads them back when a
                 # run resumes; without it the marks and scores would be lost at a restart.

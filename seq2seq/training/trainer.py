@@ -292,7 +292,7 @@ def _build_loop(
     vocab = data.tokenizer.target_vocab_size
     state, schedule = create_state(config, data.tokenizer.source_vocab_size, vocab)
     state_shardings = sharding.state_sharding(mesh, state, rules)
-    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep)
+    checkpoints = Checkpoints(run.checkpoints_dir, keep=config.checkpoint.keep, training=True)
     batches = iter(data.batches)
     state, progress = _restore_or_place(checkpoints, state, state_shardings, batches)
     batch_sharding = sharding.batch_sharding(mesh, rules)
