@@ -200,6 +200,21 @@ def test_tuned_keys_are_listed_and_marked_even_where_every_run_agrees(tmp_path):
     assert "model.rnnsearch.dropout_rate*" not in table["t"]  # the other family's section
     assert table["t"]["train.label_smoothing*"] == table["r"]["train.label_smoothing*"] == 0.1
     assert table["t"]["model.name"] == "transformer"  # untuned, differing: listed unmarked
+    assert "eval.num_examples" not in table["t"]  # the same for both
+
+
+def test_runs_validated_on_different_numbers_of_sentences_show_it(tmp_path):
+    """A config made from a run validated on 50 sentences, beside configs of 500: their
+    curves, best checkpoints and trials were scored on different evidence, and no table said."""
+    outcomes = []
+    for name, sentences in (("a", 50), ("b", 500)):
+        config = tiny_config("transformer")
+        config.eval.num_examples = sentences
+        config.eval.batch_size = sentences // 10  # how, not on what: still left out
+        spec = RunSpec(name, tmp_path / f"{name}.py")
+        outcomes.append(RunOutcome(name, spec, 0, RunDirectory(tmp_path / name), config=config))
+    table = verdict.differing_hyperparameters(outcomes, [])
+    assert table == {"a": {"eval.num_examples": 50}, "b": {"eval.num_examples": 500}}
 
 
 SCORED_SENTENCES = 200

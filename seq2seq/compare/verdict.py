@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 ALL_PAIRS_UP_TO = 4
 # Keys that differ between runs by design or say nothing about training.
 NOT_HYPERPARAMETERS = ("seed", "data.dir", "mesh.", "eval.", "decode.")
+# ... but how many validation sentences score a run's curves, its ``best`` checkpoint and its
+# tuning trials: runs validated on different numbers of sentences are compared on different
+# evidence (a config from a run of 50 beside the configs' own 500), so the table shows it.
+VALIDATION_KEYS = ("eval.num_examples",)
 
 
 def _groups(outcomes: Sequence[RunOutcome]) -> dict[str, list[RunOutcome]]:
@@ -261,7 +265,7 @@ def differing_hyperparameters(outcomes: Sequence[RunOutcome], tuned_keys: Sequen
     keys = sorted({key for values in flat.values() for key in values})
     differing = []
     for key in keys:
-        if key.startswith(NOT_HYPERPARAMETERS):
+        if key.startswith(NOT_HYPERPARAMETERS) and key not in VALIDATION_KEYS:
             continue
         values = [values.get(key) for values in flat.values()]
         if key in tuned or any(value != values[0] for value in values):
