@@ -89,8 +89,8 @@ def test_the_log_without_a_terminal_says_how_far_the_run_is_and_what_is_left(tra
 
 
 def test_eval_bleu_equals_sacrebleu_on_its_hypothesis_file(trained):
-    workdir, result = trained
-    hypotheses = (workdir / "eval" / "test.hyp.txt").read_text().splitlines()
+    workdir, result = trained  # greedy, filed beside the run's own beam's scores: "-beam1"
+    hypotheses = (workdir / "eval" / "test-beam1.hyp.txt").read_text().splitlines()
     references = [target for _, target in synthetic.load_split("test")]
     assert len(hypotheses) == len(references) == result["n"]
     metric = BLEU()
@@ -106,10 +106,11 @@ def test_eval_names_its_two_files_and_leaves_the_provenance_in_them(trained):
     printed = {k: v for k, v in result.items() if k not in ("train_log", "eval_stdout")}
     assert "provenance" not in printed
     assert result["eval_stdout"].splitlines()[-2] == (
-        f"  written to {workdir / 'eval' / 'test.json'} (the scores and their provenance) and "
-        f"{workdir / 'eval' / 'test.hyp.txt'}"
+        f"  written to {workdir / 'eval' / 'test-beam1.json'} (the scores and their provenance) "
+        f"and {workdir / 'eval' / 'test-beam1.hyp.txt'}"
     )
-    filed = json.loads((workdir / "eval" / "test.json").read_text())
+    assert not (workdir / "eval" / "test.json").exists()  # the run's own beam: not scored here
+    filed = json.loads((workdir / "eval" / "test-beam1.json").read_text())
     assert filed.pop("provenance")["run"]["argv"][0] == "train.py"
     assert filed == printed
 
