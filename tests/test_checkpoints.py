@@ -44,9 +44,10 @@ def test_a_save_left_unfinished_is_deleted_by_the_trainer_and_kept_from_readers(
     reader = Checkpoints(directory, keep=2)
     assert reader.all_steps() == [10] and unfinished.is_dir()
     reader.close()
-    trainer = Checkpoints(directory, keep=2, training=True)
+    trainer = Checkpoints(directory, keep=2, training=True)  # deletes it before its first save
+    trainer.save(20, state, {"epoch": 0, "position": 20}, progress={"elapsed_seconds": 2.0})
     trainer.wait()
-    assert trainer.all_steps() == [10] and not unfinished.exists()
+    assert trainer.all_steps() == [10, 20] and not unfinished.exists()
     trainer.close()
 
 

@@ -148,9 +148,10 @@ class Checkpoints:
     def __init__(self, directory: Path, *, keep: int, training: bool = False):
         """``directory``: a run's ``RunDirectory.checkpoints_dir``. ``training``: opened by
         the run's one trainer (its lock held), which deletes the folders of saves a stopped
-        start left unfinished (``*.orbax-checkpoint-tmp*``, from a second Ctrl-C during a save):
-        never read, they were kept for good. A reader (eval.py while the run trains) must not,
-        as the trainer may be writing one."""
+        start left unfinished (``*.orbax-checkpoint-tmp*``, from a second Ctrl-C during a save;
+        orbax does it in the background, done before the first save): never read, they were
+        kept for good. A reader (eval.py while the run trains) must not, as the trainer may be
+        writing one."""
         _quiet_late_reads()
         self.keep = keep
         self.manager = ocp.CheckpointManager(

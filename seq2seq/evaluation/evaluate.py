@@ -200,7 +200,7 @@ def evaluate(
     (``RunDirectory``), so scoring one run by two rules keeps both; an ensemble, sampling and
     another engine add to the name (``decoding_label``). ``max_sentences`` scores only the first
     N pairs (quick looks and tests; recorded). ``variant``: what else sets these scores apart
-    from the run's own, added to their name (``eval.py``'s ``beam1``, ``alpha0_0`` against the
+    from the run's own, added to their name (``eval.py``'s ``beam1``, ``alpha0_6`` against the
     run's decoding, ``corpus-NAME`` for another corpus's folder), so that they never overwrite
     or stand in for them.
     """
