@@ -97,11 +97,18 @@ def _count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def _find_file(folder: Path, stem: str, language: str) -> Path:
-    """``STEM.LANG`` or ``STEM.LANG.gz`` in ``folder``; a one-line error naming what is there."""
+def _existing(folder: Path, stem: str, language: str) -> Path | None:
+    """``STEM.LANG`` or else ``STEM.LANG.gz`` in ``folder``; None if neither is a file there."""
     for name in (f"{stem}.{language}", f"{stem}.{language}.gz"):
         if (folder / name).is_file():
             return folder / name
+    return None
+
+
+def _find_file(folder: Path, stem: str, language: str) -> Path:
+    """``STEM.LANG`` or ``STEM.LANG.gz`` in ``folder``; a one-line error naming what is there."""
+    if found := _existing(folder, stem, language):
+        return found
     present = sorted(p.name for p in folder.iterdir() if p.is_file())
     shown = ", ".join(present[:12]) + (", ..." if len(present) > 12 else "")
     raise DataError(
@@ -390,11 +397,7 @@ def check_split_keys(
 
 def _missing_files(folder: Path, stem: str, data: ml_collections.ConfigDict) -> str:
     """``no STEM.SRC and STEM.TGT``, or, where one side is there, the one that is not."""
-    there = [
-        language
-        for language in (data.src_lang, data.tgt_lang)
-        if any((folder / f"{stem}.{language}{gz}").is_file() for gz in ("", ".gz"))
-    ]
+    there = [lang for lang in (data.src_lang, data.tgt_lang) if _existing(folder, stem, lang)]
     if len(there) == 1:
         (missing,) = {data.src_lang, data.tgt_lang} - set(there)
         return f"no {stem}.{missing} beside {stem}.{there[0]}"

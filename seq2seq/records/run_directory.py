@@ -336,11 +336,7 @@ class RunDirectory:
         nothing (older runs, TFDS and synthetic data) is given the benefit of the doubt."""
         if not self.corpus_file.exists() or config.data.source != "text":
             return False
-        recorded = json.loads(self.corpus_file.read_text())
-        try:
-            return fingerprint(config) != recorded
-        except ValueError:  # no training split there: a held-out folder
-            return True
+        return self._corpus_change(self._saved_config(), config, fingerprint) is not None
 
     def record_corpus(self, config: ml_collections.ConfigDict, fingerprint: Fingerprint) -> None:
         """Writes ``corpus.json``, ``fingerprint(config)``, at a run's first start, or over one
