@@ -1,6 +1,7 @@
 """Checkpoint retention: the newest ``keep`` plus the best by validation BLEU; a checkpoint an
 interruption wrote off schedule is deleted once the resumed run saves a later one."""
 
+import logging
 import subprocess
 import sys
 
@@ -123,10 +124,11 @@ class _Interrupted(Exception):
     """What this test's own SIGINT handler raises: the Ctrl-C reached the run unhandled."""
 
 
-def test_ctrl_c_during_the_final_validation_waits_for_the_final_checkpoint(tmp_path):
+def test_ctrl_c_during_the_final_validation_waits_for_the_final_checkpoint(tmp_path, caplog):
     """A Ctrl-C during the final validation or checkpoint cut orbax's write short: the run
     kept only a temporary folder of its last step, while metrics.jsonl's validation said it had
-    ended, so a comparison reused it and then failed it for good ("holds no trained model")."""
+    ended, so a comparison reused it and then failed it for good ("holds no trained model").
+    The run now finishes first, and says that the Ctrl-C came (it used to be taken silently)."""
     import os
     import signal
 
@@ -150,9 +152,11 @@ def test_ctrl_c_during_the_final_validation_waits_for_the_final_checkpoint(tmp_p
 
     previous = signal.signal(signal.SIGINT, unhandled)
     try:
-        summary = train(config, tmp_path, make_validate)
+        with caplog.at_level(logging.WARNING, logger="seq2seq"):
+            summary = train(config, tmp_path, make_validate)
     finally:
         signal.signal(signal.SIGINT, previous)
+    assert "Ctrl-C came while the run was finishing: it finished first (step 6" in caplog.text
     assert summary.step == 6
     assert _saved_steps(tmp_path)[-1] == 6
     assert _records(tmp_path, "stop")[6]["reason"] == "cap"

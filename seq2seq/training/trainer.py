@@ -257,6 +257,13 @@ def _train_locked(
                 loop.record_stop(state)
         if paused:
             logger.log(preemption.log_level, preemption.message, int(state.step))
+        elif preemption.signal_name:  # it came during the final validation or checkpoint
+            logger.warning(
+                "%s came while the run was finishing: it finished first (step %d, final "
+                "checkpoint saved)",
+                preemption.signal_name,
+                int(state.step),
+            )
     finally:
         loop.checkpoints.close()
         loop.writer.close()
