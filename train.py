@@ -43,8 +43,7 @@ def main(argv: list[str]) -> None:
     from seq2seq.training.trainer import train
 
     summary = train(config, workdir, make_validate_fn)
-    if summary.preempted:
-        print(f"preempted at step {summary.step}; checkpoint saved, rerun to resume")
+    if summary.preempted:  # the trainer has said what stopped it and which step it saved
         sys.exit(143)
     if math.isnan(summary.final_loss):  # no step taken: the run had ended before this start
         if summary.stop_reason == "converged":
