@@ -731,3 +731,29 @@ def test_each_seeds_folder_is_named_by_the_seed_it_trains(tmp_path):
     job = Job("transformer-small", 1, 2, str(tmp_path), str(tmp_path), 0.0, (("seed", 5),))
     assert job.name == "transformer-small-seed6"  # make device-frontier's worker of that run
     assert Job("transformer-small", 1, 2, "w", "r", 0.0).name == "transformer-small-seed1"
+
+
+@pytest.mark.parametrize("inside", ["", "report"])
+def test_a_report_folder_inside_the_records_it_reads_is_refused(tmp_path, inside):
+    """``--records X --workdir X`` wrote frontier.md, frontier.json and figures/ among the
+    committed records."""
+    import shutil
+    import subprocess
+    import sys
+
+    records = tmp_path / "multi30k_ende"
+    shutil.copytree(REPO / "docs" / "records" / "multi30k_ende", records)
+    before = sorted(p.relative_to(records) for p in records.rglob("*"))
+    workdir = records / inside
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.compare", "--records", str(records), "--workdir",
+         str(workdir), "--checkpoint", "average:5"],
+        cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --workdir {workdir} is inside the records it reads (--records {records}): the "
+        "report would be written among them; pass another folder, e.g. --workdir "
+        "runs/multi30k_ende"
+    )
+    assert sorted(p.relative_to(records) for p in records.rglob("*")) == before

@@ -393,3 +393,44 @@ def test_another_tool_s_folder_among_the_records_is_named_and_refused(tmp_path):
         "seq2seq's: unknown config key 'add_source_bos'); move it out, or pass a folder of run "
         "records only"
     )
+
+
+def test_records_of_two_directions_in_one_folder_are_refused(tmp_path):
+    """English->German and English->French runs in one folder gave a report (exit 0) whose BLEU
+    difference spanned [-58.6, 57.1]: one task's scores set against the other's."""
+    import shutil
+
+    records = REPO / "docs" / "records"
+    mixed = tmp_path / "mixed"
+    for corpus, run in [
+        ("multi30k_ende", "transformer-small-seed0"),
+        ("multi30k_enfr", "rnnsearch-medium-seed1"),
+    ]:
+        shutil.copytree(records / corpus / run, mixed / run)
+    with pytest.raises(ValueError) as refused:
+        read_records(mixed, None, "average:5")
+    assert str(refused.value) == (
+        f"--records {mixed} mixes translation tasks (en->de on test_2016_flickr: "
+        "transformer-small-seed0; en->fr on test_2016_flickr: rnnsearch-medium-seed1): a "
+        "comparison scores one direction on one test set; give each its own folder (compare "
+        "--directions reads one per direction)"
+    )
+
+
+@pytest.mark.parametrize(
+    "damaged", ["eval/test_2016_flickr@average5.json", "provenance.json", "metrics.jsonl"]
+)
+def test_a_damaged_file_among_the_records_is_named(tmp_path, damaged):
+    """A record's file cut short gave json's bare "Expecting value: line 2 column 1 (char 14)",
+    naming neither the file nor the run."""
+    import shutil
+
+    run = tmp_path / "records" / "transformer-small-seed0"
+    shutil.copytree(REPO / "docs" / "records" / "multi30k_ende" / run.name, run)
+    text = (run / damaged).read_text()
+    (run / damaged).write_text(text[: len(text) // 2].rstrip("\n"))
+    with pytest.raises(ValueError) as refused:
+        read_records(tmp_path / "records", None, "average:5")
+    message = str(refused.value)
+    assert message.startswith(str(run / damaged)) and "is not valid JSON" in message, message
+    assert ("line " in message) == (damaged == "metrics.jsonl")

@@ -398,6 +398,7 @@ def _one_mode(flag: SimpleNamespace) -> None:
         )
     if given and given[0] != "--configs or --suite":
         describe_checkpoint_rule(flag.checkpoint)
+        _check_report_outside_records(flag, given[0])
     if flag.save_records and Path(flag.save_records).resolve() == Path(flag.workdir).resolve():
         raise ValueError(
             f"--save_records {flag.save_records} is the --workdir: each run's record would "
@@ -407,6 +408,20 @@ def _one_mode(flag: SimpleNamespace) -> None:
         cli.check_work_directory(
             Path(flag.save_records), "--save_records", "name a folder such as docs/records/NAME"
         )
+
+
+def _check_report_outside_records(flag: SimpleNamespace, mode: str) -> None:
+    """Refuses a ``--workdir`` that is, or lies inside, a folder of the records it reads: the
+    report, its JSON and figures would be written among committed records."""
+    workdir = Path(flag.workdir).resolve()
+    folders = [flag.records] if flag.records else (flag.directions or flag.devices or [])
+    for folder in map(Path, folders):
+        if workdir == folder.resolve() or folder.resolve() in workdir.parents:
+            raise ValueError(
+                f"--workdir {flag.workdir} is inside the records it reads ({mode} {folder}): "
+                f"the report would be written among them; pass another folder, e.g. "
+                f"--workdir runs/{folder.resolve().name}"
+            )
 
 
 def run() -> None:

@@ -20,8 +20,8 @@ from records committed to the repository.
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
-import json
 import logging
 import math
 import re
@@ -32,7 +32,7 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.records.run_directory import RunDirectory, show_entries
+from seq2seq.records.run_directory import RunDirectory, read_json, show_entries
 from seq2seq.report.tables import counted
 from seq2seq.training.stopping import CONVERGED
 
@@ -151,7 +151,7 @@ def run_device(run: RunDirectory) -> str:
     if not run.provenance_file.exists():
         return ""
     names = []
-    for entry in json.loads(run.provenance_file.read_text()).get("entries", []):
+    for entry in read_json(run.provenance_file).get("entries", []):
         name = entry.get("device_kind") or ""
         if name == "cpu" and entry.get("cpu_cores"):
             cores = entry["cpu_cores"]
@@ -165,7 +165,7 @@ def latest_start(run: RunDirectory) -> dict[str, str]:
     ("" where it recorded none)."""
     if not run.provenance_file.exists():
         return {}
-    entries = json.loads(run.provenance_file.read_text()).get("entries") or [{}]
+    entries = read_json(run.provenance_file).get("entries") or [{}]
     return {
         "compute_dtype": entries[-1].get("compute_dtype") or "",
         "jax_version": entries[-1].get("packages", {}).get("jax") or "",
@@ -236,7 +236,7 @@ def read_records(
     folders = sorted(p for p in Path(directory).iterdir() if (p / "config.json").exists())
     if not folders:
         raise ValueError(f"{flag} {directory} holds no run folders (each with a config.json)")
-    runs = []
+    runs, tasks = [], collections.defaultdict(list)
     for folder in folders:
         run = RunDirectory(folder)
         try:
@@ -246,13 +246,33 @@ def read_records(
                 f"{flag} {directory}: {folder.name} is not a run record (its config.json is not "
                 f"seq2seq's: {error.reason}); move it out, or pass a folder of run records only"
             ) from None
-        runs.append(read_run(run, scored_split(config, split), rule))
+        scored = scored_split(config, split)
+        runs.append(read_run(run, scored, rule))
+        tasks[f"{config.data.src_lang}->{config.data.tgt_lang} on {scored}"].append(folder.name)
+    check_one_task(tasks, f"{flag} {directory}")
     if all(run.result is None for run in runs) and (held := scored_rules(folders)):
         raise ValueError(
             f"{flag} {directory}: no run is scored under --checkpoint {rule}; these records "
             f"hold scores under {', '.join(held)}: pass --checkpoint {held[0]}"
         )
     return runs
+
+
+def check_one_task(tasks: dict[str, list[str]], where: str) -> None:
+    """Refuses records of more than one task (``tasks``: the runs of each direction and scored
+    split): their differences would set a German->English run's BLEU against an
+    English->French one's, and pass for a verdict.
+
+    Raises:
+      ValueError: one line naming each task with its runs, and the fix.
+    """
+    if len(tasks) > 1:
+        shown = "; ".join(f"{task}: {show_entries(names)}" for task, names in sorted(tasks.items()))
+        raise ValueError(
+            f"{where} mixes translation tasks ({shown}): a comparison scores one direction on "
+            "one test set; give each its own folder (compare --directions reads one per "
+            "direction)"
+        )
 
 
 def scored_rules(folders: Iterable[Path]) -> list[str]:

@@ -418,23 +418,44 @@ class RunDirectory:
         if not self.metrics_file.exists():
             return []
         lines = self.metrics_file.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        return [
+            read_json(self.metrics_file, line, number)
+            for number, line in enumerate(lines, 1)
+            if line.strip()
+        ]
 
     def read_tuning(self) -> dict | None:
         """The tuning that chose this run's values (``tuning_file``), or None if none did."""
         path = self.tuning_file
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_json(path) if path.exists() else None
 
     def read_averaged_from(self) -> dict | None:
         """The record ``seq2seq.evaluation.average`` left in an averaged run; None for another."""
         path = self.averaged_from_file
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_json(path) if path.exists() else None
 
     def read_eval_result(self, split: str, checkpoint: str = "latest") -> dict | None:
         """What ``eval.py`` wrote for ``split`` under ``checkpoint``, or None if it has not been
         evaluated that way."""
         path = self.eval_result_file(split, checkpoint)
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_json(path) if path.exists() else None
+
+
+def read_json(path: Path, text: str | None = None, line: int = 0):
+    """``path``'s JSON (``text``: its ``line``-th line, of a JSON-lines file).
+
+    Raises:
+      RunDirectoryError: one line naming the damaged file (and line), where ``json`` named only
+        a column.
+    """
+    try:
+        return json.loads(path.read_text() if text is None else text)
+    except json.JSONDecodeError as error:
+        where = f"{path} line {line}" if line else str(path)
+        raise RunDirectoryError(
+            f"{where} is not valid JSON ({error.msg} at column {error.colno}): damaged or cut "
+            "short; restore it from where it came (git checkout, a backup) or move the run away"
+        ) from None
 
 
 def count_entries(names: list[str]) -> str:
