@@ -542,7 +542,12 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
     """Sizes and step counts positive (counts that may be 0 for "off": non-negative), minutes
     non-negative, and the signs and ranges of the tables above; each family checks its own
     section (_check_families)."""
-    may_be_zero = ("train.warmup_steps", "eval.every_steps", "checkpoint.every_steps")
+    may_be_zero = (
+        "train.warmup_steps",
+        "eval.every_steps",
+        "checkpoint.every_steps",
+        "mesh.rules.fsdp_min_size",  # 0: every parameter that divides is split
+    )
     for key, value in flatten(config):
         if isinstance(value, float):  # nan passes no comparison's refusal; inf passes most
             _require(math.isfinite(value), f"config.{key}={value} must be a finite number")

@@ -1,5 +1,6 @@
 """Bad configs stop before any work, with one line that names the key."""
 
+import functools
 import subprocess
 import sys
 
@@ -177,6 +178,8 @@ def test_a_cosine_whose_warm_up_takes_every_step_is_refused(steps, error):
         ("mesh.fsdp", 0, r"config\.mesh\.fsdp=0 must be >= 1"),  # a division by zero
         ("mesh.tensor", -1, r"config\.mesh\.tensor=-1 must be >= 1"),
         ("mesh.tensor", 2, None),
+        ("mesh.rules.fsdp_min_size", 0, None),  # docs/scaling.md's "split every parameter"
+        ("mesh.rules.fsdp_min_size", -1, r"fsdp_min_size=-1 must be >= 0"),
     ],
 )
 def test_values_that_used_to_fail_late_or_run_wrongly_are_refused(key, value, error):
@@ -185,8 +188,8 @@ def test_values_that_used_to_fail_late_or_run_wrongly_are_refused(key, value, er
     checkpoint.keep=0 kept every checkpoint and a bucket width or mesh size of 0 divided by
     zero."""
     config = default_config()
-    section, name = key.split(".")
-    config[section][name] = value
+    *sections, name = key.split(".")
+    functools.reduce(lambda node, part: node[part], sections, config)[name] = value
     _validates_or_raises(config, error)
 
 
