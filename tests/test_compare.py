@@ -398,6 +398,17 @@ def test_named_suites_expand_to_existing_configs():
             "quickstart_transformer: config.mesh.data=2 x mesh.fsdp=1 x mesh.tensor=1 makes 2 "
             "devices, but the job has 1; set mesh.data=-1",
         ),  # each run used to fail once started
+        (
+            [
+                "--configs",
+                "configs/quickstart_transformer.py",
+                "--config.data.sentences_per_batch=3",
+                "--config.train.grad_accum_steps=2",
+            ],
+            "quickstart_transformer: data.sentences_per_batch=3 is not a multiple of 2 "
+            "(data-parallel devices x train.grad_accum_steps x hosts); set "
+            "data.sentences_per_batch=4, or change one of the others",
+        ),  # fmt: skip (each run failed once started, and an empty report was written)
         # records: the rule they were scored under, one mode at a time, each folder once
         (
             ["--records", "docs/records/multi30k_ende"],

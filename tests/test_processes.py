@@ -56,3 +56,32 @@ def test_any_other_failure_keeps_its_traceback(two_processes, caplog):
 def test_one_process_raises_as_it_would_without_the_guard():
     with pytest.raises(jax.errors.JaxRuntimeError), processes.stop_every_process_on_error():
         raise jax.errors.JaxRuntimeError(GLOO_PEER_GONE)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("mesh.fsdp", 3, "config.mesh.fsdp=3 x mesh.tensor=1 does not divide"),
+        ("train.grad_accum_steps", 3, "data.sentences_per_batch=16 is not a multiple of 3"),
+    ],
+)
+def test_a_mesh_or_batch_that_cannot_split_is_refused_before_the_guard(
+    tmp_path, monkeypatch, key, value, said
+):
+    """Two processes with ``mesh.fsdp=3`` over 8 devices printed a traceback under "process 0
+    failed; stopping every process": the same refusal that one process gives in one line. Every
+    process refuses it alike, so it comes before the guard that stops the others."""
+    from seq2seq.training import trainer
+    from tests.conftest import tiny_config
+
+    def guard():
+        pytest.fail("the refusal came inside stop_every_process_on_error")
+
+    monkeypatch.setattr(trainer.processes, "stop_every_process_on_error", guard)
+    config = tiny_config("transformer")
+    config.data.sentences_per_batch, config.data.tokens_per_batch = 16, 0
+    section, name = key.split(".")
+    config[section][name] = value
+    with pytest.raises(ValueError, match=said):
+        trainer.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import jax
 import ml_collections
 
 from seq2seq import config as config_lib
@@ -30,9 +29,8 @@ from seq2seq.evaluation.translator import Translator, with_decoding
 from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.logs import duration
-from seq2seq.training.sharding import mesh_shape
 from seq2seq.training.stopping import CONVERGED
-from seq2seq.training.trainer import Preemption, train
+from seq2seq.training.trainer import Preemption, build_checked_mesh, train
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +89,7 @@ def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
         mesh = config.mesh
         if not (mesh.distributed or mesh.coordinator_address):  # one process: its devices
             try:
-                mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, jax.device_count())
+                build_checked_mesh(config)  # the mesh, and sentences that split over it
             except ValueError as error:
                 raise config_lib.ConfigError(f"{spec.name}: {error}") from error
         try:  # the stems training and validation read, then the one scored

@@ -223,10 +223,11 @@ def check_row_multiple(row_multiple: int, shard_count: int, sentences_per_batch:
     if row_multiple % shard_count:
         raise ValueError(f"row_multiple={row_multiple} is not a multiple of {shard_count} hosts")
     if sentences_per_batch % row_multiple:
+        nearest = max(round(sentences_per_batch / row_multiple), 1) * row_multiple
         raise ValueError(
             f"data.sentences_per_batch={sentences_per_batch} is not a multiple of "
             f"{row_multiple} (data-parallel devices x train.grad_accum_steps x hosts); "
-            "change one of them"
+            f"set data.sentences_per_batch={nearest}, or change one of the others"
         )
 
 

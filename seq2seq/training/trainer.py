@@ -208,21 +208,23 @@ def train(
             mesh_config.coordinator_address, mesh_config.num_processes, mesh_config.process_id
         )
     processes.check_same_config(config)  # every process refuses together: none waits
+    # Before anything is written, the mesh over the job's devices and the sentences split over
+    # it: the same config and device count on every process, so each refuses alike, in one
+    # line (inside the guard below, a refusal is a traceback that stops the others).
+    mesh = build_checked_mesh(config)
     with processes.stop_every_process_on_error():
-        return _train(config, run, make_validate, preemption or Preemption())
+        return _train(config, run, mesh, make_validate, preemption or Preemption())
 
 
 def _train(
     config: ml_collections.ConfigDict,
     run: RunDirectory,
+    mesh: Mesh,
     make_validate: MakeValidateFn | None,
     preemption: Preemption,
 ) -> RunSummary:
     primary = jax.process_index() == 0  # the one process that writes the run's files
-    # Before anything is written: the mesh over this job's devices, and the stems it will read
-    # (validation's only if it validates).
-    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    check_batch_multiple(config, _batch_multiple(config, mesh))  # sentences split over it
+    # Before anything is written: the stems it will read (validation's only if it validates).
     splits = ("train_split", "eval_split")[: 1 + bool(make_validate)]
     sources.check_split_keys(config.data, splits, require_folder=True)
     run.create()
@@ -317,6 +319,18 @@ def _build_loop(
     )
     loop.restore(progress)
     return loop, state, params
+
+
+def build_checked_mesh(config: ml_collections.ConfigDict) -> Mesh:
+    """The config's mesh over the job's devices, where its sentences split over the mesh.
+
+    Raises:
+      ValueError: one line, where the devices cannot hold the mesh or the batch's sentences do
+        not split over it.
+    """
+    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    check_batch_multiple(config, _batch_multiple(config, mesh))
+    return mesh
 
 
 def _batch_multiple(config: ml_collections.ConfigDict, mesh: Mesh) -> int:
