@@ -171,10 +171,15 @@ def resolve(
         return CheckpointChoice((rule.number,), averaged_from)
     newest = available[-keep:] if keep else available
     if rule.number > len(newest):
+        # Kept fewer than K (keep < K), or saved fewer: a short run has not reached K saves.
+        fix = (
+            "lower K or raise config.checkpoint.keep when training"
+            if keep and keep < rule.number
+            else "lower K, or train longer: the run has not saved that many yet"
+        )
         raise CheckpointError(
             f"--checkpoint={rule} needs the last {rule.number} checkpoints but {where} holds "
-            f"{len(newest)} (steps {', '.join(map(str, newest))}); lower K or raise "
-            "config.checkpoint.keep when training"
+            f"{len(newest)} (steps {', '.join(map(str, newest))}); {fix}"
         )
     return CheckpointChoice(tuple(newest[-rule.number :]))
 
