@@ -1,5 +1,6 @@
 """The scores beside sacreBLEU's: Bahdanau et al.'s BLEU on the sentences without unknown words."""
 
+import ml_collections
 import sacrebleu
 
 from seq2seq.data.sources import TextCorpus
@@ -63,7 +64,8 @@ def test_the_report_line_counts_in_words_and_names_sampling_instead_of_a_beam():
     assert lines[0] == "test: 1 sentence, beam 8, alpha 0.6, step 9, 1.0 s (0.5 s of it compiling)"
     assert lines[1] == "  1 input over 256 tokens cut to fit (see truncated_lines)"
     assert lines[2].startswith("  1 translation stopped at the output cap")
-    sampled = {**facts, "n": 2, "sampling": "topk:10", "temperature": 1.0, "seed": 3}
+    searched = {key: value for key, value in facts.items() if key not in ("beam_size", "alpha")}
+    sampled = {**searched, "n": 2, "sampling": "topk:10", "temperature": 1.0, "seed": 3}
     sampled |= {"engine": "jax", "truncated_inputs": 0, "capped_outputs": 0}
     assert format_report(sampled) == (
         "test: 2 sentences, sampling topk:10, temperature 1, seed 3, step 9, 1.0 s (0.5 s of it "
@@ -71,3 +73,25 @@ def test_the_report_line_counts_in_words_and_names_sampling_instead_of_a_beam():
     )
     exported = {**facts, "engine": "ctranslate2", "truncated_inputs": 0, "capped_outputs": 0}
     assert "compiling" not in format_report(exported)  # CTranslate2 compiles nothing of JAX's
+
+
+def test_the_facts_of_a_sampled_translation_name_no_beam():
+    """``eval.py --sampling topk:10`` wrote ``"beam_size": 4, "alpha": 0.6`` beside the sampling
+    in its JSON: settings that the sampling did not use."""
+    from types import SimpleNamespace
+
+    from seq2seq.evaluation.evaluate import decoding_facts
+    from seq2seq.evaluation.translator import Sampling, SamplingMethod
+
+    config = ml_collections.ConfigDict(
+        {"decode": {"beam_size": 4, "alpha": 0.6}, "eval": {"batch_size": 32}}
+    )
+    translator = SimpleNamespace(
+        config=config, members=[object()], nbest=None, sampling=None,
+        describe_checkpoint=lambda: "step 9",
+    )  # fmt: skip
+    assert decoding_facts(translator)["beam_size"] == 4
+    translator.sampling = Sampling(SamplingMethod.parse("topk:10"), 1.0, 3)
+    facts = decoding_facts(translator)
+    assert "beam_size" not in facts and "alpha" not in facts
+    assert (facts["sampling"], facts["temperature"], facts["seed"]) == ("topk:10", 1.0, 3)

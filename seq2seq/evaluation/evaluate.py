@@ -89,7 +89,8 @@ def decoding_facts(translator: LineTranslator) -> dict[str, object]:
         facts["ensemble"] = [member.name for member in translator.members]
     if translator.nbest is not None:
         facts["nbest"] = translator.nbest
-    if translator.sampling is not None:
+    if translator.sampling is not None:  # drawn, not searched: no beam and no length penalty
+        del facts["beam_size"], facts["alpha"]
         sampling = translator.sampling
         facts["sampling"] = f"{sampling.method.kind}:{sampling.method.value}"
         facts["temperature"], facts["seed"] = sampling.temperature, sampling.seed
