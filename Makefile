@@ -26,7 +26,7 @@ help:
 	@echo "make lint          ruff's checks and formatting; make format fixes what it can"
 	@echo "make lock          refresh requirements.lock after pyproject.toml changes"
 	@echo "                   (make lock-upgrade: every package to its newest allowed)"
-	@echo "make clean         delete the test and compilation caches (runs/ is kept)"
+	@echo "make clean         delete the tests' caches (runs/ and the commands' ~/.cache/seq2seq are kept)"
 	@echo "make device-wheels, device-data    prepare a GPU machine's packages and corpus;"
 	@echo "make device-bench, device-bounds, device-steps, device-frontier    run there"
 	@echo "                   (device-site installs the packages; docs/benchmarks.md)"

@@ -29,6 +29,7 @@ from seq2seq.data.encoded import (
 from seq2seq.data.packing import PackedBatches
 from seq2seq.data.sources import DataError, ParallelCorpus
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, sample_indices, train_tokenizer
+from seq2seq.report.tables import counted
 from seq2seq.vocabulary import PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -333,7 +334,7 @@ def build_training_data(
     report = report_efficiency(batches)
     logger.info(
         "%s batches: %.1f%% padding, %.2f examples per row, %.1f rows, %.0f source and %.0f "
-        "target real tokens (first %d batches, this host's rows); %d batch shapes to compile",
+        "target real tokens (first %d batches, this host's rows); %s to compile",
         "packed" if data.pack else "bucketed",
         100 * report["padding_share"],
         report["examples_per_row"],
@@ -341,6 +342,6 @@ def build_training_data(
         report["source_tokens"],
         report["target_tokens"],
         REPORT_BATCHES,
-        batches.shapes,
+        counted(batches.shapes, "batch shape"),
     )
     return TrainingData(tokenizer, batches, counts)
