@@ -62,12 +62,14 @@ def partition_spec(
     mesh_shape: Mapping[str, int],
     rules: Rules,
     skip: frozenset[str] = frozenset(),
+    undivided: dict[str, tuple[int, tuple[str, ...]]] | None = None,
 ) -> PartitionSpec:
     """Where an array of ``shape`` whose dimensions are ``names`` lives on a mesh.
 
     Each dimension goes over the mesh axes its name maps to, except axes of size 1, axes in
     ``skip``, axes an earlier dimension took (an axis splits one dimension at most) and, from
-    the last, axes whose product does not divide the dimension: those stay replicated.
+    the last, axes whose product does not divide the dimension: those stay replicated, and
+    ``undivided`` (where given) records them, ``name: (size, axes left out)``.
 
     Raises:
       ValueError: a name has no rule.
@@ -82,8 +84,11 @@ def partition_spec(
             for axis in (rules[name] if name is not None else ())
             if mesh_shape.get(axis, 1) > 1 and axis not in used and axis not in skip
         ]
+        left_out = []
         while axes and size % _product(mesh_shape, axes):
-            axes.pop()
+            left_out.insert(0, axes.pop())
+        if left_out and undivided is not None:
+            undivided.setdefault(name, (size, tuple(left_out)))
         used.update(axes)
         spec.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
     return PartitionSpec(*spec)

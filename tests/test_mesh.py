@@ -84,6 +84,17 @@ def test_partition_spec_follows_the_table_and_drops_what_cannot_apply():
         partition_spec(("heads",), (8,), mesh, RULES)
 
 
+def test_the_dimensions_a_mesh_axis_does_not_divide_are_named():
+    """``mesh.tensor=8`` over 4 heads trained with attention whole on every device, and the log
+    said only "39 arrays split"; the trainer now names such dimensions, from this record."""
+    mesh = {"data": 2, "fsdp": 4, "tensor": 2}
+    undivided = {}
+    partition_spec(("embed", "mlp"), (6, 6), mesh, RULES, undivided=undivided)
+    partition_spec(("batch", "kv"), (6, 3), mesh, RULES, undivided=undivided)
+    partition_spec(("embed", "mlp"), (8, 8), mesh, RULES, frozenset({"fsdp"}), undivided)
+    assert undivided == {"embed": (6, ("fsdp",)), "batch": (6, ("fsdp",))}  # skip is no loss
+
+
 def test_the_batch_is_split_as_the_tables_batch_rule_says():
     mesh = jax.sharding.AbstractMesh((2, 4, 2), MESH_AXES)
     assert batch_sharding(mesh, default_rules()).spec == P(("data", "fsdp"))

@@ -119,6 +119,18 @@ def parameter_spec(mesh: Mesh, variable: nnx.Variable, rules: AxisRules) -> Part
     return partition_spec(names, shape, dict(mesh.shape), rules.mesh_axes, skip)
 
 
+def undivided_dimensions(mesh: Mesh, state, rules: AxisRules) -> dict[str, tuple[int, tuple]]:
+    """The parameters' named dimensions that a mesh axis of their rule does not divide, and so
+    leaves whole: ``name: (size, axes left out)`` (``heads: (4, ("tensor",))`` with 4 heads on
+    ``tensor=8``)."""
+    found: dict[str, tuple[int, tuple]] = {}
+    for leaf in jax.tree.leaves(state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable)):
+        if isinstance(leaf, nnx.Variable) and (names := names_of(leaf)) is not None:
+            shape = leaf.get_value().shape
+            partition_spec(names, shape, dict(mesh.shape), rules.mesh_axes, undivided=found)
+    return found
+
+
 def state_sharding(mesh: Mesh, state, rules: AxisRules):
     """Shardings for every array of a pytree (a train state): parameters and the optimizer's
     moments by their logical names, everything else (step, RNG, counters) replicated."""

@@ -308,6 +308,16 @@ def _build_loop(
     step_fn = configured_train_step(config, schedule, mesh, rules, state_shardings, vocab)
     params = count_params(state.params)
     _log_model(config.model.name, params, mesh, state_shardings)
+    if undivided := sharding.undivided_dimensions(mesh, state, rules):
+        left = ", ".join(
+            f"{name} ({size}) over {' x '.join(f'{axis} {mesh.shape[axis]}' for axis in axes)}"
+            for name, (size, axes) in sorted(undivided.items())
+        )
+        logger.warning(
+            "mesh: these dimensions stay whole on every device, their mesh axes not dividing "
+            "them: %s; mesh sizes that divide them would split them (docs/scaling.md)",
+            left,
+        )
     loop = _Loop(
         config=config,
         step_fn=step_fn,
