@@ -242,9 +242,21 @@ def test_bench_train_on_each_mesh_shape_of_two_simulated_devices():
     assert data["loop_collectives"] == tensor["loop_collectives"] == 0
 
 
-def test_bench_meshes_that_do_not_parse_are_one_error_line():
+@pytest.mark.parametrize(
+    ("meshes", "said"),
+    [
+        ("2x2", "--meshes '2x2': give DATAxFSDPxTENSOR, three positive integers, e.g. 2x2x2"),
+        (  # it answered "set mesh.data=-1", a config key that --meshes does not take
+            "1x1x1,3x1x1",
+            "--meshes 3x1x1 makes 3 devices, but the job has 1; give DATAxFSDPxTENSOR whose "
+            "product is 1, e.g. 1x1x1 (XLA_FLAGS=--xla_force_host_platform_device_count=N "
+            "simulates N)",
+        ),
+    ],
+)
+def test_bench_meshes_that_do_not_parse_or_fit_are_one_error_line(meshes, said):
     result = subprocess.run(
-        [sys.executable, "-m", "seq2seq.bench", "train", *TINY_TRAIN, "--meshes=2x2"],
+        [sys.executable, "-m", "seq2seq.bench", "train", *TINY_TRAIN, f"--meshes={meshes}"],
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,
@@ -252,9 +264,7 @@ def test_bench_meshes_that_do_not_parse_are_one_error_line():
         timeout=300,
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == (
-        "error: --meshes '2x2': give DATAxFSDPxTENSOR, three positive integers, e.g. 2x2x2"
-    )
+    assert result.stderr.strip().splitlines()[-1] == f"error: {said}"
 
 
 def test_targets_are_graded_only_on_the_settings_they_are_stated_for():

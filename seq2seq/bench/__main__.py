@@ -26,6 +26,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
     cli.start()
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -165,6 +166,15 @@ def _mesh_shapes(values: list[str]) -> list[tuple[int, int, int]]:
                 f"--meshes {value!r}: give DATAxFSDPxTENSOR, three positive integers, e.g. 2x2x2"
             )
         shapes.append(tuple(int(part) for part in parts))
+    import jax
+
+    for shape in shapes:  # before any model is built: the same refusal the config's mesh gets
+        if math.prod(shape) != (count := jax.device_count()):
+            raise ConfigError(
+                f"--meshes {'x'.join(map(str, shape))} makes {math.prod(shape)} devices, but the "
+                f"job has {count}; give DATAxFSDPxTENSOR whose product is {count}, e.g. "
+                f"{count}x1x1 (XLA_FLAGS=--xla_force_host_platform_device_count=N simulates N)"
+            )
     return shapes
 
 
