@@ -47,7 +47,7 @@ NUMERIC_FIELDS = (
 STOP_WORDS = {
     ("converged", None): "converged",
     ("cap", "steps"): "at its step cap",
-    ("cap", "minutes"): "at its time cap",
+    ("cap", "minutes"): report_sections.TIME_CAP,
     ("cap", None): "at its cap",
 }
 

@@ -62,6 +62,10 @@ def budget(settings: dict) -> str:
     return "each config's own steps or minutes"
 
 
+# The "ended" column's words for a run that its time budget stopped (``report.STOP_WORDS``).
+TIME_CAP = "at its time cap"
+
+
 def verdict(report: dict) -> list[str]:
     """The paired tests' sentences, the family's sentence, and the budget they hold for."""
     settings = report["settings"]
@@ -82,6 +86,16 @@ def verdict(report: dict) -> list[str]:
     ]
     if settings["slice_minutes"]:
         lines += [_turns(report["runs"], settings["slice_minutes"]), ""]
+    capped = [row for row in report["runs"] if row.get("ended") == TIME_CAP]
+    if capped and not settings["budget_minutes"]:  # each config's own budget, in steps
+        shown = ", ".join(f"`{row['name']}` at step {row['steps']:,}" for row in capped)
+        lines += [
+            f"Stopped by the clock before their configs' steps: {shown} reached the time cap "
+            "(`train.time_budget_minutes`) first, so this verdict is about that many minutes on "
+            "this machine; a faster machine trains them further, and their scores change with "
+            "it.",
+            "",
+        ]
     return lines
 
 
