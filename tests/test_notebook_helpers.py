@@ -1,6 +1,7 @@
 """The notebooks' helpers: their settings, their configs, and the trace of attention inputs."""
 
 import json
+import logging
 
 import jax
 import numpy as np
@@ -17,6 +18,7 @@ from seq2seq.compare.notebook_runs import (
     load_comparison,
     notebook_config,
     notebook_settings,
+    progress_lines,
 )
 from seq2seq.compare.suites import expand_suite
 from seq2seq.config import ConfigError, flatten, load_config_file
@@ -136,6 +138,33 @@ def test_the_comparison_runs_once_into_a_folder_without_a_report(tmp_path, monke
     (tmp_path / "runs").mkdir()
     assert ensure_comparison(settings) == ensure_comparison(settings) == settings.runs
     assert calls == [(expand_suite("quickstart"), settings.runs, comparison_settings(settings))]
+
+
+def test_a_comparison_the_notebook_runs_shows_the_command_line_s_progress_lines(
+    tmp_path, monkeypatch, capsys
+):
+    """A notebook sets up no logging: training printed nothing for minutes. The lines come as
+    the command line prints them (message only), once each when the cell runs again, and the
+    logger is left as it was for callers outside a notebook."""
+    logger = logging.getLogger("seq2seq")
+    before = (logger.level, logger.propagate, list(logger.handlers))
+
+    def log_a_round(specs, workdir, settings):
+        logging.getLogger("seq2seq.compare.runner").info("== round %d: %d runs to train", 1, 2)
+        logging.getLogger("seq2seq.data.pipeline").warning("vocabulary: smaller")
+        logging.getLogger("elsewhere").info("not the project's")
+
+    monkeypatch.setattr(notebook_runs, "compare", log_a_round)
+    settings = NotebookSettings(short=True, runs=tmp_path)
+    for _ in range(2):  # the cell run again
+        ensure_comparison(settings)
+        shown = capsys.readouterr()
+        assert shown.out.splitlines()[1:] == ["== round 1: 2 runs to train"]
+        assert shown.err == "vocabulary: smaller\n"
+    assert (logger.level, logger.propagate, list(logger.handlers)) == before
+    with progress_lines():
+        pass
+    assert (logger.level, logger.propagate, list(logger.handlers)) == before
 
 
 @pytest.mark.parametrize("what", ["a train.py run", "a folder of run records"])

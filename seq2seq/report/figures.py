@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatterSciNotation
 
 from seq2seq.evaluation.translator import Translator
 from seq2seq.progress import Progress, ignored
@@ -26,6 +27,20 @@ TRAINING_AXES = {
     "elapsed_seconds": ("training time (minutes)", 1 / 60, False),
     "train_flops": ("training FLOPs", 1.0, True),
 }
+
+
+class _SparseLogLabels(LogFormatterSciNotation):
+    """Matplotlib's labels of a logarithmic axis's minor ticks, but where it labels a subset (an
+    axis across about one decade) only 2 and 5 times a power of ten: its own subset, 2, 3, 4
+    and 6 times, drew "3×10^12" over "4×10^12" on a half-width panel."""
+
+    def set_locs(self, locs=None):
+        super().set_locs(locs)
+        # _sublabels: the multiples of each power of ten that are labelled (matplotlib's own,
+        # private; its set_locs picks all, a subset, or the powers alone)
+        # (read with getattr: should a later matplotlib drop it, its own labels stay)
+        if getattr(self, "_sublabels", None) not in (None, {1}, set(range(1, 11))):
+            self._sublabels = {1, 2, 5}
 
 
 def _save(figure: Figure, path: Path) -> Figure:
@@ -89,6 +104,8 @@ def plot_training_curves(
                 xs[label] = [value * scale for value in run_x]
                 ys[label] = run_y
         plot_lines(ax, xs, ys, xlabel=xlabel, ylabel=ylabel, log_x=log_x, log_base=10, legend=False)
+        if log_x:
+            ax.xaxis.set_minor_formatter(_SparseLogLabels(labelOnlyBase=False))
         ax.grid(alpha=0.3)
     if bleu_axes.get_lines():
         bleu_axes.legend(fontsize=8)
