@@ -29,7 +29,6 @@ from seq2seq.data.encoded import (
 from seq2seq.data.packing import PackedBatches
 from seq2seq.data.sources import DataError, ParallelCorpus
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer, sample_indices, train_tokenizer
-from seq2seq.report.tables import counted
 from seq2seq.vocabulary import PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -342,6 +341,6 @@ def build_training_data(
         report["source_tokens"],
         report["target_tokens"],
         REPORT_BATCHES,
-        counted(batches.shapes, "batch shape"),
+        f"{batches.shapes} batch shape" + "s" * (batches.shapes != 1),
     )
     return TrainingData(tokenizer, batches, counts)
