@@ -199,6 +199,27 @@ def _best(runs: Sequence[RunRecord], family: str) -> dict | None:
     }
 
 
+def _time_per_step(runs: Sequence[RunRecord], rows: Sequence[dict], verdict: dict) -> dict:
+    """The time a step of ``verdict``'s other family took over one of its leader's, on the
+    sizes chosen in seconds at its level: their seconds ratio over their own steps ratio. Each
+    axis picks each family's cheapest size on it, so the steps row may pair other sizes
+    (``steps_row_sizes``), and its ratio would divide one pair's seconds by another's steps."""
+    level, other, leader = verdict["level"], verdict["other"], verdict["leader"]
+    picks = {r["axis"]: r["families"] for r in rows if r["level"] == level}
+    sizes = {family: picks["minutes"][family]["size"] for family in (other, leader)}
+    steps = {}
+    for family, size in sizes.items():
+        (size_row,) = cost.size_costs([r for r in runs if r.config_name == size], level, "step")
+        steps[family] = size_row["mean"]
+    steps_ratio = steps[other] / steps[leader]
+    return {
+        "sizes": sizes,
+        "steps_row_sizes": {family: picks["step"][family]["size"] for family in sizes},
+        "steps_ratio": steps_ratio,
+        "ratio": verdict["ratios"]["minutes"]["ratio"] / steps_ratio,
+    }
+
+
 def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
     """Everything the report states, computed once from ``runs`` (scored under checkpoint rule
     ``rule``)."""
@@ -223,7 +244,10 @@ def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
         "budget_rule": cost.budget_rule(runs),
         "devices": sorted({run.device for run in runs}),
     }
-    data["first_in_time"] = cost.first_in_time(data["cost_to_level"])
+    data["first_in_time"] = [
+        {**verdict, "per_step": _time_per_step(runs, data["cost_to_level"], verdict)}
+        for verdict in cost.first_in_time(data["cost_to_level"])
+    ]
     if len(families) == 2:
         levels = frontier.compute_levels(runs, families)
         data["verdicts"], data["tests"] = _comparisons(runs, families, levels)
@@ -442,14 +466,27 @@ def _time_verdict(data: dict, device: str | None) -> list[str]:
     seconds = {family: 60 * minutes for family, minutes in top["minutes"].items()}
     validation = {f: 60 * (m or 0.0) for f, m in top["validation_minutes"].items()}
     ratios = top["ratios"]
+    per_step = top["per_step"]
+    sizes, steps_sizes = per_step["sizes"], per_step["steps_row_sizes"]
+    if steps_sizes == sizes:
+        steps_pair, per_step_on = "", "Seconds over steps"
+    else:  # say which pair each ratio is against, and divide only one pair's
+        steps_pair = (
+            f" (`{steps_sizes[other]}` against `{steps_sizes[leader]}`, the sizes cheapest in "
+            "steps)"
+        )
+        per_step_on = (
+            f"Seconds over steps, on the sizes cheapest in seconds (`{sizes[other]}` took "
+            f"{per_step['steps_ratio']:.2f} times the steps of `{sizes[leader]}`)"
+        )
     lines.append(
         f"- At equal training time on {device}, `{leader}` gets there first {where}: to "
         f"validation BLEU {top['level']:g}, `{other}` needs {_ratio(ratios['minutes'])} times "
         f"its training seconds (means {seconds[other]:,.0f} s against {seconds[leader]:,.0f} s; "
         f"validation by then, off the clock: {validation[other]:,.0f} s and "
         f"{validation[leader]:,.0f} s), {_ratio(ratios['flops'])} times its training FLOPs and "
-        f"{_ratio(ratios['step'])} times its steps. Seconds over steps: a step of `{other}` took "
-        f"{ratios['minutes']['ratio'] / ratios['step']['ratio']:.2f} times one of `{leader}` "
+        f"{_ratio(ratios['step'])} times its steps{steps_pair}. {per_step_on}: a step of "
+        f"`{other}` took {per_step['ratio']:.2f} times one of `{leader}` "
         "(for runs that shared a device, `python -m seq2seq.compare.sharing` says how much of "
         "that the sharing made)."
     )
