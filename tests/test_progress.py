@@ -51,3 +51,21 @@ def test_work_too_short_to_watch_draws_no_bar_even_on_a_terminal(monkeypatch):
     with progress.bar(1, "checkpoint", "averaging", draw=False) as bar:
         bar.update(1)
     assert terminal.getvalue() == ""
+
+
+def test_without_a_terminal_long_work_that_asks_logs_a_line_a_minute(monkeypatch):
+    """``eval.py`` into a log file decoded for 138 s and said nothing until its result."""
+    piped = _standard_error(monkeypatch, io.StringIO())
+    clock = iter([0.0, 30.0, 61.0, 90.0, 130.0, 190.0])  # start, then one reading per update
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    with progress.bar(1000, "sentence", "translating", lines=True) as bar:
+        for _ in range(5):
+            bar.update(100)  # at 30 s (too soon), 61 s, 90 s (too soon), 130 s and 190 s
+    assert piped.getvalue().splitlines() == [
+        "translating: 200 of 1,000 sentences (20%), about 4 min to go",  # 800 more at 200/61 s
+        "translating: 400 of 1,000 sentences (40%), about 3 min to go",  # 600 at 400/130 s
+        "translating: 500 of 1,000 sentences (50%), about 3 min to go",
+    ]
+    with progress.bar(1000, "sentence", "translating", lines=False) as bar:  # it logs its own
+        bar.update(1000)
+    assert len(piped.getvalue().splitlines()) == 3

@@ -129,7 +129,7 @@ def encode_corpus(corpus: ParallelCorpus, tokenizer: Tokenizer) -> EncodedCorpus
     source_dtype = _id_dtype(tokenizer.source_vocab_size)
     target_dtype = _id_dtype(tokenizer.target_vocab_size)
     source_ids, source_lengths, target_ids, target_lengths = [], [], [], []
-    with progress.bar(len(corpus), "pair", "encoding the training split") as bar:
+    with progress.bar(len(corpus), "pair", "encoding the training split", lines=True) as bar:
         for chunk in corpus.chunks():
             ids, lengths = tokenizer.encode_source_flat([source for source, _ in chunk])
             source_ids.append(ids.astype(source_dtype))

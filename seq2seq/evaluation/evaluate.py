@@ -105,7 +105,10 @@ def _translate(
     on from them, and its speed counts the sentences it translated."""
     facts = decoding_facts(translator)
     start = time.monotonic()
-    with compiling() as compile_time, progress.bar(len(sources), "sentence", "translating") as bar:
+    with (
+        compiling() as compile_time,
+        progress.bar(len(sources), "sentence", "translating", lines=True) as bar,
+    ):
         translations, resumed = partial.translate_keeping(
             translator, sources, partial.side_file(output), facts, bar.update
         )

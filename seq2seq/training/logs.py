@@ -13,6 +13,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.summary import hparams as hparams_summaries
 
 from seq2seq.config import flatten
+from seq2seq.progress import duration
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.stopping import EarlyStopping
 
@@ -170,15 +171,6 @@ def seconds_to_go(
     budget), whichever comes first. Validation, compiling and checkpoints are not counted, and
     early stopping may end the run sooner."""
     return max(0.0, min((steps - step) * step_seconds, budget - elapsed))
-
-
-def duration(seconds: float) -> str:
-    """``seconds`` as a person reads a wait: 45 s, 12 min, 3.4 h."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def short_line(step: int, record: dict, steps: int, to_go: float) -> str:
