@@ -3,6 +3,7 @@ shardings as the table says, and checkpoints restore onto any mesh."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -93,6 +94,23 @@ def test_the_dimensions_a_mesh_axis_does_not_divide_are_named():
     partition_spec(("batch", "kv"), (6, 3), mesh, RULES, undivided=undivided)
     partition_spec(("embed", "mlp"), (8, 8), mesh, RULES, frozenset({"fsdp"}), undivided)
     assert undivided == {"embed": (6, ("fsdp",)), "batch": (6, ("fsdp",))}  # skip is no loss
+
+
+def test_the_trainer_names_the_heads_tensor_leaves_whole_and_no_small_parameter():
+    """What the trainer's ``mesh:`` warning lists: 4 heads over tensor 8, not the parameters
+    under ``fsdp_min_size``, which fsdp leaves whole on any mesh (the first version named
+    them, and told the user that other mesh sizes would split them)."""
+    from seq2seq.training.sharding import undivided_dimensions
+
+    config = tiny_config("transformer")
+    config.model.transformer.num_heads = 4
+    state = nnx.state(build_model(config, 40, 40, seed=0), nnx.Param)
+    rules = AxisRules.from_config(config.mesh.rules)
+    on = lambda *shape: jax.sharding.AbstractMesh(shape, MESH_AXES)  # noqa: E731
+    assert undivided_dimensions(on(1, 3, 1), state, rules) == {}  # every parameter is small
+    assert undivided_dimensions(on(1, 1, 8), state, rules)["heads"] == (4, ("tensor",))
+    rules = dataclasses.replace(rules, fsdp_min_size=0)  # now fsdp splits them, where it divides
+    assert undivided_dimensions(on(1, 3, 1), state, rules)["embed"][1] == ("fsdp",)
 
 
 def test_the_batch_is_split_as_the_tables_batch_rule_says():

@@ -108,15 +108,18 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def parameter_spec(mesh: Mesh, variable: nnx.Variable, rules: AxisRules) -> PartitionSpec:
-    """Where a parameter (or its optimizer moment, which carries its names) lives."""
+def parameter_spec(
+    mesh: Mesh, variable: nnx.Variable, rules: AxisRules, undivided: dict | None = None
+) -> PartitionSpec:
+    """Where a parameter (or its optimizer moment, which carries its names) lives;
+    ``undivided``: as ``partition_spec`` records it (a small parameter's fsdp is no loss)."""
     names = names_of(variable)
     if names is None:
         return PartitionSpec()
     shape = variable.get_value().shape
     small = int(np.prod(shape, dtype=np.int64)) < rules.fsdp_min_size
     skip = frozenset({"fsdp"}) if small else frozenset()
-    return partition_spec(names, shape, dict(mesh.shape), rules.mesh_axes, skip)
+    return partition_spec(names, shape, dict(mesh.shape), rules.mesh_axes, skip, undivided)
 
 
 def undivided_dimensions(mesh: Mesh, state, rules: AxisRules) -> dict[str, tuple[int, tuple]]:
@@ -125,9 +128,8 @@ def undivided_dimensions(mesh: Mesh, state, rules: AxisRules) -> dict[str, tuple
     ``tensor=8``)."""
     found: dict[str, tuple[int, tuple]] = {}
     for leaf in jax.tree.leaves(state, is_leaf=lambda leaf: isinstance(leaf, nnx.Variable)):
-        if isinstance(leaf, nnx.Variable) and (names := names_of(leaf)) is not None:
-            shape = leaf.get_value().shape
-            partition_spec(names, shape, dict(mesh.shape), rules.mesh_axes, undivided=found)
+        if isinstance(leaf, nnx.Variable):
+            parameter_spec(mesh, leaf, rules, found)
     return found
 
 
