@@ -785,6 +785,23 @@ def test_a_report_folder_inside_the_records_it_reads_is_refused(tmp_path, inside
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: --workdir {workdir} is inside the records it reads (--records {records}): the "
         "report would be written among them; pass another folder, e.g. --workdir "
-        "runs/multi30k_ende"
+        "runs/multi30k_ende-report"
     )
     assert sorted(p.relative_to(records) for p in records.rglob("*")) == before
+
+
+def test_the_folder_suggested_for_the_report_is_not_among_the_records(tmp_path, monkeypatch):
+    """Records kept in ``runs/`` itself were told "e.g. --workdir runs/runs", inside them."""
+    import tempfile
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from seq2seq.compare.__main__ import _check_report_outside_records
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    flag = SimpleNamespace(records="runs", directions=None, devices=None, workdir="runs/report")
+    with pytest.raises(ValueError) as refused:
+        _check_report_outside_records(flag, "--records")
+    suggested = Path(tempfile.gettempdir()) / "runs-report"
+    assert str(refused.value).endswith(f"e.g. --workdir {suggested}")

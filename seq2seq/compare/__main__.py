@@ -19,6 +19,7 @@ if __name__ == "__main__":  # first, before JAX loads (see seq2seq/cli.py)
     cli.start()
 
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -413,14 +414,23 @@ def _one_mode(flag: SimpleNamespace) -> None:
 def _check_report_outside_records(flag: SimpleNamespace, mode: str) -> None:
     """Refuses a ``--workdir`` that is, or lies inside, a folder of the records it reads: the
     report, its JSON and figures would be written among committed records."""
-    workdir = Path(flag.workdir).resolve()
     folders = [flag.records] if flag.records else (flag.directions or flag.devices or [])
-    for folder in map(Path, folders):
-        if workdir == folder.resolve() or folder.resolve() in workdir.parents:
+    sources = [Path(folder).resolve() for folder in folders]
+
+    def among_records(path: Path) -> bool:
+        path = path.resolve()
+        return any(path == source or source in path.parents for source in sources)
+
+    workdir = Path(flag.workdir).resolve()
+    for folder, source in zip(folders, sources, strict=True):
+        if workdir == source or source in workdir.parents:
+            suggested = Path("runs") / f"{source.name}-report"
+            if among_records(suggested):  # records kept under runs/ themselves
+                suggested = Path(tempfile.gettempdir()) / f"{source.name}-report"
             raise ValueError(
                 f"--workdir {flag.workdir} is inside the records it reads ({mode} {folder}): "
                 f"the report would be written among them; pass another folder, e.g. "
-                f"--workdir runs/{folder.resolve().name}"
+                f"--workdir {suggested}"
             )
 
 
