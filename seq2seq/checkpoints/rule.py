@@ -175,7 +175,8 @@ def resolve(
         fix = (
             "lower K or raise config.checkpoint.keep when training"
             if keep and keep < rule.number
-            else "lower K, or train longer: the run has not saved that many yet"
+            else "lower K, or give the run more saves (train it longer, or save more often: "
+            "config.checkpoint.every_steps)"
         )
         raise CheckpointError(
             f"--checkpoint={rule} needs the last {rule.number} checkpoints but {where} holds "
