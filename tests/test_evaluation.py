@@ -278,7 +278,7 @@ def test_checkpoint_choices(tmp_path):
     for spec, message in [
         ("15", "no checkpoint at step 15 .*saved steps: 10, 20, 30"),
         # a short run, not a small checkpoint.keep: it said "raise config.checkpoint.keep"
-        ("average:4", "needs the last 4 checkpoints but .* holds 3 .*; lower K, or give the run more s"),
+        ("average:4", "needs the last 4 .* holds 3 .*; lower K, or give the run more saves"),
         ("avg:2", "not understood"),
         ("average:0", "averages no checkpoint; K must be at least 1"),
     ]:
