@@ -32,7 +32,8 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.records.run_directory import RunDirectory, read_json, show_entries
+from seq2seq.records import provenance
+from seq2seq.records.run_directory import RunDirectory, show_entries
 from seq2seq.report.tables import counted
 from seq2seq.training.stopping import CONVERGED
 
@@ -148,10 +149,8 @@ def run_device(run: RunDirectory) -> str:
     """The device that trained ``run``, from its provenance: JAX's device kind (``NVIDIA H100
     80GB HBM3``; ``cpu`` with its usable cores, ``cpu, 1 core``), several joined by " + " where
     its starts differ; "" without provenance."""
-    if not run.provenance_file.exists():
-        return ""
     names = []
-    for entry in read_json(run.provenance_file).get("entries", []):
+    for entry in provenance.read_entries(run):
         name = entry.get("device_kind") or ""
         if name == "cpu" and entry.get("cpu_cores"):
             cores = entry["cpu_cores"]
@@ -163,9 +162,8 @@ def run_device(run: RunDirectory) -> str:
 def latest_start(run: RunDirectory) -> dict[str, str]:
     """``compute_dtype`` and ``jax_version`` of ``run``'s latest start, from its provenance
     ("" where it recorded none)."""
-    if not run.provenance_file.exists():
+    if not (entries := provenance.read_entries(run)):
         return {}
-    entries = read_json(run.provenance_file).get("entries") or [{}]
     return {
         "compute_dtype": entries[-1].get("compute_dtype") or "",
         "jax_version": entries[-1].get("packages", {}).get("jax") or "",

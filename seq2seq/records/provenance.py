@@ -31,7 +31,7 @@ from pathlib import Path
 
 import jax
 
-from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def read_entries(workdir: Path | RunDirectory) -> list[dict]:
     path = RunDirectory.at(workdir).provenance_file
     if not path.exists():
         return []
-    return json.loads(path.read_text())["entries"]
+    return read_json(path).get("entries") or []
 
 
 def changes(previous: dict, current: dict) -> list[str]:

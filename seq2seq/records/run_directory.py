@@ -317,7 +317,7 @@ class RunDirectory:
             return "only a text corpus is compared file by file when its folder changes"
         if not self.corpus_file.exists():
             return f"the run has no {self.corpus_file.name}: it started before runs recorded one"
-        recorded = json.loads(self.corpus_file.read_text())
+        recorded = read_json(self.corpus_file)
         try:
             found = fingerprint(config)
         except ValueError as error:  # the folder or a file is missing: the data's one line
