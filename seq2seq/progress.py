@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-import jax
 from tqdm import tqdm
 
 Progress = Callable[[int], object]  # told how many more items are done (tqdm's ``update``)
@@ -66,6 +65,8 @@ class _Lines:
 def shown() -> bool:
     """Whether bars are drawn here: a terminal watches standard error, and this is the first
     process (the others' bars would write over its line)."""
+    import jax  # here: seq2seq.training.logs takes ``duration`` from this module before JAX loads
+
     return sys.stderr.isatty() and jax.process_index() == 0
 
 
@@ -83,6 +84,8 @@ def bar(
     silent one where bars are not shown (``shown``) or ``draw`` is false (work too short to
     watch). The console's log lines go above it. ``lines``: where no bar is shown, the first
     process logs a line a minute instead (for work that logs nothing else while it runs)."""
+    import jax
+
     hidden = not (draw and shown())
     if hidden and lines and draw and jax.process_index() == 0:
         yield _Lines(total, unit, description, initial)

@@ -32,7 +32,6 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory, show_entries
 from seq2seq.report.tables import counted
 from seq2seq.training.stopping import CONVERGED
@@ -149,6 +148,8 @@ def run_device(run: RunDirectory) -> str:
     """The device that trained ``run``, from its provenance: JAX's device kind (``NVIDIA H100
     80GB HBM3``; ``cpu`` with its usable cores, ``cpu, 1 core``), several joined by " + " where
     its starts differ; "" without provenance."""
+    from seq2seq.records import provenance  # here: it loads JAX, which a refusal never waits for
+
     names = []
     for entry in provenance.read_entries(run):
         name = entry.get("device_kind") or ""
@@ -162,6 +163,8 @@ def run_device(run: RunDirectory) -> str:
 def latest_start(run: RunDirectory) -> dict[str, str]:
     """``compute_dtype`` and ``jax_version`` of ``run``'s latest start, from its provenance
     ("" where it recorded none)."""
+    from seq2seq.records import provenance
+
     if not (entries := provenance.read_entries(run)):
         return {}
     return {
