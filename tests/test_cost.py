@@ -118,3 +118,25 @@ def test_the_family_first_in_time_and_what_the_other_pays_on_every_axis():
     assert at_30["ratios"]["flops"]["ratio"] == pytest.approx(40.0 / 15.0)  # rnnsearch-small's
     assert at_30["validation_minutes"] == {"transformer": 0.0, "rnnsearch": 0.0}
     assert list(verdicts) == [32.0, 30.0, 28.0]
+
+
+def test_every_whole_level_pairs_each_familys_cheapest_size_there():
+    rows = {row["level"]: row for row in cost.every_level(RUNS, ["rnnsearch", "transformer"])}
+    assert list(rows) == [float(level) for level in range(1, 33)]  # up to the stated 32
+    # 32: rnnsearch-small's seed 1 peaked at 31, so rnnsearch-large (120, 120) against
+    # transformer-small (20, 30); no seed was there at its first validation.
+    assert rows[32.0]["sizes"] == {
+        "rnnsearch": "rnnsearch-large",
+        "transformer": "transformer-small",
+    }
+    assert rows[32.0]["ratio"] == pytest.approx(120 / 25)
+    assert not rows[32.0]["first_point"]
+    # 30: rnnsearch-small (30, 40, 50) against transformer-small (10, 20), whose seed 0 was at
+    # 30 at its first validation: the ratio is marked as bounded by the schedule.
+    assert rows[30.0]["ratio"] == pytest.approx(40 / 15) and rows[30.0]["first_point"]
+    assert rows[5.0]["ratio"] == pytest.approx(1.0)  # every seed there at its first point
+    steps = {
+        row["level"]: row for row in cost.every_level(RUNS, ["rnnsearch", "transformer"], "step")
+    }
+    assert steps[32.0]["ratio"] == pytest.approx(300 / 250)  # 3rd points against 2nd and 3rd
+    assert cost.every_level(RUNS, ["transformer"]) == []

@@ -77,3 +77,71 @@ def test_a_step_of_each_family_in_the_committed_tuned_frontier():
     }
     assert per_step["steps_ratio"] == pytest.approx(1.87, abs=0.005)
     assert per_step["ratio"] == pytest.approx(1.05, abs=0.005)
+
+
+def test_level_ranges_join_consecutive_levels():
+    from seq2seq.compare.frontier_report import level_ranges
+
+    assert level_ranges([31.0, 20.0, 29.0, 30.0]) == "20 and 29-31"
+    assert level_ranges([1, 2, 3, 7, 9]) == "1-3, 7 and 9"
+    assert level_ranges([5]) == "5"
+
+
+def test_the_report_says_where_each_ratio_lies_off_1_leaving_out_first_validations():
+    from seq2seq.compare.frontier_report import _every_level_section
+
+    def row(level, ratio, low, high, first=False):
+        sizes = {"rnnsearch": "rnnsearch-small", "transformer": "transformer-small"}
+        return {"level": level, "ratio": ratio, "ratio_ci95": [low, high], "sizes": sizes,
+                "first_point": first}  # fmt: skip
+
+    data = {
+        "families": ["rnnsearch", "transformer"],
+        "every_level": {
+            "flops": [
+                row(1, 0.5, 0.4, 0.6, True),
+                row(2, 0.8, 0.7, 0.9),
+                row(3, 0.9, 0.7, 1.1),
+                row(4, 1.5, 1.2, 1.8),
+                row(5, 1.6, 1.1, 2.0),
+            ],  # fmt: skip
+            "step": [row(level, 2.0, 1.5, 2.5) for level in (1, 2, 3, 4, 5)],
+            "minutes": [],
+        },
+    }
+    lines = _every_level_section(data, "made-up GPU")
+    assert "- FLOPs: more at 4-5; fewer at 2; within noise at 3." in lines
+    assert "- Steps: more at 1-5." in lines
+    assert not any(line.startswith("- Training s") for line in lines)  # no seconds rows
+    table = [line for line in "\n".join(lines).splitlines() if line.startswith("| 1 |")]
+    assert table == [
+        "| 1 | `rnnsearch-small`, `transformer-small` | 0.50 [0.40, 0.60]* | 2.00 [1.50, 2.50] |"
+    ]
+    assert _every_level_section({**data, "every_level": {}}, None) == []  # an older report.json
+
+
+@pytest.mark.skipif(not TUNED.is_dir(), reason="docs/records/multi30k_frontier_tuned absent")
+def test_the_readme_s_flops_claims_at_every_level_of_the_committed_records():
+    """The README's headline: RNNsearch needs 1.64 times the Transformer's FLOPs to validation
+    40 into English, and fewer to some lower levels (20: 0.65; 29-30: 0.86); into French more at
+    every level; into German about as many at 37 (1.27 [0.90, 1.73]), fewer at 35."""
+    families = ["rnnsearch", "transformer"]
+
+    def ratios(folder):
+        runs = read_records(REPO / "docs" / "records" / folder, None, "average:5")
+        return {row["level"]: row for row in cost.every_level(runs, families)}
+
+    english = ratios("multi30k_frontier_tuned")
+    assert english[40.0]["ratio"] == pytest.approx(1.64, abs=0.005)
+    assert english[40.0]["ratio_ci95"] == pytest.approx([1.37, 1.93], abs=0.005)
+    for level in (20.0, 29.0, 30.0):
+        assert english[level]["ratio_ci95"][1] < 1, level
+    assert english[20.0]["ratio"] == pytest.approx(0.65, abs=0.005)
+    assert english[30.0]["ratio"] == pytest.approx(0.86, abs=0.005)
+    french = ratios("multi30k_enfr")
+    assert max(french) == 54.0 and french[54.0]["ratio"] == pytest.approx(2.9, abs=0.05)
+    assert all(row["ratio_ci95"][0] > 1 for row in french.values())
+    german = ratios("multi30k_ende")
+    assert german[37.0]["ratio"] == pytest.approx(1.27, abs=0.005)
+    assert german[37.0]["ratio_ci95"] == pytest.approx([0.90, 1.73], abs=0.005)
+    assert german[35.0]["ratio_ci95"][1] < 1

@@ -147,6 +147,43 @@ def cost_to_levels(runs: Sequence[RunRecord], families: Sequence[str]) -> list[d
     return rows
 
 
+def every_level(
+    runs: Sequence[RunRecord], families: Sequence[str], axis: str = "flops"
+) -> list[dict]:
+    """At every whole validation level from 1 up to the highest stated one that both of two
+    families reach: the sizes each pays for (``family_cost``) and the first family's cost over
+    the second's on ``axis``, with its bootstrap interval. The stated levels are three points of
+    this curve; a claim such as "never dearer" needs the rest of it.
+
+    ``first_point``: some seed of a chosen size was already at the level at its first
+    validation, so its cost there is when validation began, not when it got there (an upper
+    bound), and the ratio says more of the validation schedule than of the model."""
+    stated = stated_levels(runs, families)
+    if len(families) != 2 or not stated:
+        return []
+    rows = []
+    for level in range(1, math.floor(stated[0]) + 1):
+        picks = {family: family_cost(runs, family, level, axis) for family in families}
+        if not all(picks.values()):
+            continue
+        ratio, interval = ratio_interval(*(picks[family]["costs"] for family in families))
+        chosen = [run for run in runs if run.config_name in {p["size"] for p in picks.values()}]
+        rows.append(
+            {
+                "level": float(level),
+                "axis": axis,
+                "sizes": {family: picks[family]["size"] for family in families},
+                "ratio": ratio,
+                "ratio_ci95": list(interval),
+                "first_point": any(
+                    first_point(run, level) == min(run.curve, key=lambda p: p.step)
+                    for run in chosen
+                ),
+            }
+        )
+    return rows
+
+
 def first_in_time(rows: Sequence[dict]) -> list[dict]:
     """Per stated level (the highest first) that two families both reach: the family first in
     training time (the lower mean over its chosen size's seeds), and on every axis the other's

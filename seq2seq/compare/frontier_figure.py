@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from seq2seq.compare.frontier import RunRecord, family_envelope
 
@@ -138,6 +138,61 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
     panels[0].legend(fontsize=7, loc="lower right")
     if title:
         figure.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=DPI)
+    return figure
+
+
+RATIO_TICKS = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50)
+LEVEL_AXES = {"flops": ("training FLOPs", "tab:green"), "step": ("steps", "tab:purple")}
+
+
+def plot_cost_by_level(
+    every_level: dict[str, list[dict]], families: Sequence[str], path: Path, time_label: str
+) -> Figure:
+    """The first family's cost over the second's to reach each whole validation level, one
+    line per axis (FLOPs, steps, training time) with its bootstrap 95% band; above 1 the first
+    family pays more. Hollow markers: levels some chosen seed had reached at its first
+    validation (an upper bound there)."""
+    first, second = families
+    figure = Figure(figsize=(7.5, 4.2), layout="constrained")
+    ax = figure.subplots()
+    names = {**LEVEL_AXES, "minutes": (time_label, "tab:red")}
+    for axis, rows in every_level.items():
+        if not rows:
+            continue
+        label, colour = names[axis]
+        levels = [row["level"] for row in rows]
+        ax.fill_between(
+            levels,
+            [row["ratio_ci95"][0] for row in rows],
+            [row["ratio_ci95"][1] for row in rows],
+            color=colour,
+            alpha=0.15,
+            linewidth=0,
+        )
+        ax.plot(levels, [row["ratio"] for row in rows], color=colour, label=label)
+        for row in rows:
+            ax.plot(
+                row["level"],
+                row["ratio"],
+                "o",
+                markersize=3.5,
+                color=colour,
+                markerfacecolor="white" if row["first_point"] else colour,
+            )
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()  # plain numbers at a few ratios, not powers of ten
+    ax.set_yticks([t for t in RATIO_TICKS if low <= t <= high])
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("validation BLEU reached")
+    ax.set_ylabel(f"{first} / {second}: cost to get there")
+    ax.set_title(f"above 1: {first} pays more (95% bootstrap band over seeds)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=DPI)

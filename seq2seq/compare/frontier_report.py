@@ -19,7 +19,7 @@ import numpy as np
 
 from seq2seq.compare import cost, frontier
 from seq2seq.compare.frontier import RunRecord
-from seq2seq.compare.frontier_figure import plot_frontier
+from seq2seq.compare.frontier_figure import device_label, plot_cost_by_level, plot_frontier
 from seq2seq.compare.grid_ends import edges_paragraph, pooled_grid_edges
 from seq2seq.evaluation import significance
 from seq2seq.report.tables import counted, markdown_table
@@ -27,6 +27,7 @@ from seq2seq.report.tables import counted, markdown_table
 logger = logging.getLogger(__name__)
 
 FIGURE = "figures/frontier.png"
+LEVELS_FIGURE = "figures/cost_by_level.png"
 
 
 def _per_step(run: RunRecord) -> float:
@@ -242,6 +243,7 @@ def frontier_data(runs: Sequence[RunRecord], title: str, rule: str) -> dict:
         "crossings": [],
         "cost_to_level": cost.cost_to_levels(runs, families),
         "budget_rule": cost.budget_rule(runs),
+        "every_level": {axis: cost.every_level(runs, families, axis) for axis in cost.AXES},
         "devices": sorted({run.device for run in runs}),
     }
     data["first_in_time"] = [
@@ -432,7 +434,76 @@ def _cost_section(data: dict) -> list[str]:
             ).rstrip(),
             "",
         ]
-    return lines
+    return [*lines, *_every_level_section(data, device)]
+
+
+def level_ranges(levels: Sequence[float]) -> str:
+    """Whole levels as runs of consecutive ones: [20, 29, 30, 31] -> "20 and 29-31"."""
+    runs: list[list[int]] = []
+    for level in sorted(int(level) for level in levels):
+        if runs and level == runs[-1][-1] + 1:
+            runs[-1].append(level)
+        else:
+            runs.append([level])
+    parts = [f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else "".join(parts)
+
+
+def _sides(rows: Sequence[dict]) -> dict[str, list[float]]:
+    """The levels at which the ratio's interval lies above 1, below it, or holds it."""
+    sides: dict[str, list[float]] = {"more": [], "fewer": [], "level": []}
+    for row in rows:
+        low, high = row["ratio_ci95"]
+        sides["more" if low > 1 else "fewer" if high < 1 else "level"].append(row["level"])
+    return sides
+
+
+def _every_level_section(data: dict, device: str | None) -> list[str]:
+    """The first family's cost over the second's at every whole level both reach, on each
+    axis: where its interval lies above 1 and where below, in a figure and a table."""
+    by_axis = {axis: rows for axis, rows in data.get("every_level", {}).items() if rows}
+    if "flops" not in by_axis:
+        return []
+    a, b = data["families"]
+    said = []
+    for axis, rows in by_axis.items():
+        sides = _sides([row for row in rows if not row["first_point"]])
+        parts = [
+            f"{word} at {level_ranges(sides[side])}"
+            for side, word in (("more", "more"), ("fewer", "fewer"), ("level", "within noise"))
+            if sides[side]
+        ]
+        name = AXIS_NAMES[axis]
+        said.append(f"- {name[0].upper()}{name[1:]}: {'; '.join(parts) or 'no level'}.")
+    levels: dict[float, dict] = {}
+    for axis, rows in by_axis.items():
+        for row in rows:
+            entry = levels.setdefault(row["level"], {"level": row["level"]})
+            entry[axis] = "{:.2f} [{:.2f}, {:.2f}]".format(row["ratio"], *row["ratio_ci95"])
+            entry[axis] += "*" if row["first_point"] else ""
+            if axis == "flops":
+                entry["sizes"] = ", ".join(f"`{size}`" for size in row["sizes"].values())
+    columns = [("level", "validation BLEU", "g"), ("sizes", "sizes (FLOPs)", "")]
+    columns += [(axis, f"{AXIS_NAMES[axis]}: ratio [95% CI]", "") for axis in by_axis]
+    where = f" on {device}" if device else ""
+    return [
+        "### At every whole level",
+        "",
+        f"`{a}`'s cost over `{b}`'s at each whole validation level both reach, each family at "
+        f"its cheapest size there as above (seconds are training seconds{where}). `{a}` needs "
+        "more or fewer where the ratio's interval lies above or below 1:",
+        "",
+        *said,
+        "",
+        "A ratio marked * is left out of these lists: some seed it compares was already at the "
+        "level at its first validation, so its cost there is when validation began (an upper "
+        "bound), and the ratio tells more of the validation schedule than of the model.",
+        "",
+        f"![{a}'s cost over {b}'s to reach each validation level]({LEVELS_FIGURE})",
+        "",
+        markdown_table(sorted(levels.values(), key=lambda e: -e["level"]), columns).rstrip(),
+        "",
+    ]
 
 
 def _one_device(data: dict) -> str | None:
@@ -568,6 +639,10 @@ def write_frontier_report(
     directory.mkdir(parents=True, exist_ok=True)
     data = frontier_data(runs, title, rule)
     plot_frontier(runs, directory / FIGURE, title)
+    if any(data["every_level"].values()):
+        plot_cost_by_level(
+            data["every_level"], data["families"], directory / LEVELS_FIGURE, device_label(runs)
+        )
     (directory / "frontier.json").write_text(json.dumps(data, indent=1, default=float) + "\n")
     path = directory / "frontier.md"
     path.write_text(render(data))
