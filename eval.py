@@ -70,6 +70,12 @@ _SPLIT = flags.DEFINE_string(
     "Split to translate: train, validation or test (the config's), or a split name or file "
     "stem such as test_2016_flickr (default: test).",
 )
+_MAX_SENTENCES = flags.DEFINE_integer(
+    "max_sentences",
+    None,
+    "Translate and score only the split's first N pairs (a quick look); filed as "
+    "SPLIT[@RULE]-firstN, so never taken for the whole split's scores.",
+)
 _DATA_DIR = flags.DEFINE_string(
     "data_dir",
     None,
@@ -172,6 +178,14 @@ def _check_options() -> None:
                 f"--data_dir {_DATA_DIR.value} is not a folder; name the folder that holds the "
                 "corpus's files"
             )
+    if _MAX_SENTENCES.value is not None:
+        if _INPUT.value:
+            raise ValueError(
+                "--max_sentences takes the first N pairs of a split; --input translates a whole "
+                "file: drop one of them"
+            )
+        if _MAX_SENTENCES.value < 1:
+            raise ValueError(f"--max_sentences {_MAX_SENTENCES.value} must be at least 1")
     if _BATCH_SIZE.value is not None and _BATCH_SIZE.value < 1:
         raise ValueError(f"--batch_size {_BATCH_SIZE.value} must be at least 1 (sentences a batch)")
     cli.check_decoding_flags(_BEAM_SIZE.value, _ALPHA.value)
@@ -387,7 +401,12 @@ def main(argv: list[str]) -> None:
         if _ATTENTION.value is not None:
             written += "\n" + _draw_attention(translator, run, result)
     else:
-        result = evaluate(translator, run, split, filed_as=_CHECKPOINT.value, variant=variant)
+        if _MAX_SENTENCES.value is not None:  # a part of the split: never its whole's name
+            variant.append(f"first{_MAX_SENTENCES.value}")
+        result = evaluate(
+            translator, run, split, filed_as=_CHECKPOINT.value, variant=variant,
+            max_sentences=_MAX_SENTENCES.value,
+        )  # fmt: skip
         hypotheses, scores = filed_in(translator, run, split, _CHECKPOINT.value, variant)
         written = f"  written to {scores} (the scores and their provenance) and {hypotheses}"
     print(format_report(result))

@@ -346,6 +346,11 @@ _UNWRITABLE = pytest.mark.skipif(
         ),  # a division by zero
         (["eval.py", "--workdir", "{tmp}", "--sampling", "topk:0"], "topk takes a whole number"),
         (["-m", "seq2seq.evaluation.average", "--last=0"], "--last"),
+        (["eval.py", "--workdir", "{tmp}", "--max_sentences", "0"], "must be at least 1"),
+        (
+            [*_ATTENTION_OF, "README.md", "--max_sentences", "5"],
+            "--max_sentences takes the first N pairs of a split; --input translates a whole file",
+        ),
         (
             ["eval.py", "--workdir", "{tmp}", "--attention", "{tmp}/a"],
             "--attention draws the lines of a file; pass --input FILE --output FILE with it",

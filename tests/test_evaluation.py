@@ -982,6 +982,21 @@ def test_another_beam_or_length_penalty_is_filed_beside_the_runs_own_scores(work
     assert (workdir / "eval" / "test@average2-beam1.hyp.txt").is_file()
 
 
+def test_the_first_sentences_of_a_split_are_scored_apart_from_the_whole(workdir, evaluated):
+    own = (workdir / "eval" / "test@average2.json").read_text()
+    flags = ["--checkpoint", "average:2", "--max_sentences", "40"]
+    printed = _run("eval.py", "--workdir", str(workdir), *flags).stdout.splitlines()
+    result = json.loads(printed[-1])
+    assert printed[0].startswith("test: the first 40 sentences, beam 2")
+    assert (result["n"], result["max_sentences"]) == (40, 40)
+    assert (workdir / "eval" / "test@average2.json").read_text() == own  # the whole's, kept
+    part = (workdir / "eval" / "test@average2-first40.hyp.txt").read_text("utf-8").splitlines()
+    whole = (workdir / "eval" / "test@average2.hyp.txt").read_text("utf-8").splitlines()
+    assert part == whole[:40]  # the same sentences, translated as in the whole split
+    references = [target for _, target in synthetic.load_split("test")][:40]
+    assert result["bleu"] == pytest.approx(BLEU().corpus_score(part, [references]).score)
+
+
 def test_a_run_whose_corpus_moved_is_scored_from_its_new_folder(workdir, evaluated, tmp_path):
     """A run trained on a text corpus that has since moved: its config names a folder that is
     gone. eval.py says so in one line naming --data_dir, and with --data_dir scores the same

@@ -307,8 +307,9 @@ def format_report(result: dict[str, object]) -> str:
     else:
         decoding = f"beam {result['beam_size']}, alpha {result['alpha']}"
     jax_compiled = result.get("engine", "jax") == "jax" and compiling >= 0.05
+    first = "the first " if result.get("max_sentences") else ""  # a part of the split
     lines = [
-        f"{what}: {_count(result['n'], 'sentence')}, {decoding}, {result['checkpoint']}, "
+        f"{what}: {first}{_count(result['n'], 'sentence')}, {decoding}, {result['checkpoint']}, "
         f"{result['decode_seconds']:.1f} s"
         + (f" ({compiling:.1f} s of it compiling)" if jax_compiled else "")
     ]
