@@ -7,8 +7,9 @@ Run by ``tests/test_same_run_on_any_mesh.py`` in subprocesses, once with one dev
     python -m tests.same_run_worker second ROOT  # (2, 2, 2): 10 steps; ROOT/*/resumed to step 10
 
 Each quickstart keeps its own data and token batching (bucketed, and packed for the Transformer),
-with buckets 16 tokens wide instead of its 8: half the shapes to compile on each mesh, and still
-several. The models are shrunk to a few thousand parameters, so each shape compiles fast.
+with buckets 16 tokens wide instead of its 8 (half the shapes to compile on each mesh, and still
+several) and batches of 512 tokens instead of 1,024 (half the work a step). The models are
+shrunk to a few thousand parameters, so each shape compiles fast.
 It prints {setup: {"losses": [...], "tokens": [...], "flops": [...], "shapes": [...],
 "resumed": [...], "split": N}}: every logged step's loss, real (source, target) tokens, training
 FLOPs and batch shapes compiled so far, the losses of the resumed run, and how many of the
@@ -30,6 +31,7 @@ from seq2seq.training.trainer import train
 from tests.conftest import REPO, tiny_config
 
 STEPS, RESUME_STEP = 10, 5
+TOKENS_PER_BATCH = 512
 SETUPS = {  # name: (model family, data.pack)
     "transformer, bucketed": ("transformer", False),
     "transformer, packed": ("transformer", True),
@@ -44,6 +46,7 @@ def config_for(model: str, pack: bool, mesh: tuple[int, int, int], steps: int):
     config.model[model] = tiny_config(model).model[model]
     config.data.pack = pack
     config.data.bucket_width = 16
+    config.data.tokens_per_batch = TOKENS_PER_BATCH
     config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh
     config.train.steps = steps
     config.train.log_every_steps = 1

@@ -123,20 +123,32 @@ def test_the_family_first_in_time_and_what_the_other_pays_on_every_axis():
 def test_every_whole_level_pairs_each_familys_cheapest_size_there():
     rows = {row["level"]: row for row in cost.every_level(RUNS, ["rnnsearch", "transformer"])}
     assert list(rows) == [float(level) for level in range(1, 33)]  # up to the stated 32
-    # 32: rnnsearch-small's seed 1 peaked at 31, so rnnsearch-large (120, 120) against
-    # transformer-small (20, 30); no seed was there at its first validation.
-    assert rows[32.0]["sizes"] == {
-        "rnnsearch": "rnnsearch-large",
-        "transformer": "transformer-small",
-    }
-    assert rows[32.0]["ratio"] == pytest.approx(120 / 25)
-    assert not rows[32.0]["first_point"]
-    # 30: rnnsearch-small (30, 40, 50) against transformer-small (10, 20), whose seed 0 was at
-    # 30 at its first validation: the ratio is marked as bounded by the schedule.
-    assert rows[30.0]["ratio"] == pytest.approx(40 / 15) and rows[30.0]["first_point"]
-    assert rows[5.0]["ratio"] == pytest.approx(1.0)  # every seed there at its first point
-    steps = {
-        row["level"]: row for row in cost.every_level(RUNS, ["rnnsearch", "transformer"], "step")
-    }
-    assert steps[32.0]["ratio"] == pytest.approx(300 / 250)  # 3rd points against 2nd and 3rd
+    # 32: rnnsearch-small's seed 1 peaked at 31, so rnnsearch-large (120, 120; 80 and 80 at the
+    # validations before) against transformer-small (20, 30; 10 and 20 before).
+    at_32 = rows[32.0]
+    assert at_32["sizes"] == {"rnnsearch": "rnnsearch-large", "transformer": "transformer-small"}
+    assert at_32["ratio"] == pytest.approx(120 / 25)
+    assert at_32["bounds"] == pytest.approx([80 / 25, 120 / 15])
+    assert at_32["side"] == "more"  # 80 against 20 or 30 still keeps the interval above 1
+    # 30: rnnsearch-small (30, 40, 50; 20, 30, 40 before) against transformer-small (10, 20),
+    # whose seed 0 was there at its first validation: it may have crossed at any cost from 0.
+    assert rows[30.0]["ratio"] == pytest.approx(40 / 15)
+    assert rows[30.0]["bounds"] == [pytest.approx(30 / 15), math.inf]
+    assert rows[30.0]["side"] == "more"
+    # 5: every seed of both was there at its first validation: anything from 0 to infinity.
+    assert rows[5.0]["ratio"] == pytest.approx(1.0)
+    assert (rows[5.0]["bounds"], rows[5.0]["side"]) == ([0.0, math.inf], None)
+    # The other way round: the Transformer's highest (20, 30) below RNNsearch's lowest (80, 80).
+    reverse = cost.every_level(RUNS, ["transformer", "rnnsearch"])
+    assert next(r for r in reverse if r["level"] == 32.0)["side"] == "fewer"
+    steps = cost.every_level(RUNS, ["rnnsearch", "transformer"], "step")
+    assert steps[-1]["ratio"] == pytest.approx(300 / 250)  # 3rd points against 2nd and 3rd
     assert cost.every_level(RUNS, ["transformer"]) == []
+
+
+def test_a_crossing_lies_between_the_validation_before_and_the_first_at_the_level():
+    run = RUNS[0]  # BLEU 10, 20, 31, 33, 32 at 10, 20, 30, 40, 50 FLOPs
+    assert cost.crossing_bounds(run, 31.0, "flops") == (20.0, 30.0)
+    assert cost.crossing_bounds(run, 5.0, "flops") == (0.0, 10.0)  # before the first
+    assert cost.crossing_bounds(run, 33.0, "step") == (300.0, 400.0)
+    assert cost.crossing_bounds(run, 34.0, "flops") is None

@@ -95,7 +95,7 @@ def _run_flags() -> dict[str, flags.FlagHolder]:
         "records": flags.DEFINE_string(
             "records",
             None,
-            "Train nothing: rebuild the frontier report (frontier.md, frontier.json, its figure) "
+            "Train nothing: rebuild the frontier report (frontier.md, frontier.json, its figures) "
             "in --workdir from the run records in this folder (as --save_records writes them).",
         ),
         "directions": flags.DEFINE_list(

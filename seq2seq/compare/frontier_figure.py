@@ -144,7 +144,7 @@ def plot_frontier(runs: Sequence[RunRecord], path: Path, title: str = "") -> Fig
     return figure
 
 
-RATIO_TICKS = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50)
+RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
 LEVEL_AXES = {"flops": ("training FLOPs", "tab:green"), "step": ("steps", "tab:purple")}
 
 
@@ -153,8 +153,8 @@ def plot_cost_by_level(
 ) -> Figure:
     """The first family's cost over the second's to reach each whole validation level, one
     line per axis (FLOPs, steps, training time) with its bootstrap 95% band; above 1 the first
-    family pays more. Hollow markers: levels some chosen seed had reached at its first
-    validation (an upper bound there)."""
+    family pays more. Filled markers: levels decided above or below 1 whatever the seeds'
+    crossings between two validations (``cost.every_level``'s ``side``); hollow: undecided."""
     first, second = families
     figure = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax = figure.subplots()
@@ -180,17 +180,22 @@ def plot_cost_by_level(
                 "o",
                 markersize=3.5,
                 color=colour,
-                markerfacecolor="white" if row["first_point"] else colour,
+                markerfacecolor=colour if row.get("side") else "white",
             )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log")
     low, high = ax.get_ylim()  # plain numbers at a few ratios, not powers of ten
-    ax.set_yticks([t for t in RATIO_TICKS if low <= t <= high])
+    ticks = [t for t in RATIO_TICKS if low <= t <= high]
+    if len(ticks) >= 2:  # else (a narrow or far range) the log axis's own ticks
+        ax.set_yticks(ticks)
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("validation BLEU reached")
     ax.set_ylabel(f"{first} / {second}: cost to get there")
-    ax.set_title(f"above 1: {first} pays more (95% bootstrap band over seeds)", fontsize=9)
+    ax.set_title(
+        f"above 1: {first} pays more (95% bootstrap band over seeds; hollow: undecided)",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     path = Path(path)

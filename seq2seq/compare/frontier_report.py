@@ -361,6 +361,7 @@ RUN_COLUMNS = [
 
 
 AXIS_NAMES = {"flops": "FLOPs", "step": "steps", "minutes": "training s"}
+LEVEL_AXIS_NAMES = {"flops": "In FLOPs", "step": "In steps", "minutes": "In training seconds"}
 
 
 def _cost_cell(pick: dict | None, axis: str) -> str:
@@ -449,55 +450,52 @@ def level_ranges(levels: Sequence[float]) -> str:
     return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else "".join(parts)
 
 
-def _sides(rows: Sequence[dict]) -> dict[str, list[float]]:
-    """The levels at which the ratio's interval lies above 1, below it, or holds it."""
-    sides: dict[str, list[float]] = {"more": [], "fewer": [], "level": []}
-    for row in rows:
-        low, high = row["ratio_ci95"]
-        sides["more" if low > 1 else "fewer" if high < 1 else "level"].append(row["level"])
-    return sides
-
-
 def _every_level_section(data: dict, device: str | None) -> list[str]:
     """The first family's cost over the second's at every whole level both reach, on each
-    axis: where its interval lies above 1 and where below, in a figure and a table."""
+    axis: where it is decided above 1 and where below (``cost.every_level``'s ``side``), in a
+    figure and a table."""
     by_axis = {axis: rows for axis, rows in data.get("every_level", {}).items() if rows}
     if "flops" not in by_axis:
         return []
     a, b = data["families"]
     said = []
     for axis, rows in by_axis.items():
-        sides = _sides([row for row in rows if not row["first_point"]])
+        sides: dict[str | None, list[float]] = {"more": [], "fewer": [], None: []}
+        for row in rows:
+            sides[row.get("side")].append(row["level"])
         parts = [
             f"{word} at {level_ranges(sides[side])}"
-            for side, word in (("more", "more"), ("fewer", "fewer"), ("level", "within noise"))
+            for side, word in (("more", "more"), ("fewer", "fewer"), (None, "undecided"))
             if sides[side]
         ]
-        name = AXIS_NAMES[axis]
-        said.append(f"- {name[0].upper()}{name[1:]}: {'; '.join(parts) or 'no level'}.")
+        said.append(f"- {LEVEL_AXIS_NAMES[axis]}: {'; '.join(parts)}.")
     levels: dict[float, dict] = {}
     for axis, rows in by_axis.items():
         for row in rows:
             entry = levels.setdefault(row["level"], {"level": row["level"]})
-            entry[axis] = "{:.2f} [{:.2f}, {:.2f}]".format(row["ratio"], *row["ratio_ci95"])
-            entry[axis] += "*" if row["first_point"] else ""
+            entry[axis] = _ratio({"ratio": row["ratio"], "ci95": row["ratio_ci95"]})
+            low, high = row["ratio_ci95"]
+            if row.get("side") is None and (low > 1 or high < 1):  # the schedule's, not decided
+                entry[axis] += "* ({:.2f} to {:.2f})".format(*row["bounds"])
             if axis == "flops":
                 entry["sizes"] = ", ".join(f"`{size}`" for size in row["sizes"].values())
     columns = [("level", "validation BLEU", "g"), ("sizes", "sizes (FLOPs)", "")]
     columns += [(axis, f"{AXIS_NAMES[axis]}: ratio [95% CI]", "") for axis in by_axis]
-    where = f" on {device}" if device else ""
+    where = f"on {device}" if device else "on the device that trained each run"
     return [
         "### At every whole level",
         "",
         f"`{a}`'s cost over `{b}`'s at each whole validation level both reach, each family at "
-        f"its cheapest size there as above (seconds are training seconds{where}). `{a}` needs "
-        "more or fewer where the ratio's interval lies above or below 1:",
+        f"its cheapest size there on each axis (the sizes column gives the FLOPs row's; seconds "
+        f"are training seconds {where}). A seed's cost is read at its first validation at or "
+        "above the level, but it crossed the level somewhere after the validation before. A "
+        f"level is decided only where the interval stays off 1 with every seed's crossing put "
+        f"at the end of those bounds least favourable to the verdict. `{a}` needs:",
         "",
         *said,
         "",
-        "A ratio marked * is left out of these lists: some seed it compares was already at the "
-        "level at its first validation, so its cost there is when validation began (an upper "
-        "bound), and the ratio tells more of the validation schedule than of the model.",
+        "A ratio marked * has an interval off 1 that the validation points alone make: placed "
+        "within its bounds, the seeds' crossings give the ratio in brackets after it.",
         "",
         f"![{a}'s cost over {b}'s to reach each validation level]({LEVELS_FIGURE})",
         "",

@@ -307,7 +307,7 @@ def format_report(result: dict[str, object]) -> str:
     else:
         decoding = f"beam {result['beam_size']}, alpha {result['alpha']}"
     jax_compiled = result.get("engine", "jax") == "jax" and compiling >= 0.05
-    first = "the first " if result.get("max_sentences") else ""  # a part of the split
+    first = "the first " if result.get("max_sentences") == result["n"] else ""  # a part
     lines = [
         f"{what}: {first}{_count(result['n'], 'sentence')}, {decoding}, {result['checkpoint']}, "
         f"{result['decode_seconds']:.1f} s"
