@@ -494,8 +494,9 @@ def _every_level_section(data: dict, device: str | None) -> list[str]:
         "",
         *said,
         "",
-        "A ratio marked * has an interval off 1 that the validation points alone make: placed "
-        "within its bounds, the seeds' crossings give the ratio in brackets after it.",
+        "A ratio marked * has an interval off 1 at the first validation points but is not "
+        "decided: placed within their bounds, the seeds' crossings give ratios of the means "
+        "in the range in brackets after it, and at one end of that range the interval reaches 1.",
         "",
         f"![{a}'s cost over {b}'s to reach each validation level]({LEVELS_FIGURE})",
         "",
