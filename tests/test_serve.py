@@ -239,8 +239,8 @@ def test_a_models_test_bleu_is_read_where_eval_py_files_it(tmp_path):
 
 
 def test_the_card_shows_only_scores_of_the_step_and_decoding_it_serves():
-    """The card showed a step-400 score for a run served at step 500, and eval.py's beam-4
-    score for a model served with beam 2."""
+    """The card showed a step-400 score for a run served at step 500, eval.py's beam-4 score
+    for a model served with beam 2, and a comparison's score of the first 40 test sentences."""
     from seq2seq.serve.models import _scores_what_it_serves
 
     decode = SimpleNamespace(beam_size=4, alpha=0.6)
@@ -249,7 +249,12 @@ def test_the_card_shows_only_scores_of_the_step_and_decoding_it_serves():
     )
     scored = {"bleu": 79.0, "checkpoint": "step 500", "beam_size": 4, "alpha": 0.6}
     assert _scores_what_it_serves(scored, served)
-    for other in ({"checkpoint": "step 400"}, {"beam_size": 2}, {"alpha": 0.0}):
+    for other in (
+        {"checkpoint": "step 400"},
+        {"beam_size": 2},
+        {"alpha": 0.0},
+        {"max_sentences": 40},
+    ):
         assert not _scores_what_it_serves({**scored, **other}, served), other
     assert _scores_what_it_serves({"bleu": 79.0}, served)  # a result that does not say
 

@@ -157,7 +157,10 @@ def scores_of_the_test_split(
 
 def _scores_what_it_serves(result: dict, translator: Translator) -> bool:
     """Whether scores ``eval.py`` wrote were of the parameters and decoding served: the same
-    checkpoint (``latest`` moves on as a run trains on), beam and length penalty."""
+    checkpoint (``latest`` moves on as a run trains on), beam and length penalty; and of the
+    whole split (``compare --max_test_sentences`` files its first N pairs under its name)."""
+    if result.get("max_sentences"):
+        return False
     decode = translator.config.decode
     served = {
         "checkpoint": translator.describe_checkpoint(),
