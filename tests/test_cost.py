@@ -95,6 +95,7 @@ def test_the_stated_levels_are_reached_by_every_seed_of_a_size_in_each_family():
     rows = cost.cost_to_levels(RUNS, ["rnnsearch", "transformer"])
     at_30 = next(row for row in rows if row["level"] == 30.0 and row["axis"] == "flops")
     assert at_30["ratio"] == pytest.approx(40.0 / 15.0)
+    assert at_30["side"] == "more"  # as at every level: the stated ones are decided alike
 
 
 def test_the_budget_rule_counts_each_sizes_most_expensive_seed():

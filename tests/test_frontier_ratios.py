@@ -153,3 +153,13 @@ def test_the_readme_s_flops_claims_at_every_level_of_the_committed_records():
     assert german[37.0]["ratio_ci95"] == pytest.approx([0.90, 1.73], abs=0.005)
     assert german[35.0]["ratio_ci95"][1] < 1 and german[35.0]["side"] is None
     assert decided(german, "more") == decided(german, "fewer") == []
+
+
+def test_a_stated_levels_ratio_off_1_but_undecided_is_marked_with_its_range():
+    from seq2seq.compare.frontier_report import _undecided
+
+    row = {"ratio": 1.44, "ratio_ci95": [1.02, 1.96], "bounds": [0.93, 2.1], "side": None}
+    assert _undecided(row) == "* (0.93 to 2.10)"
+    assert _undecided({**row, "side": "more"}) == ""  # decided
+    assert _undecided({**row, "ratio_ci95": [0.9, 1.7]}) == ""  # its interval holds 1
+    assert _undecided({"ratio": 1.44, "ratio_ci95": [1.02, 1.96]}) == ""  # an older report

@@ -143,6 +143,7 @@ def cost_to_levels(runs: Sequence[RunRecord], families: Sequence[str]) -> list[d
                 a, b = (picks[family]["costs"] for family in families)
                 ratio, interval = ratio_interval(a, b)
                 row |= {"ratio": ratio, "ratio_ci95": list(interval)}
+                row |= decided(runs, families, picks, level, axis)
             rows.append(row)
     return rows
 
@@ -183,17 +184,6 @@ def every_level(
         if not all(picks.values()):
             continue
         ratio, interval = ratio_interval(*(picks[family]["costs"] for family in families))
-        (a_low, a_high), (b_low, b_high) = (
-            zip(
-                *(
-                    crossing_bounds(run, level, axis)
-                    for run in runs
-                    if run.family == family and run.config_name == picks[family]["size"]
-                ),
-                strict=True,
-            )
-            for family in families
-        )
         rows.append(
             {
                 "level": float(level),
@@ -201,24 +191,40 @@ def every_level(
                 "sizes": {family: picks[family]["size"] for family in families},
                 "ratio": ratio,
                 "ratio_ci95": list(interval),
-                "bounds": [
-                    float(np.mean(a_low) / np.mean(b_high)),
-                    float(np.mean(a_high) / np.mean(b_low)) if min(b_low) > 0 else math.inf,
-                ],
-                "side": _side(a_low, a_high, b_low, b_high),
+                **decided(runs, families, picks, level, axis),
             }
         )
     return rows
 
 
-def _side(a_low, a_high, b_low, b_high) -> str | None:
-    """ "more" where the first family's costs at their lowest over the second's at their highest
-    keep an interval above 1; "fewer" where the highest over the lowest keep one below 1."""
-    if ratio_interval(a_low, b_high)[1][0] > 1:
-        return "more"
-    if min(b_low) > 0 and ratio_interval(a_high, b_low)[1][1] < 1:
-        return "fewer"
-    return None
+def decided(
+    runs: Sequence[RunRecord], families: Sequence[str], picks: dict, level: float, axis: str
+) -> dict:
+    """``bounds`` and ``side`` of two families' ratio at ``level`` (see ``every_level``), their
+    sizes being ``picks`` (``family_cost``'s)."""
+    (a_low, a_high), (b_low, b_high) = (
+        zip(
+            *(
+                crossing_bounds(run, level, axis)
+                for run in runs
+                if run.family == family and run.config_name == picks[family]["size"]
+            ),
+            strict=True,
+        )
+        for family in families
+    )
+    side = None
+    if ratio_interval(a_low, b_high)[1][0] > 1:  # the first's lowest over the second's highest
+        side = "more"
+    elif min(b_low) > 0 and ratio_interval(a_high, b_low)[1][1] < 1:  # highest over lowest
+        side = "fewer"
+    return {
+        "bounds": [
+            float(np.mean(a_low) / np.mean(b_high)),
+            float(np.mean(a_high) / np.mean(b_low)) if min(b_low) > 0 else math.inf,
+        ],
+        "side": side,
+    }
 
 
 def first_in_time(rows: Sequence[dict]) -> list[dict]:

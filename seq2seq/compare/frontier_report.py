@@ -393,7 +393,8 @@ def _cost_section(data: dict) -> list[str]:
         for index, family in enumerate(families):
             entry[f"f{index}"] = _cost_cell(row["families"][family], row["axis"])
         if "ratio" in row:
-            entry["ratio"] = "{:.2f} [{:.2f}, {:.2f}]".format(row["ratio"], *row["ratio_ci95"])
+            entry["ratio"] = _ratio({"ratio": row["ratio"], "ci95": row["ratio_ci95"]})
+            entry["ratio"] += _undecided(row)
         rows.append(entry)
     columns = [("level", "validation BLEU", ""), ("axis", "cost in", "")]
     columns += [
@@ -411,7 +412,9 @@ def _cost_section(data: dict) -> list[str]:
         "(Student-t interval over those seeds; the ratio's interval resamples each side's "
         f"seeds). Seconds are training seconds {where}, with validation, compiling and "
         "checkpoints off the clock; the validation seconds those seeds had spent by then are "
-        "given beside them.",
+        "given beside them. A ratio marked * lies off 1 at these first validation points but "
+        'is not decided: each seed crossed the level after its validation before (see "At '
+        'every whole level" below).',
         "",
         markdown_table(rows, columns).rstrip(),
         "",
@@ -436,6 +439,16 @@ def _cost_section(data: dict) -> list[str]:
             "",
         ]
     return [*lines, *_every_level_section(data, device)]
+
+
+def _undecided(row: dict) -> str:
+    """ "*" and the range of the means after a ratio whose interval lies off 1 at the first
+    validation points but is not decided (``cost.decided``); nothing after any other (or after
+    one from an older report.json, which does not say)."""
+    low, high = row["ratio_ci95"]
+    if "side" not in row or row["side"] is not None or low <= 1 <= high:
+        return ""
+    return "* ({:.2f} to {:.2f})".format(*row["bounds"])
 
 
 def level_ranges(levels: Sequence[float]) -> str:
@@ -474,9 +487,7 @@ def _every_level_section(data: dict, device: str | None) -> list[str]:
         for row in rows:
             entry = levels.setdefault(row["level"], {"level": row["level"]})
             entry[axis] = _ratio({"ratio": row["ratio"], "ci95": row["ratio_ci95"]})
-            low, high = row["ratio_ci95"]
-            if row.get("side") is None and (low > 1 or high < 1):  # the schedule's, not decided
-                entry[axis] += "* ({:.2f} to {:.2f})".format(*row["bounds"])
+            entry[axis] += _undecided(row)
             if axis == "flops":
                 entry["sizes"] = ", ".join(f"`{size}`" for size in row["sizes"].values())
     columns = [("level", "validation BLEU", "g"), ("sizes", "sizes (FLOPs)", "")]
