@@ -163,3 +163,4 @@ def test_a_stated_levels_ratio_off_1_but_undecided_is_marked_with_its_range():
     assert _undecided({**row, "side": "more"}) == ""  # decided
     assert _undecided({**row, "ratio_ci95": [0.9, 1.7]}) == ""  # its interval holds 1
     assert _undecided({"ratio": 1.44, "ratio_ci95": [1.02, 1.96]}) == ""  # an older report
+    assert _undecided({**row, "bounds": [0.93, None]}) == "* (0.93 and up)"  # JSON has no inf

@@ -174,7 +174,8 @@ def every_level(
     schedule alone: 0.65 [0.64, 0.65] where the crossings allow anything from 0.3 to 1.3.
     ``side`` is "more" or "fewer" only where the interval stays off 1 with every seed's crossing
     put at the end of its bounds least favourable to that side, else None; ``bounds`` is the
-    ratio of the means so placed, both ways."""
+    ratio of the means so placed, both ways (the upper None where a seed of the second family
+    was at the level at its first validation: it may have crossed at no cost)."""
     stated = stated_levels(runs, families)
     if len(families) != 2 or not stated:
         return []
@@ -221,7 +222,7 @@ def decided(
     return {
         "bounds": [
             float(np.mean(a_low) / np.mean(b_high)),
-            float(np.mean(a_high) / np.mean(b_low)) if min(b_low) > 0 else math.inf,
+            float(np.mean(a_high) / np.mean(b_low)) if min(b_low) > 0 else None,  # unbounded
         ],
         "side": side,
     }

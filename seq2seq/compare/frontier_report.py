@@ -448,7 +448,8 @@ def _undecided(row: dict) -> str:
     low, high = row["ratio_ci95"]
     if "side" not in row or row["side"] is not None or low <= 1 <= high:
         return ""
-    return "* ({:.2f} to {:.2f})".format(*row["bounds"])
+    low, high = row["bounds"]
+    return f"* ({low:.2f} and up)" if high is None else f"* ({low:.2f} to {high:.2f})"
 
 
 def level_ranges(levels: Sequence[float]) -> str:
@@ -643,7 +644,7 @@ def _findings(data: dict) -> list[str]:
 def write_frontier_report(
     runs: Sequence[RunRecord], directory: Path, title: str, rule: str
 ) -> Path:
-    """Writes ``frontier.md``, ``frontier.json`` and the figure into ``directory``; returns the
+    """Writes ``frontier.md``, ``frontier.json`` and the figures into ``directory``; returns the
     markdown's path."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -651,8 +652,9 @@ def write_frontier_report(
     plot_frontier(runs, directory / FIGURE, title)
     if any(data["every_level"].values()):
         plot_cost_by_level(
-            data["every_level"], data["families"], directory / LEVELS_FIGURE, device_label(runs)
-        )
+            data["every_level"], data["families"], directory / LEVELS_FIGURE,
+            device_label(runs).replace("training minutes", "training time"),
+        )  # fmt: skip
     (directory / "frontier.json").write_text(json.dumps(data, indent=1, default=float) + "\n")
     path = directory / "frontier.md"
     path.write_text(render(data))
