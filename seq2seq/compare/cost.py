@@ -234,7 +234,8 @@ def first_in_time(rows: Sequence[dict]) -> list[dict]:
     cost over the leader's with its bootstrap interval. ``rows`` is ``cost_to_levels``'s."""
     verdicts = []
     for level in dict.fromkeys(row["level"] for row in rows):
-        at = {row["axis"]: row["families"] for row in rows if row["level"] == level}
+        rows_at = {row["axis"]: row for row in rows if row["level"] == level}
+        at = {axis: row["families"] for axis, row in rows_at.items()}
         picks = at.get("minutes", {})
         if len(picks) != 2 or not all(picks.values()):
             continue
@@ -242,7 +243,10 @@ def first_in_time(rows: Sequence[dict]) -> list[dict]:
         ratios = {}
         for axis, families in at.items():
             ratio, interval = ratio_interval(families[other]["costs"], families[leader]["costs"])
+            # decided either way (``decided``): the side is the same whichever family is first
             ratios[axis] = {"ratio": ratio, "ci95": list(interval)}
+            if "side" in rows_at[axis]:
+                ratios[axis]["decided"] = rows_at[axis]["side"] is not None
         verdicts.append(
             {
                 "level": level,

@@ -524,7 +524,11 @@ def _one_device(data: dict) -> str | None:
 
 
 def _ratio(entry: dict) -> str:
-    return "{:.2f} [{:.2f}, {:.2f}]".format(entry["ratio"], *entry["ci95"])
+    """A ratio and its interval; "*" after one whose interval lies off 1 but that is not
+    decided (``entry["decided"]`` False: ``cost.first_in_time``)."""
+    low, high = entry["ci95"]
+    star = "*" if entry.get("decided") is False and not low <= 1 <= high else ""
+    return f"{entry['ratio']:.2f} [{low:.2f}, {high:.2f}]{star}"
 
 
 def _time_verdict(data: dict, device: str | None) -> list[str]:
@@ -561,8 +565,11 @@ def _time_verdict(data: dict, device: str | None) -> list[str]:
             f"Seconds over steps, on the sizes cheapest in seconds (`{sizes[other]}` took "
             f"{per_step['steps_ratio']:.2f} times the steps of `{sizes[leader]}`)"
         )
+    first = "gets there first"
+    if ratios["minutes"].get("decided") is False:
+        first = "gets there first at the validation points, not decidedly,"
     lines.append(
-        f"- At equal training time on {device}, `{leader}` gets there first {where}: to "
+        f"- At equal training time on {device}, `{leader}` {first} {where}: to "
         f"validation BLEU {top['level']:g}, `{other}` needs {_ratio(ratios['minutes'])} times "
         f"its training seconds (means {seconds[other]:,.0f} s against {seconds[leader]:,.0f} s; "
         f"validation by then, off the clock: {validation[other]:,.0f} s and "
@@ -571,6 +578,12 @@ def _time_verdict(data: dict, device: str | None) -> list[str]:
         f"`{other}` took {per_step['ratio']:.2f} times one of `{leader}` "
         "(for runs that shared a device, `python -m seq2seq.compare.sharing` says how much of "
         "that the sharing made)."
+        + (
+            " A ratio marked * is not decided: each seed crossed the level after its validation "
+            'before, and placed there the ratio could be 1 (see "At every whole level").'
+            if any("*" in _ratio(entry) for entry in ratios.values())
+            else ""
+        )
     )
     if not same:
         firsts = [f"{v['level']:g}: `{v['leader']}`" for v in verdicts]
