@@ -364,6 +364,9 @@ def _compare(flag: SimpleNamespace, argv: list[str]) -> None:
             for name in run_names(spec, settings.seeds, first_seed(spec, settings)):
                 if (Path(flag.save_records) / name).exists():
                     check_replaceable(Path(flag.save_records) / name)
+    from seq2seq.compare.checks import check_comparison
+
+    check_comparison(specs, settings, tuning)  # the configs and devices, before the rest loads
     from seq2seq.compare.comparison import compare  # once the invocation is known to be sound
 
     outcomes, report = compare(specs, Path(flag.workdir), settings, title, tuning)

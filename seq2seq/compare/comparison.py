@@ -10,18 +10,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq.compare.grid import (
-    Tuning,
-    check_overrides,
-    check_rungs_keep_each_schedule,
-    check_trials_can_converge,
-    check_trials_outlast_warmup,
-)
+from seq2seq.compare.checks import check_comparison
+from seq2seq.compare.grid import Tuning
 from seq2seq.compare.report import build_report, write_report
 from seq2seq.compare.runner import (
     RunOutcome,
     check_reuse,
-    check_splits,
     evaluate_outcome,
     finished,
     prepare,
@@ -53,7 +47,7 @@ def compare(
 
     Returns the outcomes, in order, and the path of ``report.md``.
     """
-    _check(specs, settings, tuning)
+    check_comparison(specs, settings, tuning)
     workdir = workdir.resolve()  # the report's paths then hold wherever it is read from
     workdir.mkdir(parents=True, exist_ok=True)
     with held(workdir / LOCK_FILE, f"{workdir} is being compared by"):
@@ -85,25 +79,6 @@ def _compare(
         _train_and_score(outcomes, settings)
     report = build_report(workdir, outcomes, settings, title, tuning, tuned, copied)
     return outcomes, write_report(workdir, report)
-
-
-def _check(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning | None) -> None:
-    """Refuses, before any training, runs that would share a folder, a scored split that
-    training or validation reads, a ``--config`` override of a tuned key, trials in steps that
-    would end inside a warm-up, rungs in steps that would change a cosine's length, and trials
-    sent to a convergence their config's early stopping never declares."""
-    names = [spec.name for spec in specs]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(
-            f"two runs would share the folder {duplicates[0]!r}; give the configs distinct names"
-        )
-    check_splits(specs, settings)
-    if tuning is not None:
-        check_overrides(tuning, settings)
-        check_trials_outlast_warmup(specs, settings, tuning)
-        check_rungs_keep_each_schedule(specs, settings, tuning)
-        check_trials_can_converge(specs, settings, tuning)
 
 
 def _stopped_trial(tuned) -> RunOutcome:

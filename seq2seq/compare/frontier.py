@@ -232,7 +232,7 @@ def read_records(
       ValueError: ``directory`` (given by ``flag``) holds no run records, or none of them is
         scored under ``rule`` while some are under another (one line naming it).
     """
-    from seq2seq.compare.runner import scored_split
+    from seq2seq.compare.checks import scored_split
 
     folders = sorted(p for p in Path(directory).iterdir() if (p / "config.json").exists())
     if not folders:

@@ -18,11 +18,10 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import config as config_lib
-from seq2seq.checkpoints.rule import average_count
+from seq2seq.compare.checks import scored_split
 from seq2seq.compare.settings import Settings, run_config, run_names
 from seq2seq.compare.suites import RunSpec
 from seq2seq.data import sources
-from seq2seq.data.sources import DataError, available_splits, check_split_keys, resolve_split
 from seq2seq.evaluation.evaluate import evaluate
 from seq2seq.evaluation.restore import checkpoint_choice
 from seq2seq.evaluation.translator import Translator, with_decoding
@@ -30,7 +29,7 @@ from seq2seq.evaluation.validation import make_validate_fn
 from seq2seq.records.run_directory import RunDirectory
 from seq2seq.training.logs import duration
 from seq2seq.training.stopping import CONVERGED
-from seq2seq.training.trainer import Preemption, build_checked_mesh, train
+from seq2seq.training.trainer import Preemption, train
 
 logger = logging.getLogger(__name__)
 
@@ -45,74 +44,6 @@ class RunOutcome:
     reason: str = ""  # the one line saying why a run failed
     result: dict | None = None  # its eval JSON
     config: ml_collections.ConfigDict | None = None
-
-
-def scored_split(config: ml_collections.ConfigDict, split: str | None) -> str:
-    """The split a comparison scores: ``split`` (a role such as ``validation`` is resolved to the
-    config's split for it, Multi30k's ``val``), or the config's test split."""
-    return resolve_split(config.data, split or "test")
-
-
-def check_splits(specs: Sequence[RunSpec], settings: Settings) -> None:
-    """Refuses, before any training, a comparison that could not score its runs, or would
-    score a split they read.
-
-    Training reads ``data.train_split``, and validation (the curves, ``--checkpoint best`` and
-    every tuning trial) reads ``data.eval_split``: scores on either would not be test scores.
-    A ``--split`` the data lacks, a training or validation stem its folder lacks (Multi30k's
-    ``val`` where a corpus says ``valid``), ``--checkpoint average:K`` beyond the checkpoints
-    a run keeps, and a mesh this process's devices cannot hold would fail each run only once
-    it had started. A config that cannot
-    be built, or whose data folder is missing, is passed over here; its runs fail with the
-    reason. When no config passes ``seq2seq.config.validate`` (a bad ``--config`` value applies
-    to all of them), the first reason is the error, and nothing is written.
-
-    Raises:
-      ConfigError: one line naming the config, the problem and the fix.
-    """
-    count = average_count(settings.checkpoint)
-    invalid = []
-    for spec in specs:
-        try:
-            config = run_config(spec, settings, 0)
-        except config_lib.ConfigError as error:
-            invalid.append(f"{spec.name}: {error}")
-            continue
-        except Exception:  # reported by its runs
-            continue
-        if count is not None and count > config.checkpoint.keep:
-            raise config_lib.ConfigError(
-                f"{spec.name}: --checkpoint {settings.checkpoint} averages the last {count} "
-                f"checkpoints but its runs keep {config.checkpoint.keep} (checkpoint.keep); "
-                f"lower K or pass --config.checkpoint.keep={count}"
-            )
-        mesh = config.mesh
-        if not (mesh.distributed or mesh.coordinator_address):  # one process: its devices
-            try:
-                build_checked_mesh(config)  # the mesh, and sentences that split over it
-            except ValueError as error:
-                raise config_lib.ConfigError(f"{spec.name}: {error}") from error
-        try:  # the stems training and validation read, then the one scored
-            check_split_keys(config.data, ("train_split", "eval_split"))
-        except DataError as error:
-            raise config_lib.ConfigError(f"{spec.name}: {error}") from error
-        try:
-            scored = scored_split(config, settings.split)
-        except DataError as error:  # a split that data on this machine lacks
-            if available_splits(config.data):
-                raise config_lib.ConfigError(f"{spec.name}: --split: {error}") from error
-            continue  # no data here at all: reported by its runs
-        except Exception:  # reported by its runs
-            continue
-        for key, use in (("eval_split", "validates (and tunes) on"), ("train_split", "trains on")):
-            if config.data[key] == scored:
-                given = f"--split {settings.split} resolves to" if settings.split else "scoring"
-                raise config_lib.ConfigError(
-                    f"{spec.name}: {given} {scored!r}, the split it {use} (data.{key}); score "
-                    "another split (e.g. --split test) or set a separate data." + key
-                )
-    if invalid and len(invalid) == len(specs):
-        raise config_lib.ConfigError(f"{invalid[0]} (nothing was trained)")
 
 
 def prepare(spec: RunSpec, settings: Settings, seed_index: int, root: Path) -> RunOutcome:

@@ -25,9 +25,12 @@ and restoring it resumes the identical stream of batches.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import grain
+import jax
+import ml_collections
 import numpy as np
 
 from seq2seq.data.encoded import EncodedCorpus, token_spans
@@ -229,6 +232,22 @@ def check_row_multiple(row_multiple: int, shard_count: int, sentences_per_batch:
             f"{row_multiple} (data-parallel devices x train.grad_accum_steps x hosts); "
             f"set data.sentences_per_batch={nearest}, or change one of the others"
         )
+
+
+def check_batch_multiple(config: ml_collections.ConfigDict, batch_multiple: int) -> int:
+    """The rows every global batch is padded to a multiple of: ``batch_multiple`` (data-parallel
+    devices x gradient-accumulation steps) and the hosts. Refuses an exact sentence count
+    (``data.sentences_per_batch``) that does not split among them, so that a caller can ask
+    before anything is written.
+
+    Raises:
+      ValueError: one line naming the count and what it must divide into.
+    """
+    hosts = jax.process_count()
+    row_multiple = math.lcm(batch_multiple, hosts)
+    if not config.data.pack:  # packed rows are filled by tokens, never by a sentence count
+        check_row_multiple(row_multiple, hosts, config.data.sentences_per_batch)
+    return row_multiple
 
 
 def corpus_sides(corpus: EncodedCorpus, indices: np.ndarray) -> np.ndarray:

@@ -7,7 +7,6 @@ import hashlib
 import itertools
 import json
 import logging
-import math
 from pathlib import Path
 
 import grain
@@ -17,7 +16,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from seq2seq.data import sources
-from seq2seq.data.batching import BucketedBatches, BucketSpec, check_row_multiple
+from seq2seq.data.batching import BucketedBatches, BucketSpec, check_batch_multiple
 from seq2seq.data.encoded import (
     EncodedCorpus,
     encode_corpus,
@@ -130,22 +129,6 @@ def report_efficiency(batches: grain.IterDataset, count: int = REPORT_BATCHES) -
         "source_tokens": float(np.mean([real_tokens(b, "source") for b in first])),
         "target_tokens": float(np.mean([real_tokens(b, "target") for b in first])),
     }
-
-
-def check_batch_multiple(config: ml_collections.ConfigDict, batch_multiple: int) -> int:
-    """The rows every global batch is padded to a multiple of: ``batch_multiple`` (data-parallel
-    devices x gradient-accumulation steps) and the hosts. Refuses an exact sentence count
-    (``data.sentences_per_batch``) that does not split among them, so that a caller can ask
-    before anything is written.
-
-    Raises:
-      ValueError: one line naming the count and what it must divide into.
-    """
-    hosts = jax.process_count()
-    row_multiple = math.lcm(batch_multiple, hosts)
-    if not config.data.pack:  # packed rows are filled by tokens, never by a sentence count
-        check_row_multiple(row_multiple, hosts, config.data.sentences_per_batch)
-    return row_multiple
 
 
 def make_batches(

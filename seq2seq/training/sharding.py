@@ -23,6 +23,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from seq2seq.config import MESH_AXES, default_config
+from seq2seq.data.batching import check_batch_multiple
 from seq2seq.logical_axes import names_of, partition_spec
 
 
@@ -66,6 +67,24 @@ def build_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> 
     # Tensor parallelism innermost: its collectives run every layer, so its devices should be
     # the closest ones (make_mesh orders devices so that the last axis is the best connected).
     return jax.make_mesh(shape, MESH_AXES, axis_types=auto, devices=devices)
+
+
+def build_checked_mesh(config: ml_collections.ConfigDict) -> Mesh:
+    """The config's mesh over the job's devices, where its sentences split over the mesh.
+
+    Raises:
+      ValueError: one line, where the devices cannot hold the mesh or the batch's sentences do
+        not split over it.
+    """
+    mesh = build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    check_batch_multiple(config, batch_multiple(config, mesh))
+    return mesh
+
+
+def batch_multiple(config: ml_collections.ConfigDict, mesh: Mesh) -> int:
+    """A global batch's rows split over the data-parallel devices and accumulation steps."""
+    rules = AxisRules.from_config(config.mesh.rules)
+    return data_parallel_size(mesh, rules) * config.train.grad_accum_steps
 
 
 def mesh_shape(data: int, fsdp: int, tensor: int, count: int) -> tuple[int, int, int]:

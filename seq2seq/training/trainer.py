@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from seq2seq.checkpoints.store import Checkpoints
 from seq2seq.data import sources
-from seq2seq.data.pipeline import build_training_data, check_batch_multiple
+from seq2seq.data.pipeline import build_training_data
 from seq2seq.models import build_model, compute_dtype, count_params, schedule_width
 from seq2seq.progress import bar as progress_bar
 from seq2seq.records import provenance
@@ -211,7 +211,7 @@ def train(
     # Before anything is written, the mesh over the job's devices and the sentences split over
     # it: the same config and device count on every process, so each refuses alike, in one
     # line (inside the guard below, a refusal is a traceback that stops the others).
-    mesh = build_checked_mesh(config)
+    mesh = sharding.build_checked_mesh(config)
     with processes.stop_every_process_on_error():
         return _train(config, run, mesh, make_validate, preemption or Preemption())
 
@@ -295,7 +295,7 @@ def _build_loop(
     data = build_training_data(
         config,
         run.tokenizer_dir,
-        batch_multiple=_batch_multiple(config, mesh),
+        batch_multiple=sharding.batch_multiple(config, mesh),
         encoded_dir=run.encoded_dir,
     )
     vocab = data.tokenizer.target_vocab_size
@@ -329,24 +329,6 @@ def _build_loop(
     )
     loop.restore(progress)
     return loop, state, params
-
-
-def build_checked_mesh(config: ml_collections.ConfigDict) -> Mesh:
-    """The config's mesh over the job's devices, where its sentences split over the mesh.
-
-    Raises:
-      ValueError: one line, where the devices cannot hold the mesh or the batch's sentences do
-        not split over it.
-    """
-    mesh = sharding.build_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    check_batch_multiple(config, _batch_multiple(config, mesh))
-    return mesh
-
-
-def _batch_multiple(config: ml_collections.ConfigDict, mesh: Mesh) -> int:
-    """A global batch's rows split over the data-parallel devices and accumulation steps."""
-    rules = sharding.AxisRules.from_config(config.mesh.rules)
-    return sharding.data_parallel_size(mesh, rules) * config.train.grad_accum_steps
 
 
 def _log_model(name: str, params: int, mesh, state_shardings) -> None:
