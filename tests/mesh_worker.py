@@ -1,9 +1,9 @@
 """Trains both tiny models on one device and on meshes of 8 simulated devices; prints JSON.
 
 Run by ``tests/test_mesh.py`` in a subprocess, with ``--xla_force_host_platform_device_count=8``
-set before JAX starts. For each model: 20 steps on one device (no mesh) and on each mesh shape
-from the same state and batches, saving a checkpoint at step 10 of the ``fsdp=4`` run; then that
-checkpoint restored onto one device and onto a ``data=2, tensor=2`` mesh, trained to step 20.
+set before JAX starts. For each model: 12 steps on one device (no mesh) and on each mesh shape
+from the same state and batches, saving a checkpoint at step 6 of the ``fsdp=4`` run; then that
+checkpoint restored onto one device and onto a ``data=2, tensor=2`` mesh, trained to step 12.
 It reports the losses of every run and the partition spec of every parameter after training,
 and for RNNsearch the collectives inside the compiled step's loops on several meshes.
 """
@@ -28,7 +28,7 @@ from tests.conftest import tiny_config
 
 MESHES = {"8,1,1": (8, 1, 1), "2,4,1": (2, 4, 1), "2,2,2": (2, 2, 2), "1,1,8": (1, 1, 8)}
 SAVED_ON = "2,4,1"  # fsdp=4
-STEPS, SAVE_STEP = 20, 10
+STEPS, SAVE_STEP = 12, 6
 VOCAB, ROWS = 64, 16
 FSDP_MIN_SIZE = 256  # tiny parameters: a threshold some of them fall below
 

@@ -25,6 +25,7 @@ from seq2seq.training.sharding import (
     default_rules,
 )
 from tests.conftest import REPO, subprocess_env, tiny_config
+from tests.mesh_worker import SAVE_STEP, STEPS
 
 VARIANTS = {
     "transformer": {},
@@ -223,7 +224,7 @@ def _padded(spec: list) -> list:
 def test_every_mesh_trains_as_one_device_with_the_tables_shardings(mesh_report, model_name):
     report = mesh_report[model_name]
     one = report["losses"]["one"]
-    assert len(one) == 20 and one[-1] < one[0]
+    assert len(one) == STEPS and one[-1] < one[0]
     for mesh, losses in report["losses"].items():
         np.testing.assert_allclose(losses, one, rtol=1e-5, err_msg=f"mesh {mesh}")
     for parameter, by_mesh in EXPECTED[model_name].items():
@@ -238,9 +239,9 @@ def test_every_mesh_trains_as_one_device_with_the_tables_shardings(mesh_report, 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_name", ["transformer", "rnnsearch"])
 def test_a_checkpoint_saved_on_fsdp_4_resumes_on_any_mesh(mesh_report, model_name):
-    """Saved at step 10 on data=2, fsdp=4; resumed on one device and on data=2, tensor=2."""
+    """Saved at step 6 on data=2, fsdp=4; resumed on one device and on data=2, tensor=2."""
     report = mesh_report[model_name]
-    continued = report["losses"]["2,4,1"][10:]
+    continued = report["losses"]["2,4,1"][SAVE_STEP:]
     for mesh, losses in report["resumed"].items():
         np.testing.assert_allclose(losses, continued, rtol=1e-5, err_msg=f"resumed on {mesh}")
 
