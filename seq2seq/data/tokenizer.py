@@ -12,6 +12,7 @@ run and ``eval.py`` reuse exactly the tokenizer training used.
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
@@ -42,13 +43,21 @@ class MosesWords:
     """Moses tokenization and detokenization of one language (sacremoses), without escaping."""
 
     def __init__(self, language: str):
-        # Imported here: its module compiles its rules' regular expressions when loaded (0.2 s,
-        # in every process that imports this file), and only word vocabularies use it.
-        from sacremoses import MosesDetokenizer, MosesTokenizer
-
         self.language = language
-        self._tokenizer = MosesTokenizer(lang=language)
-        self._detokenizer = MosesDetokenizer(lang=language)
+
+    # Loaded at the first text Moses would change: importing sacremoses compiles its rules'
+    # regular expressions (0.3-0.4 s in every process), which text of plain words never needs.
+    @functools.cached_property
+    def _tokenizer(self):
+        from sacremoses import MosesTokenizer
+
+        return MosesTokenizer(lang=self.language)
+
+    @functools.cached_property
+    def _detokenizer(self):
+        from sacremoses import MosesDetokenizer
+
+        return MosesDetokenizer(lang=self.language)
 
     def tokenize(self, text: str) -> str:
         """Words and punctuation separated by single spaces: "Hi, you!" -> "Hi , you !"."""
