@@ -44,14 +44,14 @@ BROWSER_ARGS = [
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, str]:
-    """A tiny Transformer and a tiny RNNsearch, trained long enough to write a few words."""
+    """A tiny Transformer and a tiny RNNsearch, trained long enough (80 steps) to write a few words."""
     paths = {}
     for family in FAMILIES:
         config = tiny_config(family)
-        config.train.steps = 120
+        config.train.steps = 80
         config.train.schedule = "constant"
         config.train.learning_rate = {"transformer": 3e-3, "rnnsearch": 1e-2}[family]
-        config.checkpoint.every_steps = 120
+        config.checkpoint.every_steps = 80
         path = tmp_path_factory.mktemp(family)
         train(config, path)
         paths[family] = str(path)
@@ -177,7 +177,7 @@ def test_models_are_described(server, client):
     cards = client.get("/models").json()["models"]
     assert [card["family"] for card in cards] == list(FAMILIES)
     for card in cards:
-        assert card["checkpoint"] == "step 120"  # --checkpoint latest: the last one saved
+        assert card["checkpoint"] == "step 80"  # --checkpoint latest: the last one saved
         assert card["parameters"] > 1000
         assert card["test_bleu"] is None  # these runs were never evaluated on the test split
     assert cards[0]["attention"] == "heads" and cards[1]["attention"] == "alignment"
