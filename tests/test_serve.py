@@ -44,7 +44,8 @@ BROWSER_ARGS = [
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, str]:
-    """A tiny Transformer and a tiny RNNsearch, trained long enough (80 steps) to write a few words."""
+    """A tiny Transformer and a tiny RNNsearch, trained long enough (80 steps) to write a few
+    words."""
     paths = {}
     for family in FAMILIES:
         config = tiny_config(family)
