@@ -20,7 +20,7 @@ help:
 	@echo "make serve         translate with them, attention shown, at http://127.0.0.1:8000/"
 	@echo "make notebook      Jupyter on notebooks/ (they read, or train, runs/quickstart)"
 	@echo "make tensorboard   TensorBoard on every run under runs/ (LOGDIR=DIR for others)"
-	@echo "make test          the whole suite, as CI runs it (15-22 minutes on 2 cores)"
+	@echo "make test          the whole suite, as CI runs it (17-24 minutes on 2 cores)"
 	@echo "make test-fast     lint and the quick tests (about 2 minutes)"
 	@echo "make bench         every CPU benchmark on the small configs (a few minutes)"
 	@echo "make lint          ruff's checks and formatting; make format fixes what it can"
