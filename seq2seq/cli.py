@@ -15,7 +15,6 @@ two pieces, ``start`` before anything else is imported and ``run`` at the end::
 
 from __future__ import annotations
 
-import _thread
 import errno
 import logging
 import math
@@ -352,6 +351,7 @@ def exit_on_error(
             compile_afresh()
         try:
             main(argv)
+            _raise_swallowed_interrupt()  # one not handed back before the work ended
         except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(1)
@@ -378,26 +378,60 @@ def exit_on_error(
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
+# Signals swallowed in a collector's callback and not yet handed back to the main thread.
+_swallowed: list[int] = []
+_swallowed_lock = threading.Lock()
+
+
 def _redeliver_swallowed_interrupts() -> None:
     """A Ctrl-C that lands while a garbage collector's callback runs (JAX frees XLA's buffers
     in one) raises KeyboardInterrupt inside it, which Python reports as unraisable ("Exception
     ignored in: <function _xla_gc_callback>" and a traceback) and forgets: the command ran on to
     its end. This hook hands the interrupt back to the main thread, where it stops the command
-    as any Ctrl-C does (during training: saves and stops). Other unraisable errors pass on."""
+    as any Ctrl-C does (during training: saves and stops); SIGTERM's stays SIGTERM. Other
+    unraisable errors pass on."""
     previous = sys.unraisablehook
 
     def hook(unraisable) -> None:
         if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            terminated = issubclass(unraisable.exc_type, Terminated)
+            with _swallowed_lock:
+                _swallowed.append(signal.SIGTERM if terminated else signal.SIGINT)
             # Later, from another thread: raised in this hook, it would be swallowed again. The
-            # main thread runs SIGINT's handler once the collection is over (if it is not, the
-            # hook comes back and tries again).
-            timer = threading.Timer(0.05, _thread.interrupt_main)
+            # main thread runs the signal's handler once the collection is over (if it is not,
+            # the hook comes back and tries again).
+            timer = threading.Timer(0.05, _hand_back_swallowed_interrupt)
             timer.daemon = True
             timer.start()
             return
         previous(unraisable)
 
     sys.unraisablehook = hook
+
+
+def _hand_back_swallowed_interrupt() -> None:
+    """The swallowed signal sent again, to the main thread itself: a real signal also wakes a
+    read or wait it is blocked in (``_thread.interrupt_main`` only runs the handler when the
+    thread next runs Python, so ``eval.py --input -`` waited for another line)."""
+    with _swallowed_lock:
+        if not _swallowed:  # the command ended first, and raised it itself
+            return
+        signum = _swallowed[-1]
+        _swallowed.clear()
+    signal.pthread_kill(threading.main_thread().ident, signum)
+
+
+def _raise_swallowed_interrupt() -> None:
+    """An interrupt swallowed within the last moments of the work, not yet handed back, stops
+    the command now: it ended 0 as if never interrupted, with the interrupted line printed
+    after its output, or not at all."""
+    with _swallowed_lock:
+        signum = _swallowed[-1] if _swallowed else None
+        _swallowed.clear()
+    if signum == signal.SIGTERM:
+        raise Terminated
+    if signum is not None:
+        raise KeyboardInterrupt
 
 
 def file_error_message(error: OSError) -> str:

@@ -1131,7 +1131,7 @@ def test_a_stopped_stream_says_so_and_promises_no_resume(workdir, stop, status, 
     assert process.stdout.readline().strip()  # one line translated: the stream is running
     process.send_signal(stop)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == status
+    assert process.returncode == status, stderr[-2000:]
     assert stderr.strip().splitlines()[-1] == (
         f"{said}: the lines translated so far were written; standard input cannot be "
         "resumed, so send the rest again"
