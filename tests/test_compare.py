@@ -5,10 +5,12 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -236,8 +238,6 @@ def test_a_run_whose_final_checkpoint_was_never_written_is_trained_again(tmp_pat
     """A Ctrl-C during the final save left the last step as orbax's temporary folder; the
     comparison took the final validation record for a finished run and failed it for good
     ("holds no trained model yet") at every rerun."""
-    from types import SimpleNamespace
-
     config = tiny_config("transformer")
     config.train.steps = 150
     run = RunDirectory(tmp_path)
@@ -285,8 +285,6 @@ def test_a_sweep_stopped_by_ctrl_c_while_extending_its_runs_reports_what_stands(
 
 def test_sigterm_during_a_slice_says_the_run_stopped_not_that_the_next_slice_resumes_it():
     """It logged "paused: saved step 6; the next slice resumes it" as the command exited."""
-    import signal
-
     pause = runner.PauseAt(5.0)
     pause._handle(signal.SIGTERM, None)
     assert (pause.message, pause.signal_name) == (
@@ -297,6 +295,64 @@ def test_sigterm_during_a_slice_says_the_run_stopped_not_that_the_next_slice_res
     reached = runner.PauseAt(5.0)
     assert reached.reached(7, elapsed_seconds=300.0) and reached.paused
     assert reached.message == "paused: saved step %d; the next slice resumes it"
+
+
+@pytest.mark.parametrize("slices", [True, False], ids=["at a slice's pause", "at its end"])
+@pytest.mark.parametrize(
+    ("raised", "name"),
+    [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")],
+    ids=["SIGTERM", "Ctrl-C"],
+)
+def test_a_signal_while_a_run_saves_stops_the_comparison_before_the_next_run(
+    tmp_path, monkeypatch, slices, raised, name
+):
+    """A SIGTERM or Ctrl-C that came while the first run saved its slice's pause was logged as
+    "paused: the next slice resumes it", and one during its final validation or checkpoint as
+    "it finished first"; either way the comparison went on to train the second run (and a
+    scheduler's SIGKILL later lost its progress)."""
+    from seq2seq import cli
+    from seq2seq.training.trainer import RunSummary
+
+    trained, stops, sent = [], [], []
+
+    def train(config, run, make_validate, preemption):  # the signal lands as the run saves
+        trained.append(run.path.name)
+        stops.append(preemption)
+        paused = isinstance(preemption, runner.PauseAt)
+        if paused:
+            assert preemption.reached(5, elapsed_seconds=preemption.seconds)
+        preemption._handle(signal.SIGTERM, None)
+        preemption.signal_name = name  # as Preemption._interrupt sets it for Ctrl-C
+        return RunSummary(5, 1.0, 1.0, 0, preempted=paused, stop_reason="" if paused else "cap")
+
+    def raise_signal(signum):  # what the handlers that cli.run installs then raise
+        sent.append(signum)
+        raise cli.Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "train", train)
+    monkeypatch.setattr(runner.signal, "raise_signal", raise_signal)
+    jobs = [
+        SimpleNamespace(
+            run=RunDirectory(tmp_path / name), config=tiny_config(), status="ok", reason=""
+        )
+        for name in ("first", "second")
+    ]
+    if slices:
+        assert runner.train_in_slices(jobs, slice_minutes=0.5)  # True: stopped, rerun
+        assert [(job.status, job.reason) for job in jobs] == [
+            ("preempted", f"stopped by {name}; rerun to resume"),
+            ("ok", ""),
+        ]
+        if raised == signal.SIGTERM:  # Ctrl-C's own message is set by Preemption._interrupt
+            assert stops[0].message == "SIGTERM: saved step %d; rerun to resume"
+        assert not sent
+    else:
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            runner.train_in_slices(jobs, slice_minutes=0)
+        assert sent == [raised]
+        assert isinstance(stopped.value, cli.Terminated) == (raised == signal.SIGTERM)
+        assert jobs[0].status == "ok"  # it finished: its final checkpoint was saved
+    assert trained == ["first"]
 
 
 def test_table3_rows_follow_the_paper_scaled_to_the_base():
@@ -697,8 +753,6 @@ def test_x_factors_over_the_tuned_suite_name_each_tuned_value_they_scale():
 def test_ctrl_c_to_a_report_from_records_does_not_promise_a_continuation(tmp_path):
     """It printed training's line, "what had finished is kept; rerun the same command to
     continue": a report from records keeps nothing to continue from."""
-    import signal
-
     records = REPO / "docs" / "records" / "multi30k_frontier_tuned"
     command = [sys.executable, "-m", "seq2seq.compare", "--records", str(records),
                "--workdir", str(tmp_path / "report"), "--checkpoint", "average:5"]  # fmt: skip
@@ -794,7 +848,6 @@ def test_the_folder_suggested_for_the_report_is_not_among_the_records(tmp_path, 
     """Records kept in ``runs/`` itself were told "e.g. --workdir runs/runs", inside them."""
     import tempfile
     from pathlib import Path
-    from types import SimpleNamespace
 
     from seq2seq.compare.__main__ import _check_report_outside_records
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -142,10 +143,10 @@ class PauseAt(Preemption):
         self.paused = False
 
     def _handle(self, signum, frame) -> None:
-        """SIGTERM ends the command, not the slice: say so, as any run says it."""
+        """SIGTERM ends the command, not the slice (even while the slice's pause is saved):
+        say so, as any run says it."""
         super()._handle(signum, frame)
-        if not self.paused:
-            self.message, self.log_level = Preemption.message, Preemption.log_level
+        self.message, self.log_level = Preemption.message, Preemption.log_level
 
     def reached(self, step: int, elapsed_seconds: float = 0.0) -> bool:
         if not self.requested and elapsed_seconds >= self.seconds:
@@ -224,7 +225,12 @@ def _train_slice(job, pause: float | None, round_index: int) -> str:
     except Exception as error:  # one failed run must not end the comparison
         _fail(job, error)
         return "failed"
-    if isinstance(stop, PauseAt) and stop.paused:
+    if stop.signal_name and not summary.preempted:
+        # It came while the run finished (its final validation or checkpoint), which finished
+        # first; the command now stops as the signal asks, instead of training the next run.
+        signal.raise_signal(signal.SIGINT if stop.signal_name == "Ctrl-C" else signal.SIGTERM)
+    # A signal during a slice's pause stops the command too: the slice is saved to resume.
+    if isinstance(stop, PauseAt) and stop.paused and not stop.signal_name:
         return "paused"
     if summary.preempted:
         stopped_by = stop.signal_name or "SIGTERM"  # several processes: JAX's service caught it
