@@ -52,6 +52,34 @@ def test_a_save_left_unfinished_is_deleted_by_the_trainer_and_kept_from_readers(
     trainer.close()
 
 
+def test_a_wait_for_a_save_cut_short_by_ctrl_c_logs_no_traceback(tmp_path, caplog, monkeypatch):
+    """A second Ctrl-C while a stopped run waited for its checkpoint printed orbax's "Save
+    Finalize thread failed" and 15 lines of traceback before the command's own one line."""
+    import threading
+
+    state, _ = create_state(tiny_config("transformer"), 20, 20)
+    checkpoints = Checkpoints(tmp_path / "checkpoints", keep=2)
+    checkpoints.save(10, state, {"epoch": 0, "position": 10})
+    join = threading.Thread.join
+
+    def interrupted(thread, *args, **kwargs):  # the second Ctrl-C, while the main thread waits
+        monkeypatch.setattr(threading.Thread, "join", join)
+        join(thread, *args, **kwargs)  # the save finishes: only the wait is cut short
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "join", interrupted)
+    with caplog.at_level(logging.INFO, logger="absl"), pytest.raises(KeyboardInterrupt):
+        checkpoints.wait()
+    checkpoints.close()
+    assert not [r for r in caplog.records if r.exc_info]
+    assert any("Waiting for Save Finalize" in r.getMessage() for r in caplog.records)  # heard
+    try:
+        raise ValueError("disk full")
+    except ValueError:
+        logging.getLogger("absl").exception("another failure")
+    assert caplog.records[-1].exc_info  # the filter drops interrupts, and only while waiting
+
+
 def test_an_interrupted_checkpoint_takes_no_place_and_marks_and_scores_survive_restarts(tmp_path):
     state, _ = create_state(tiny_config("transformer"), 20, 20)
     checkpoints = Checkpoints(tmp_path / "checkpoints", keep=2)
@@ -118,6 +146,29 @@ def test_a_run_stopped_after_its_last_step_validates_and_records_its_end_at_the_
         )
         assert again == first
     assert _records(stopped, "stop")[6]["reason"] == "cap"
+
+
+def test_a_stopped_run_says_its_checkpoint_is_saved_only_once_it_is(tmp_path):
+    """The line "SIGTERM: saved step N; rerun to resume" (and Ctrl-C's) came while orbax still
+    wrote the checkpoint in another thread: a second Ctrl-C, or a scheduler's SIGKILL after its
+    grace period, then left only a temporary folder, and the resume started from scratch."""
+    config = tiny_config("transformer")
+    config.train.steps, config.checkpoint.every_steps = 8, 100
+    folders_when_said = []
+
+    class Listen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "saved step" in record.getMessage():
+                folder = RunDirectory(tmp_path).checkpoints_dir
+                folders_when_said.append(sorted(path.name for path in folder.iterdir()))
+
+    listener = Listen()
+    logging.getLogger("seq2seq").addHandler(listener)
+    try:
+        assert train(config, tmp_path, preemption=_StopAt(3)).preempted
+    finally:
+        logging.getLogger("seq2seq").removeHandler(listener)
+    assert folders_when_said == [["3"]]  # finished: no orbax-checkpoint-tmp folder
 
 
 class _Interrupted(Exception):

@@ -12,6 +12,7 @@ a checkpoint damaged later is skipped, with a warning, in favour of the previous
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -340,7 +341,27 @@ class Checkpoints:
         return None
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        with _quiet_about_interrupts():
+            self.manager.wait_until_finished()
 
     def close(self) -> None:
-        self.manager.close()
+        with _quiet_about_interrupts():
+            self.manager.close()
+
+
+def _not_an_interrupt(record: logging.LogRecord) -> bool:
+    """False for a record that carries a KeyboardInterrupt (or SIGTERM's ``cli.Terminated``)."""
+    kind = record.exc_info[0] if record.exc_info else None
+    return not (kind is not None and issubclass(kind, KeyboardInterrupt))
+
+
+@contextlib.contextmanager
+def _quiet_about_interrupts():
+    """Orbax logs the traceback of a wait for a write that a second Ctrl-C cuts short ("Save
+    Finalize thread failed", 15 lines); the command then says it in one line of its own."""
+    orbax_log = logging.getLogger("absl")
+    orbax_log.addFilter(_not_an_interrupt)
+    try:
+        yield
+    finally:
+        orbax_log.removeFilter(_not_an_interrupt)

@@ -644,7 +644,7 @@ class _Loop:
                 progress=progress,
                 interrupted=interrupted,
             )
-            if final:
+            if final or interrupted:  # the line after it says it is saved: make it true
                 self.checkpoints.wait()
 
     def _final_validation_missing(self, step: int) -> bool:
