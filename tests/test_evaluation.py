@@ -158,6 +158,37 @@ def test_a_side_file_cut_off_in_its_first_line_starts_afresh(tmp_path):
     assert json.loads(side.read_text().splitlines()[0])["translates"]
 
 
+class _StoppedEcho(_TimedEcho):
+    """A ``_TimedEcho`` that a Ctrl-C stops after ``pieces`` finished pieces."""
+
+    def __init__(self, pieces: int):
+        super().__init__(8, 0.0)
+        self.pieces = pieces
+
+    def translate(self, lines, first_index=0, progress=None):
+        if len(self.sizes) == self.pieces:
+            raise KeyboardInterrupt
+        return super().translate(lines, first_index, progress)
+
+
+def test_pieces_kept_after_a_piece_cut_off_mid_line_are_read_back(tmp_path, monkeypatch):
+    """A SIGKILL after SIGTERM's grace (or a full disk) cut a piece off mid-line; the rerun
+    kept the pieces before it but appended its own after the cut line, where the next rerun
+    could read none of them: each rerun translated them again."""
+    monkeypatch.setattr(partial, "clock", lambda: 0.0)  # pieces of 8, 16, 32, ... sentences
+    sources, side = [f"line {i}" for i in range(200)], tmp_path / "out.txt.partial"
+    with pytest.raises(KeyboardInterrupt):
+        partial.translate_keeping(_StoppedEcho(3), sources, side, {}, lambda n: None)
+    with side.open("a", encoding="utf-8") as kept:
+        kept.write('{"hypotheses": ["line 24", "li')  # the fourth piece, cut off
+    with pytest.raises(KeyboardInterrupt):
+        partial.translate_keeping(_StoppedEcho(2), sources, side, {}, lambda n: None)
+    last = _TimedEcho(8, 0.0)
+    found, resumed = partial.translate_keeping(last, sources, side, {}, lambda n: None)
+    assert resumed == (8 + 16 + 32) + (8 + 16) and sum(last.sizes) == 200 - resumed
+    assert found.hypotheses == sources
+
+
 def test_read_lines_keeps_empty_lines_and_splits_on_newlines_only(tmp_path):
     path = tmp_path / "input.txt"
     path.write_text("first\r\n\nthird has a \u2028 inside\nlast without newline", encoding="utf-8")

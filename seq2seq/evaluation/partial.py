@@ -6,8 +6,9 @@ before the next starts. The first piece is one batch; each next one is twice the
 last took under half of ``PIECE_SECONDS``, half of it when it took more than that, and never more
 than ``PIECE_BATCHES`` batches. So a fast model sorts its sentences by length in large pieces,
 and a slow one (a big model on a CPU) loses about a minute to Ctrl-C, not 16 batches' worth.
-A rerun of the same command reads the pieces back and translates the rest; the caller deletes
-the side file once the whole output is written. The side file's first line names what it
+A rerun of the same command reads the pieces back (a last one cut off mid-line is dropped, and
+the side file rewritten without it) and translates the rest; the caller deletes the side file
+once the whole output is written. The side file's first line names what it
 translates: a hash of the sentences and every decoding setting (checkpoint, beam, length penalty,
 batch size, sampling, engine); a side file of anything else is started afresh.
 
@@ -98,9 +99,9 @@ def translate_keeping(
     resumed = sum(len(piece["hypotheses"]) for piece in pieces)
     progress(resumed)
     keeping = jax.process_index() == 0
-    if keeping and not pieces:
-        side.parent.mkdir(parents=True, exist_ok=True)
-        side.write_text(json.dumps({"translates": identity}) + "\n", encoding="utf-8")
+    if keeping:  # afresh, or the pieces read back without a line cut short after them: the
+        # next pieces would follow that line, and a later rerun would read none of them back
+        _rewrite(side, identity, pieces)
     start, size = resumed, batch
     while start < len(sources):
         began = clock()
@@ -128,6 +129,15 @@ def translate_keeping(
     # a piece kept before outputs were marked capped has none marked
     capped = [index for piece in pieces for index in piece.get("capped", [])]
     return Translations(hypotheses, truncated, nbest, capped), resumed
+
+
+def _rewrite(side: Path, identity: str, pieces: list[dict]) -> None:
+    """``side`` as its name line and ``pieces``, replaced whole (a crash leaves the old one)."""
+    side.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"translates": identity}), *map(json.dumps, pieces)]
+    written = side.with_name(side.name + ".new")
+    written.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(written, side)
 
 
 def _next_size(size: int, seconds: float, batch: int, largest: int) -> int:
