@@ -36,6 +36,40 @@ def test_runs_at_once_is_the_mean_number_alive_over_each_runs_life():
     assert runs_at_once(runs) == [1.7, 1.7, 3.0, 1.0, None]
 
 
+def test_a_signal_to_the_command_stops_its_runs_with_it(monkeypatch):
+    """SIGTERM or Ctrl-C to the command ended it at once with status 143 or 130, and its runs
+    went on training, holding the accelerator and the command's output."""
+    import types
+
+    from seq2seq.bench import device_frontier
+
+    def start(worker, env, now):  # a stand-in run: one that only SIGTERM or SIGKILL ends
+        worker.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        worker.started_s, worker.outcome = now, "running"
+
+    def sleep(seconds):  # the signal, while the command polls its runs
+        raise KeyboardInterrupt
+
+    clock = types.SimpleNamespace(time=time.time, monotonic=time.monotonic, sleep=sleep)
+    monkeypatch.setattr(device_frontier, "start", start)
+    monkeypatch.setattr(device_frontier, "time", clock)
+    job = types.SimpleNamespace(name="stand-in")
+    workers = [device_frontier.Worker(job, None, None) for _ in range(3)]
+    written = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            device_frontier.run_workers(workers, 2, time.time() + 60, lambda: written.append(1))
+        codes = [w.process.poll() for w in workers[:2]]
+    finally:
+        for worker in workers[:2]:
+            worker.process.kill()
+    assert codes == [-15, -15]  # SIGTERM: each run saves and stops
+    assert [w.outcome for w in workers] == 2 * ["stopped by a signal"] + [
+        "not started: stopped by a signal"
+    ]
+    assert written  # device_frontier.json says so
+
+
 def test_a_passed_deadline_ends_the_run_with_a_final_validation_and_a_cap(tmp_path):
     config = tiny_config("transformer")
     config.train.steps = 200

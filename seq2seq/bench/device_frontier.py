@@ -64,6 +64,10 @@ DATA_FILES = tuple(
     f"{stem}.{lang}" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
 )
 MEMORY_SHARED = 0.9  # of the accelerator's memory, split between the runs at once
+INTERRUPTED = (
+    "interrupted: every run was stopped with a checkpoint, and what they had is kept in --out; "
+    "this command does not continue them: pass a new --out to start again"
+)
 STOP_GRACE_S = 10.0  # between SIGTERM and SIGKILL for a worker still running at the end
 POLL_S = 1.0
 # The host's work a step, from each run's log lines (``seq2seq.training.logs.HOST_PARTS`` less
@@ -81,7 +85,7 @@ class Worker:
     process: subprocess.Popen | None = None
     started_s: float | None = None  # seconds since the command's start
     ended_s: float | None = None
-    outcome: str = "waiting"  # waiting, running, ok, failed, stopped at the end
+    outcome: str = "waiting"  # waiting, running, ok, failed, stopped at the end or by a signal
 
     def summary(self) -> dict:
         result = {}
@@ -185,14 +189,18 @@ def start(worker: Worker, env: dict[str, str], now: float) -> None:
     print(f"device frontier: {worker.job.name} started at {now:.0f} s", file=sys.stderr, flush=True)
 
 
-def stop(worker: Worker) -> None:
-    """SIGTERM (the run saves and stops), then SIGKILL after a grace."""
-    worker.process.send_signal(signal.SIGTERM)
-    try:
-        worker.process.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        worker.process.kill()
-        worker.process.wait()
+def stop(*workers: Worker) -> None:
+    """SIGTERM to each (the run saves and stops), then SIGKILL to any still running after a
+    grace."""
+    for worker in workers:
+        worker.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for worker in workers:
+        try:
+            worker.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.process.kill()
+            worker.process.wait()
 
 
 def run_workers(workers: list[Worker], concurrent: int, end: float, on_change) -> None:
@@ -201,6 +209,20 @@ def run_workers(workers: list[Worker], concurrent: int, end: float, on_change) -
     env = worker_environment(concurrent)
     origin = time.time()
     waiting, running = list(workers), []
+    try:
+        _run(waiting, running, concurrent, end, on_change, env, origin)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM to this command: its runs save and stop too
+        stop(*running)  # they outlived it, holding the accelerator and this command's output
+        for worker in running:
+            worker.outcome, worker.ended_s = "stopped by a signal", time.time() - origin
+        for worker in waiting:
+            worker.outcome = "not started: stopped by a signal"
+        on_change()
+        raise
+
+
+def _run(waiting, running, concurrent, end, on_change, env, origin) -> None:
+    """``run_workers``' loop: starts ``waiting`` workers into ``running`` and ends them."""
     while waiting or running:
         now = time.time()
         while waiting and len(running) < concurrent and now < end:
@@ -227,7 +249,7 @@ def run_workers(workers: list[Worker], concurrent: int, end: float, on_change) -
         if now >= end and waiting:
             for worker in waiting:
                 worker.outcome = "not started: no time left"
-            waiting = []
+            waiting.clear()
             on_change()
         time.sleep(POLL_S if running else 0)
 
@@ -412,7 +434,7 @@ def main() -> None:
         if not all(run["outcome"] == "ok" for run in summary["runs"]):
             sys.exit(1)
 
-    cli.run(run)
+    cli.run(run, interrupted=INTERRUPTED)
 
 
 if __name__ == "__main__":
