@@ -70,6 +70,36 @@ def test_a_signal_to_the_command_stops_its_runs_with_it(monkeypatch):
     assert written  # device_frontier.json says so
 
 
+def test_a_run_that_the_command_stops_is_neither_scored_nor_recorded(tmp_path, monkeypatch):
+    """Stopped by the command's SIGTERM (its time was up), a run went on to decode the test
+    split and file a record of a run that had not finished, within the 10 s before SIGKILL."""
+    import signal
+
+    from seq2seq.bench import timed_run
+    from seq2seq.compare import runner
+    from seq2seq.training import trainer
+
+    def train(config, run, make_validate, preemption):
+        preemption._handle(signal.SIGTERM, None)  # the command's stop, at step 7
+        return trainer.RunSummary(7, 1.0, 1.0, 0, preempted=True)
+
+    def evaluate_outcome(outcome, settings):
+        raise AssertionError("a run stopped by the command was scored")
+
+    monkeypatch.setattr(trainer, "train", train)
+    monkeypatch.setattr(runner, "evaluate_outcome", evaluate_outcome)
+    job = timed_run.Job(
+        row=ROWS[0], seed_index=0, seeds=1, workdir=str(tmp_path / "runs"),
+        records=str(tmp_path / "records"), deadline=time.time() + 60,
+    )  # fmt: skip
+    result = timed_run.run_job(job)
+    assert (result["status"], result["reason"]) == (
+        "stopped",
+        "stopped by SIGTERM at step 7; not scored",
+    )
+    assert not (tmp_path / "records").exists()
+
+
 def test_a_passed_deadline_ends_the_run_with_a_final_validation_and_a_cap(tmp_path):
     config = tiny_config("transformer")
     config.train.steps = 200

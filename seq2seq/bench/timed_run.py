@@ -145,6 +145,10 @@ def run_job(job: Job) -> dict:
             summary = train(outcome.config, outcome.run, make_validate_fn, preemption=deadline)
             result.update(steps=summary.step, stop_reason=summary.stop_reason)
             result["deadline_stopped"] = deadline.passed
+            if summary.preempted:  # the command's stop: no time to score, and nothing finished
+                stopped_by = deadline.signal_name or "SIGTERM"
+                outcome.status = "stopped"
+                outcome.reason = f"stopped by {stopped_by} at step {summary.step}; not scored"
         except Exception as error:  # noqa: BLE001 (the reason goes into the result)
             outcome.status, outcome.reason = "failed", _one_line(error)
         phases["train_s"] = time.time() - clock
