@@ -347,15 +347,20 @@ def _decoding_variant(config: ml_collections.ConfigDict | None) -> list[str]:
     return variant
 
 
+_STREAM_WRITTEN: list = []  # the stream's count of lines written, once it has started
+
+
 def _translate_stream(translator) -> None:
     from seq2seq.evaluation.evaluate import decoding_facts
-    from seq2seq.evaluation.stream import translate_stream
+    from seq2seq.evaluation.stream import Written, translate_stream
 
+    written = Written()
+    _STREAM_WRITTEN.append(written)
     if _OUTPUT.value in (None, "-"):
-        facts = translate_stream(translator, sys.stdin.buffer, sys.stdout)
+        facts = translate_stream(translator, sys.stdin.buffer, sys.stdout, written)
     else:
         with open(_OUTPUT.value, "w", encoding="utf-8") as output:
-            facts = translate_stream(translator, sys.stdin.buffer, output)
+            facts = translate_stream(translator, sys.stdin.buffer, output, written)
     print(json.dumps({**facts, **decoding_facts(translator)}), file=sys.stderr)
 
 
@@ -418,11 +423,26 @@ def main(argv: list[str]) -> None:
 def _interrupted() -> str:
     """Ctrl-C's line: a file or split goes on from its finished pieces; a stream cannot."""
     if _INPUT.value == "-":
+        written = _STREAM_WRITTEN[0] if _STREAM_WRITTEN else None
+        done, upto = (written.lines, written.upto) if written else (0, 0)
+        said = f"the translations of input {_lines(1, done)} were written" if done else ""
+        if upto > done:  # a batch's write may have been cut short
+            said += " and" if done else "the translations"
+            said += f" of {_lines(done + 1, upto)} were being "
+            return (
+                f"interrupted: {said}written (the output's last line may be cut short); "
+                "standard input cannot be resumed, so send it again from the first line the "
+                "output lacks"
+            )
         return (
-            "interrupted: the lines translated so far were written; standard input cannot be "
-            "resumed, so send the rest again"
+            f"interrupted: {said or 'no translation was written'}; standard input cannot be "
+            f"resumed, so send it again from line {done + 1:,}"
         )
     return cli.RESUMES
+
+
+def _lines(first: int, last: int) -> str:
+    return f"line {first:,}" if first == last else f"lines {first:,}-{last:,}"
 
 
 if __name__ == "__main__":

@@ -78,12 +78,26 @@ def line_batches(stream: BinaryIO, batch_size: int) -> Iterator[list[str]]:
         return
 
 
-def translate_stream(translator: LineTranslator, source: BinaryIO, output: TextIO) -> dict:
-    """Translates ``source`` line by line into ``output`` (``nbest_lines`` with ``nbest``).
+class Written:
+    """How far a stream's output has gone, for what a Ctrl-C may say: the translations of the
+    first ``lines`` input lines are written and flushed, and those up to line ``upto`` were
+    being written (a write that a Ctrl-C cuts short can end mid-line, and a Ctrl-C right after
+    a flush cannot tell it from one during it)."""
+
+    lines = 0
+    upto = 0
+
+
+def translate_stream(
+    translator: LineTranslator, source: BinaryIO, output: TextIO, written: Written | None = None
+) -> dict:
+    """Translates ``source`` line by line into ``output`` (``nbest_lines`` with ``nbest``),
+    counting in ``written`` the input lines whose translations are out.
 
     Returns:
       facts of the run: sentences, batches, decoding seconds.
     """
+    written = written or Written()
     sentences = batches = 0
     seconds = 0.0
     for batch in line_batches(source, translator.config.eval.batch_size):
@@ -94,8 +108,10 @@ def translate_stream(translator: LineTranslator, source: BinaryIO, output: TextI
             lines = nbest_lines(translations, first_index=sentences)
         else:
             lines = [one_line(hypothesis) for hypothesis in translations.hypotheses]
-        output.write("".join(line + "\n" for line in lines))
+        written.upto = sentences + len(batch)  # one assignment each: a Ctrl-C between
+        output.write("".join(line + "\n" for line in lines))  # them leaves both true
         output.flush()
+        written.lines = sentences + len(batch)
         sentences += len(batch)
         batches += 1
     return {"n": sentences, "batches": batches, "decode_seconds": seconds}
