@@ -456,6 +456,33 @@ def test_bleu_and_chrf_equal_sacrebleu_on_the_hypothesis_file(workdir, evaluated
 
 
 @pytest.mark.slow
+def test_scores_cut_short_by_an_interruption_leave_no_file_a_comparison_fails_on(
+    workdir, monkeypatch
+):
+    """A Ctrl-C, SIGKILL or full disk while eval.py wrote ``eval/SPLIT.json`` left it cut
+    short (the old one already gone): every later comparison failed the run on it, for good."""
+    scored = dict(filed_as="latest", max_sentences=8, variant=["cut"])
+    translator = Translator.restore(workdir, "latest")
+    first = evaluate(translator, RunDirectory(workdir), "test", **scored)
+    write_text = Path.write_text
+
+    def cut_short(self, text, *args, **kwargs):
+        write_text(self, text[: len(text) // 2], *args, **kwargs)
+        if self.name.endswith(".json") or ".json.tmp" in self.name:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(translator, RunDirectory(workdir), "test", **scored)
+    monkeypatch.undo()
+    files = sorted(path.name for path in (workdir / "eval").iterdir() if "-cut" in path.name)
+    assert all(not name.endswith(".json") for name in files), files  # none, rather than cut
+    assert RunDirectory(workdir).read_eval_result("test", "latest-cut") is None
+    again = evaluate(translator, RunDirectory(workdir), "test", **scored)
+    assert again["bleu"] == first["bleu"]
+
+
+@pytest.mark.slow
 def test_printed_scores_and_json_file_agree(workdir, evaluated):
     printed = json.loads(evaluated[-1])
     saved = json.loads((workdir / "eval" / "test@average2.json").read_text())

@@ -436,3 +436,28 @@ def test_a_config_being_written_leaves_the_folder_a_run_to_another_process(tmp_p
     monkeypatch.setattr(config_lib.os, "replace", check_then_replace)
     config_lib.save(tiny_config(), run.config_file)
     assert len(written) == 1 and run.config_file.is_file()
+
+
+def test_a_file_written_whole_is_the_old_one_or_the_new_one_never_a_cut_one(tmp_path, monkeypatch):
+    """A run's scores and a comparison's report were written in place: a Ctrl-C, SIGKILL or
+    full disk during the write left a cut JSON that every later comparison failed the run on."""
+    from pathlib import Path
+
+    from seq2seq.records.whole import write_whole
+
+    path = tmp_path / "test@latest.json"
+    path.write_text('{"bleu": 30.0}\n')
+    write_text = Path.write_text
+
+    def cut_short(self, text, *args, **kwargs):  # half of it on disk, then the interruption
+        write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        write_whole(path, '{"bleu": 31.5, "n": 1000}\n')
+    monkeypatch.undo()
+    assert path.read_text() == '{"bleu": 30.0}\n'
+    assert [entry.name for entry in tmp_path.iterdir()] == [path.name]  # no temporary left
+    write_whole(path, '{"bleu": 31.5}\n')
+    assert json.loads(path.read_text()) == {"bleu": 31.5}

@@ -21,6 +21,7 @@ from seq2seq.compare import verdict as verdict_lib
 from seq2seq.compare.runner import RunOutcome
 from seq2seq.compare.settings import Settings
 from seq2seq.records import provenance
+from seq2seq.records.whole import write_whole
 from seq2seq.report import figures
 
 logger = logging.getLogger(__name__)
@@ -315,9 +316,9 @@ def build_report(
 def write_report(root: Path, report: dict) -> Path:
     """Writes ``report`` (``build_report``'s) as ``root/report.json``, then ``root/report.md``
     rendered from it; returns the .md."""
-    (root / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_whole(root / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     path = root / "report.md"
-    path.write_text(report_sections.render(report))
+    write_whole(path, report_sections.render(report))
     return path
 
 

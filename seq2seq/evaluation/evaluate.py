@@ -18,6 +18,7 @@ from seq2seq.evaluation.tokenized_bleu import tokenized_bleu
 from seq2seq.evaluation.translator import LineTranslator, Sampling, Translations
 from seq2seq.records import provenance
 from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.whole import write_whole
 from seq2seq.runtime.compile_time import compiling
 from seq2seq.vocabulary import UNK_ID
 
@@ -154,9 +155,15 @@ def decoding_label(
     return label.replace(".", "_")
 
 
-def _write_lines(path: Path, lines: Sequence[str]) -> None:
+def _write_lines(path: Path, lines: Sequence[str], whole: bool = False) -> None:
+    """``lines`` as ``path``; ``whole``: there whole or not at all (a file of the run's, that
+    later commands read; not ``--output``, which may be a device such as /dev/stdout)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    text = "".join(line + "\n" for line in lines)
+    if whole:
+        write_whole(path, text)
+    else:
+        path.write_text(text, encoding="utf-8")
 
 
 def read_lines(path: Path, what: str = "input") -> list[str]:
@@ -231,8 +238,11 @@ def evaluate(
         **facts,
         "provenance": provenance.for_evaluation(run),
     }
-    _write_lines(hypotheses_file, hypotheses)
-    scores_file.write_text(json.dumps(result, indent=2) + "\n")
+    # Each file whole or not at all, and no old scores beside new hypotheses: an interrupted
+    # write left a cut JSON that failed the run in every later comparison.
+    scores_file.unlink(missing_ok=True)
+    _write_lines(hypotheses_file, hypotheses, whole=True)
+    write_whole(scores_file, json.dumps(result, indent=2) + "\n")
     partial.forget(partial.side_file(hypotheses_file))
     return result
 

@@ -1,4 +1,5 @@
-"""An output folder that appears whole or not at all (an averaged run, an exported model).
+"""An output folder, or file, that appears whole or not at all (an averaged run, an exported
+model; a run's scores, a report).
 
 A command that writes a folder file by file and is interrupted (Ctrl-C, SIGTERM) would leave it
 half written, and its rerun would refuse the folder as not empty. Written beside it under a
@@ -9,6 +10,7 @@ the interrupted command left.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,3 +38,16 @@ def written_whole(output: Path) -> Iterator[Path]:
     if output.exists():
         output.rmdir()  # empty: the caller checked
     partial.rename(output)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """``text`` as ``path``'s content, there whole or not at all: written to a hidden sibling
+    and renamed over ``path``, so a Ctrl-C, SIGKILL or full disk leaves the old file (or none),
+    never one cut short that a later command would read as complete."""
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
