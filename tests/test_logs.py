@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory, RunDirectoryError
 from seq2seq.training.logs import (
     MetricsWriter,
     duration,
@@ -115,6 +115,30 @@ def test_each_metrics_line_says_when_it_was_written(tmp_path):
     first, second = run.read_metrics()
     assert (first["step"], first["loss"], second["step"]) == (10, 2.5, 20)
     assert before - 0.001 <= first["time"] < second["time"] <= time.time()
+
+
+def test_a_metrics_line_cut_short_by_a_crash_is_dropped_and_the_run_goes_on(tmp_path):
+    """A crash or a full disk in the middle of a line's write left half a line: every reader
+    refused the file ("not valid JSON") and the resume died on it with a line naming no file."""
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    records = [{"step": s, "kind": "train", "loss": 3.0 - s / 10} for s in (2, 4, 6)]
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    run.metrics_file.write_text(text + '{"step": 8, "kind": "tra')
+    assert run.read_metrics() == records  # the cut line was never written, as far as they go
+    writer = MetricsWriter(run, resume_step=4)  # the resume, from the checkpoint of step 4
+    writer.write(6, {"kind": "train", "loss": 2.5})
+    writer.close()
+    assert (
+        run.metrics_file.read_text()
+        == "".join(json.dumps(r) + "\n" for r in records[:2])
+        + json.dumps(run.read_metrics()[-1])
+        + "\n"
+    )
+    assert [(r["step"], r["loss"]) for r in run.read_metrics()] == [(2, 2.8), (4, 2.6), (6, 2.5)]
+    run.metrics_file.write_text(text.replace('"loss": 2.6', '"loss": 2.6, "x'))
+    with pytest.raises(RunDirectoryError, match="line 2 is not valid JSON"):  # not a cut end
+        run.read_metrics()
 
 
 def _tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:

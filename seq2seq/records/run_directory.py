@@ -417,7 +417,7 @@ class RunDirectory:
         """Every record of metrics.jsonl, oldest first (empty if none was written yet)."""
         if not self.metrics_file.exists():
             return []
-        lines = self.metrics_file.read_text().splitlines()
+        lines = complete_lines(self.metrics_file)
         return [
             read_json(self.metrics_file, line, number)
             for number, line in enumerate(lines, 1)
@@ -439,6 +439,20 @@ class RunDirectory:
         evaluated that way."""
         path = self.eval_result_file(split, checkpoint)
         return read_json(path) if path.exists() else None
+
+
+def complete_lines(path: Path) -> list[str]:
+    """The lines of a JSON-lines file that is only appended to, less a last one cut short (no
+    newline, not JSON: a crash or a full disk in the middle of its write), which was never
+    written as far as its readers go."""
+    text = path.read_text()
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        try:
+            json.loads(lines[-1])
+        except json.JSONDecodeError:
+            lines.pop()
+    return lines
 
 
 def read_json(path: Path, text: str | None = None, line: int = 0):

@@ -14,7 +14,8 @@ from tensorboardX.summary import hparams as hparams_summaries
 
 from seq2seq.config import flatten
 from seq2seq.progress import duration
-from seq2seq.records.run_directory import RunDirectory
+from seq2seq.records.run_directory import RunDirectory, complete_lines
+from seq2seq.records.whole import write_whole
 from seq2seq.training.stopping import EarlyStopping
 
 logger = logging.getLogger(__name__)
@@ -126,10 +127,13 @@ class MetricsWriter:
         """A restarted run repeats the steps after its checkpoint: forget their old lines."""
         if not self.path.exists():
             return
-        lines = self.path.read_text().splitlines()
-        kept = [line for line in lines if line and json.loads(line).get("step", 0) <= step]
-        if len(kept) != len(lines):
-            self.path.write_text("".join(line + "\n" for line in kept))
+        text = self.path.read_text()
+        lines = complete_lines(self.path)  # less a last line a crash cut short
+        kept = "".join(
+            line + "\n" for line in lines if line and json.loads(line).get("step", 0) <= step
+        )
+        if kept != text:  # whole or not at all: a cut rewrite would lose the run's history
+            write_whole(self.path, kept)
 
     def recorded(self, kind: str, step: int) -> bool:
         """Whether metrics.jsonl holds a record of ``kind`` ("validation", "stop") at ``step``;
