@@ -918,3 +918,47 @@ def test_the_report_names_a_grid_end_under_the_choices():
     )
     summary["models"][1]["chosen"] = {"model.dropout_rate": 0.1}
     assert not any("At the end of the grid" in line for line in report_sections.tuning(report))
+
+
+def test_a_copy_of_the_winning_trial_cut_short_is_copied_again(tmp_path, monkeypatch):
+    """A Ctrl-C while the winning trial was copied (minutes of checkpoints) left a folder whose
+    config.json, copied first, made every rerun skip the copy: the final run trained on from
+    half a checkpoint, without the trial's metrics or its winning-trial mark."""
+    import contextlib
+    import os
+    import shutil
+    from types import SimpleNamespace
+
+    trial = RunDirectory(tmp_path / "trial")
+    (trial.path / "checkpoints" / "10").mkdir(parents=True)
+    trial.config_file.write_text("{}\n")
+    for name in ("a", "b", "c"):
+        (trial.path / "checkpoints" / "10" / name).write_text(name * 1000)
+    trial.metrics_file.write_text('{"step": 10}\n')
+    scandir, copyfile = os.scandir, shutil.copyfile
+
+    @contextlib.contextmanager
+    def config_first(path="."):  # as a file system that lists in creation order does
+        with scandir(path) as entries:
+            yield iter(sorted(entries, key=lambda e: (e.name != "config.json", e.name)))
+
+    def cut_short(source, target, **kwargs):
+        if os.fspath(source).endswith("10/b"):
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the checkpoint
+        return copyfile(source, target, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", config_first)
+    monkeypatch.setattr(shutil, "copyfile", cut_short)
+    winner = SimpleNamespace(run=trial)
+    outcome = SimpleNamespace(run=RunDirectory(tmp_path / "final"), name="final")
+    with pytest.raises(KeyboardInterrupt):
+        tuning._copy_winner(winner, outcome)
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    assert not outcome.run.config_file.exists()  # not yet a run: the rerun copies it again
+    tuning._copy_winner(winner, outcome)  # the rerun
+    files = sorted(str(p.relative_to(outcome.run.path)) for p in outcome.run.path.rglob("*"))
+    assert files == [
+        "checkpoints", "checkpoints/10", "checkpoints/10/a", "checkpoints/10/b",
+        "checkpoints/10/c", "config.json", "metrics.jsonl", outcome.run.winning_trial_file.name,
+    ]  # fmt: skip
+    assert (outcome.run.path / "checkpoints" / "10" / "b").read_text() == "b" * 1000

@@ -326,8 +326,17 @@ def _copy_winner(winner: Trial, outcome: RunOutcome) -> None:
         outcome.name,
         winner.run.path.name,
     )
-    shutil.copytree(winner.run.path, outcome.run.path, dirs_exist_ok=True)
+    # The config last: it makes the folder a run. A copy that a Ctrl-C cut short (minutes of
+    # checkpoints) is then copied again by the rerun, instead of trained on as it was left.
+    config_name = winner.run.config_file.name
+    top = winner.run.path
+
+    def not_the_config(folder, names) -> list[str]:
+        return [config_name] if Path(folder) == top else []
+
+    shutil.copytree(top, outcome.run.path, dirs_exist_ok=True, ignore=not_the_config)
     outcome.run.winning_trial_file.write_text(str(winner.run.path) + "\n")
+    shutil.copy2(winner.run.config_file, outcome.run.config_file)
 
 
 def _validation_splits(specs: Sequence[RunSpec], settings: Settings, tuning: Tuning) -> dict:
