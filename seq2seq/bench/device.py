@@ -51,6 +51,8 @@ from pathlib import Path
 
 from absl import flags
 
+from seq2seq.records.whole import write_whole
+
 REPO = Path(__file__).resolve().parents[2]
 BIG = "configs/wmt14_ende_transformer_big.py"
 BASE = "configs/wmt14_ende_transformer_base.py"
@@ -327,8 +329,8 @@ def bench(out: Path, minutes: float, selected: list[str] | None = None) -> dict:
             print(f"device bench: {part.name} ...", file=sys.stderr, flush=True)
             results[part.name] = run_part(part, deadline - time.perf_counter())
             print(f"device bench: {part.name} {results[part.name]['status']}", file=sys.stderr)
-            (out / "device_bench.json").write_text(json.dumps(results, indent=1))
-    (out / "device_bench.md").write_text(markdown(results))
+            write_whole(out / "device_bench.json", json.dumps(results, indent=1))
+    write_whole(out / "device_bench.md", markdown(results))
     return results
 
 

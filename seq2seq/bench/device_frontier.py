@@ -39,6 +39,7 @@ if __name__ == "__main__":  # first, before anything else loads (see seq2seq/cli
 
     cli.start()
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -55,6 +56,7 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.bench.device import environment
 from seq2seq.bench.timed_run import Job, result_path
+from seq2seq.records.whole import write_whole
 
 REPO = Path(__file__).resolve().parents[2]
 # The sizes the tuned de->en frontier chose up to 5e14 FLOPs (RNNsearch's also at convergence).
@@ -311,12 +313,24 @@ def pack(workdir: Path, out: Path, records_name: str) -> None:
     """``records.tar.gz`` (the scored runs' records under ``records_name/``) and
     ``logs.tar.gz`` (every worker's job, log and result) into ``out``."""
     records = workdir / "records"
-    with tarfile.open(out / "records.tar.gz", "w:gz") as archive:
+    with _whole(out / "records.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
         if records.exists():
             for run in sorted(records.iterdir()):
                 archive.add(run, arcname=f"{records_name}/{run.name}")
-    with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
+    with _whole(out / "logs.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
         archive.add(workdir / "jobs", arcname="logs")
+
+
+@contextlib.contextmanager
+def _whole(path: Path):
+    """A hidden sibling to write ``path`` in, renamed over it when complete: the archives are
+    rewritten after every run, and a kill in the middle kept neither the old one nor a new."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def device_frontier(
@@ -354,8 +368,8 @@ def device_frontier(
             run["runs_at_once"] = share
         summary["wall_s"] = time.time() - origin
         pack(workdir, out, records_name)
-        (out / "device_frontier.json").write_text(json.dumps(summary, indent=1) + "\n")
-        (out / "device_frontier.md").write_text(markdown(summary))
+        write_whole(out / "device_frontier.json", json.dumps(summary, indent=1) + "\n")
+        write_whole(out / "device_frontier.md", markdown(summary))
 
     write()
     run_workers(workers, concurrent, end, write)

@@ -64,6 +64,7 @@ from ml_collections import config_flags
 from seq2seq.bench.settings import parse_matmul_sizes
 from seq2seq.config import ConfigError, validate
 from seq2seq.models import compute_dtype
+from seq2seq.records.whole import write_whole
 
 # JAX is imported where it is used, so that a command line refused on its flags ends before it
 # (tests/test_cli_errors.py).
@@ -413,7 +414,7 @@ def main() -> None:
         def write(result: dict) -> None:
             if out is not None:
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(result, indent=1) + "\n")
+                write_whole(out, json.dumps(result, indent=1) + "\n")
             print(f"rnnsearch bound: {len(result['shapes'])} shapes", file=sys.stderr, flush=True)
 
         result = bound_benchmark(

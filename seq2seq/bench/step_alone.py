@@ -38,6 +38,7 @@ from pathlib import Path
 from absl import flags
 
 from seq2seq.config import ConfigError
+from seq2seq.records.whole import write_whole
 
 ROWS = ("transformer-small", "rnnsearch-medium")  # what make device-frontier trains by default
 # What a tokenizer is trained from: rows that agree on these share one (make_tokenizer's inputs).
@@ -198,8 +199,8 @@ def main() -> None:
         def write(result: dict) -> None:  # after every row: a call stopped midway keeps them
             out = Path(flag["out"])
             out.mkdir(parents=True, exist_ok=True)
-            (out / "step_alone.json").write_text(json.dumps(result, indent=1) + "\n")
-            (out / "step_alone.md").write_text(markdown(result))
+            write_whole(out / "step_alone.json", json.dumps(result, indent=1) + "\n")
+            write_whole(out / "step_alone.md", markdown(result))
 
         with tempfile.TemporaryDirectory(prefix="seq2seq-step-alone-") as workdir:
             result = steps_alone(

@@ -29,6 +29,7 @@ from pathlib import Path
 from absl import flags
 
 from seq2seq import cli
+from seq2seq.records.whole import write_whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +184,7 @@ def main() -> None:
                 f"no job file at {job_path}; seq2seq.bench.device_frontier writes one per run"
             )
         result = run_job(Job.read(job_path))
-        result_path(job_path).write_text(json.dumps(result, indent=1) + "\n")
+        write_whole(result_path(job_path), json.dumps(result, indent=1) + "\n")
         print(json.dumps(result))
         sys.exit(0 if result["status"] == "ok" else 1)
 
