@@ -439,3 +439,40 @@ def test_a_damaged_file_among_the_records_is_named(tmp_path, damaged):
     message = str(refused.value)
     assert message.startswith(str(run / damaged)) and "is not valid JSON" in message, message
     assert ("line " in message) == (damaged == "metrics.jsonl")
+
+
+def test_a_record_copy_cut_short_leaves_the_old_record_and_nothing_read_as_one(
+    tmp_path, monkeypatch
+):
+    """``save_record`` deleted the old record, then copied file by file: a worker killed at its
+    deadline left half a record, which ``compare --records`` read and the device frontier
+    packed as a whole one."""
+    import shutil
+
+    run = RunDirectory(tmp_path / "work" / "transformer-small")
+    run.eval_dir.mkdir(parents=True)
+    run.config_file.write_text("{}\n")
+    run.metrics_file.write_text('{"step": 10}\n')
+    run.eval_result_file("test", "latest").write_text('{"bleu": 30.0}\n')
+    run.hypotheses_file("test", "latest").write_text("a\n")
+    records = tmp_path / "records"
+    save_record(run, records, "test", "latest")
+    run.metrics_file.write_text('{"step": 10}\n{"step": 20}\n')  # trained on
+    copy2, copies = shutil.copy2, []
+
+    def cut_short(source, target, **kwargs):
+        if copies:
+            raise KeyboardInterrupt  # the worker stopped after the first file
+        copies.append(source)
+        return copy2(source, target, **kwargs)
+
+    monkeypatch.setattr(shutil, "copy2", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        save_record(run, records, "test", "latest")
+    monkeypatch.undo()
+    record = RunDirectory(records / run.path.name)
+    assert record.metrics_file.read_text() == '{"step": 10}\n'  # the old record, whole
+    assert [p.name for p in records.iterdir() if not p.name.startswith(".")] == [run.path.name]
+    save_record(run, records, "test", "latest")  # the rerun
+    assert record.metrics_file.read_text() == run.metrics_file.read_text()
+    assert [p.name for p in records.iterdir()] == [run.path.name]  # nothing hidden left

@@ -316,7 +316,8 @@ def pack(workdir: Path, out: Path, records_name: str) -> None:
     with _whole(out / "records.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
         if records.exists():
             for run in sorted(records.iterdir()):
-                archive.add(run, arcname=f"{records_name}/{run.name}")
+                if not run.name.startswith("."):  # a record still being copied
+                    archive.add(run, arcname=f"{records_name}/{run.name}")
     with _whole(out / "logs.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
         archive.add(workdir / "jobs", arcname="logs")
 

@@ -33,6 +33,7 @@ import ml_collections
 
 from seq2seq import config as config_lib
 from seq2seq.records.run_directory import RunDirectory, show_entries
+from seq2seq.records.whole import partial_folder
 from seq2seq.report.tables import counted
 from seq2seq.training.stopping import CONVERGED
 
@@ -209,17 +210,29 @@ def save_record(run: RunDirectory, destination: Path, split: str, rule: str) -> 
             f"{run.path} has no scores of {split} under {rule!r}; score it first (compare "
             f"--checkpoint {rule}, or eval.py --split {split} --checkpoint {rule})"
         )
-    target = RunDirectory(destination / run.path.name)
-    if target.path.exists():
-        check_replaceable(target.path)
-        shutil.rmtree(target.path)
-    target.eval_dir.mkdir(parents=True)
+    target = destination / run.path.name
+    if target.exists():
+        check_replaceable(target)
+    # Built beside it under a hidden name, then swapped in: a copy cut short (a worker killed
+    # at its deadline) left half a record that was read, and packed, as a whole one.
+    building = RunDirectory(partial_folder(target))
+    if building.path.exists():  # an interrupted earlier copy's
+        shutil.rmtree(building.path)
+    building.eval_dir.mkdir(parents=True)
     for name in RECORD_FILES:
         if (run.path / name).exists():
-            shutil.copy2(run.path / name, target.path / name)
+            shutil.copy2(run.path / name, building.path / name)
     for path in (run.eval_result_file(split, rule), run.hypotheses_file(split, rule)):
-        shutil.copy2(path, target.eval_dir / path.name)
-    return target.path
+        shutil.copy2(path, building.eval_dir / path.name)
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        building.path.rename(target)
+        shutil.rmtree(old)
+    else:
+        building.path.rename(target)
+    return target
 
 
 def read_records(
@@ -234,7 +247,11 @@ def read_records(
     """
     from seq2seq.compare.checks import scored_split
 
-    folders = sorted(p for p in Path(directory).iterdir() if (p / "config.json").exists())
+    folders = sorted(
+        p
+        for p in Path(directory).iterdir()
+        if (p / "config.json").exists() and not p.name.startswith(".")  # hidden: a copy under way
+    )
     if not folders:
         raise ValueError(f"{flag} {directory} holds no run folders (each with a config.json)")
     runs, tasks = [], collections.defaultdict(list)
