@@ -125,7 +125,9 @@ def test_a_metrics_line_cut_short_by_a_crash_is_dropped_and_the_run_goes_on(tmp_
     records = [{"step": s, "kind": "train", "loss": 3.0 - s / 10} for s in (2, 4, 6)]
     text = "".join(json.dumps(r) + "\n" for r in records)
     run.metrics_file.write_text(text + '{"step": 8, "kind": "tra')
-    assert run.read_metrics() == records  # the cut line was never written, as far as they go
+    assert run.read_metrics(drop_cut_end=True) == records  # never written, for a resume
+    with pytest.raises(RunDirectoryError, match="line 4 is not valid JSON"):  # a record's: damage
+        run.read_metrics()
     writer = MetricsWriter(run, resume_step=4)  # the resume, from the checkpoint of step 4
     writer.write(6, {"kind": "train", "loss": 2.5})
     writer.close()

@@ -90,7 +90,7 @@ def _fail(job, error: Exception) -> None:
 
 def _trained_minutes(run: RunDirectory) -> float:
     """Training minutes the run has spent so far, from its metrics (0 for a new run)."""
-    records = run.read_metrics()
+    records = run.read_metrics(drop_cut_end=True)  # a crash's cut line: the resume drops it
     return records[-1].get("elapsed_seconds", 0.0) / 60 if records else 0.0
 
 
@@ -110,7 +110,7 @@ def finished(job) -> bool:
     """Whether the job's run already validated at the end of its budget (its minutes or its
     steps), or converged under its patience: then training it again would only restore and
     compile, 15-20 s, to do nothing."""
-    records = job.run.read_metrics()
+    records = job.run.read_metrics(drop_cut_end=True)
     validations = [r for r in records if r.get("kind") == "validation"]
     if not validations:
         return False

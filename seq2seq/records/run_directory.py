@@ -413,11 +413,19 @@ class RunDirectory:
             )
         return f"{self.path} holds no trained model yet (no tokenizer or checkpoint); train first"
 
-    def read_metrics(self) -> list[dict]:
-        """Every record of metrics.jsonl, oldest first (empty if none was written yet)."""
+    def read_metrics(self, drop_cut_end: bool = False) -> list[dict]:
+        """Every record of metrics.jsonl, oldest first (empty if none was written yet).
+
+        ``drop_cut_end``: a last line cut short (``complete_lines``) is read as never written,
+        as the run's resume drops it; only for a run about to train on. A record's cut file is
+        damage to name, not a line to leave out of its curve.
+        """
         if not self.metrics_file.exists():
             return []
-        lines = complete_lines(self.metrics_file)
+        if drop_cut_end:
+            lines = complete_lines(self.metrics_file)
+        else:
+            lines = self.metrics_file.read_text().splitlines()
         return [
             read_json(self.metrics_file, line, number)
             for number, line in enumerate(lines, 1)
