@@ -26,6 +26,7 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.data.sources import DataError
+from seq2seq.records.whole import write_whole
 from seq2seq.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SOURCE_MODEL = "source.model"
@@ -226,16 +227,6 @@ def _processor(model: bytes) -> spm.SentencePieceProcessor:
     return spm.SentencePieceProcessor(model_proto=model)
 
 
-def _write_atomically(path: Path, content: bytes) -> None:
-    """Writes via a temporary file and a rename: a crash never leaves half a model behind.
-
-    A process of a multi-process run reading the directory meanwhile sees no partial file.
-    """
-    temporary = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    temporary.write_bytes(content)
-    os.replace(temporary, path)
-
-
 def train_tokenizer(
     sample: Sequence[tuple[str, str]],
     *,
@@ -270,16 +261,16 @@ def train_tokenizer(
     targets = _pretokenize(target_words, [target for _, target in sample])
     directory.mkdir(parents=True, exist_ok=True)
     if words is not None:
-        _write_atomically(directory / MOSES_FILE, json.dumps(words).encode())
+        write_whole(directory / MOSES_FILE, json.dumps(words).encode())
     if shared:
         model = _train_model([*sources, *targets], model_type, vocab_size)
-        _write_atomically(directory / SHARED_MODEL, model)
+        write_whole(directory / SHARED_MODEL, model)
         processor = _processor(model)
         return Tokenizer(processor, processor, source_words, target_words)
     source_model = _train_model(sources, model_type, vocab_size)
     target_model = _train_model(targets, model_type, vocab_size)
-    _write_atomically(directory / SOURCE_MODEL, source_model)
-    _write_atomically(directory / TARGET_MODEL, target_model)
+    write_whole(directory / SOURCE_MODEL, source_model)
+    write_whole(directory / TARGET_MODEL, target_model)
     source, target = _processor(source_model), _processor(target_model)
     return Tokenizer(source, target, source_words, target_words)
 

@@ -32,6 +32,7 @@ import jax
 from seq2seq.evaluation import processes
 from seq2seq.evaluation.translator import LineTranslator, Translations
 from seq2seq.progress import Progress
+from seq2seq.records.whole import write_whole
 
 PIECE_BATCHES = 16  # the most batches a piece holds (and the most an input of one piece holds)
 PIECE_SECONDS = 60.0  # about the most a piece should take: what Ctrl-C may lose
@@ -135,9 +136,7 @@ def _rewrite(side: Path, identity: str, pieces: list[dict]) -> None:
     """``side`` as its name line and ``pieces``, replaced whole (a crash leaves the old one)."""
     side.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps({"translates": identity}), *map(json.dumps, pieces)]
-    written = side.with_name(side.name + ".new")
-    written.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(written, side)
+    write_whole(side, "".join(line + "\n" for line in lines))
 
 
 def _next_size(size: int, seconds: float, batch: int, largest: int) -> int:

@@ -32,6 +32,7 @@ from pathlib import Path
 import jax
 
 from seq2seq.records.run_directory import RunDirectory, read_json
+from seq2seq.records.whole import write_whole
 
 logger = logging.getLogger(__name__)
 
@@ -279,9 +280,7 @@ def record_start(
             workdir,
             ", ".join(changed),
         )
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"entries": [*entries, entry]}, indent=2) + "\n")
-    os.replace(temporary, path)
+    write_whole(path, json.dumps({"entries": [*entries, entry]}, indent=2) + "\n")
     return entry
 
 

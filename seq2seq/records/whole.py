@@ -40,13 +40,17 @@ def written_whole(output: Path) -> Iterator[Path]:
     partial.rename(output)
 
 
-def write_whole(path: Path, text: str) -> None:
-    """``text`` as ``path``'s content, there whole or not at all: written to a hidden sibling
-    and renamed over ``path``, so a Ctrl-C, SIGKILL or full disk leaves the old file (or none),
-    never one cut short that a later command would read as complete."""
+def write_whole(path: Path, content: str | bytes) -> None:
+    """``content`` (text as UTF-8) as ``path``'s, there whole or not at all: written to a
+    hidden sibling and renamed over ``path``, so a Ctrl-C, SIGKILL or full disk leaves the old
+    file (or none), never one cut short that a later command would read as complete; and
+    another process reading meanwhile (one of a multi-process job) sees the old one or the new."""
     temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        temporary.write_text(text, encoding="utf-8")
+        if isinstance(content, bytes):
+            temporary.write_bytes(content)
+        else:
+            temporary.write_text(content, encoding="utf-8")
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
