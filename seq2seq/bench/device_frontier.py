@@ -39,7 +39,6 @@ if __name__ == "__main__":  # first, before anything else loads (see seq2seq/cli
 
     cli.start()
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -56,7 +55,7 @@ from ml_collections import config_flags
 from seq2seq import cli
 from seq2seq.bench.device import environment
 from seq2seq.bench.timed_run import Job, result_path
-from seq2seq.records.whole import write_whole
+from seq2seq.records.whole import file_written_whole, write_whole
 
 REPO = Path(__file__).resolve().parents[2]
 # The sizes the tuned de->en frontier chose up to 5e14 FLOPs (RNNsearch's also at convergence).
@@ -313,25 +312,13 @@ def pack(workdir: Path, out: Path, records_name: str) -> None:
     """``records.tar.gz`` (the scored runs' records under ``records_name/``) and
     ``logs.tar.gz`` (every worker's job, log and result) into ``out``."""
     records = workdir / "records"
-    with _whole(out / "records.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
+    with file_written_whole(out / "records.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
         if records.exists():
             for run in sorted(records.iterdir()):
                 if not run.name.startswith("."):  # a record still being copied
                     archive.add(run, arcname=f"{records_name}/{run.name}")
-    with _whole(out / "logs.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
+    with file_written_whole(out / "logs.tar.gz") as path, tarfile.open(path, "w:gz") as archive:
         archive.add(workdir / "jobs", arcname="logs")
-
-
-@contextlib.contextmanager
-def _whole(path: Path):
-    """A hidden sibling to write ``path`` in, renamed over it when complete: the archives are
-    rewritten after every run, and a kill in the middle kept neither the old one nor a new."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        yield temporary
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def device_frontier(

@@ -33,7 +33,7 @@ import ml_collections
 
 from seq2seq import config as config_lib
 from seq2seq.records.run_directory import RunDirectory, show_entries
-from seq2seq.records.whole import partial_folder
+from seq2seq.records.whole import written_whole
 from seq2seq.report.tables import counted
 from seq2seq.training.stopping import CONVERGED
 
@@ -215,23 +215,14 @@ def save_record(run: RunDirectory, destination: Path, split: str, rule: str) -> 
         check_replaceable(target)
     # Built beside it under a hidden name, then swapped in: a copy cut short (a worker killed
     # at its deadline) left half a record that was read, and packed, as a whole one.
-    building = RunDirectory(partial_folder(target))
-    if building.path.exists():  # an interrupted earlier copy's
-        shutil.rmtree(building.path)
-    building.eval_dir.mkdir(parents=True)
-    for name in RECORD_FILES:
-        if (run.path / name).exists():
-            shutil.copy2(run.path / name, building.path / name)
-    for path in (run.eval_result_file(split, rule), run.hypotheses_file(split, rule)):
-        shutil.copy2(path, building.eval_dir / path.name)
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        building.path.rename(target)
-        shutil.rmtree(old)
-    else:
-        building.path.rename(target)
+    with written_whole(target) as folder:
+        building = RunDirectory(folder)
+        building.eval_dir.mkdir()
+        for name in RECORD_FILES:
+            if (run.path / name).exists():
+                shutil.copy2(run.path / name, building.path / name)
+        for path in (run.eval_result_file(split, rule), run.hypotheses_file(split, rule)):
+            shutil.copy2(path, building.eval_dir / path.name)
     return target
 
 

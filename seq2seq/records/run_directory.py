@@ -422,10 +422,8 @@ class RunDirectory:
         """
         if not self.metrics_file.exists():
             return []
-        if drop_cut_end:
-            lines = complete_lines(self.metrics_file)
-        else:
-            lines = self.metrics_file.read_text().splitlines()
+        text = self.metrics_file.read_text()
+        lines = complete_lines(text) if drop_cut_end else text.splitlines()
         return [
             read_json(self.metrics_file, line, number)
             for number, line in enumerate(lines, 1)
@@ -449,11 +447,10 @@ class RunDirectory:
         return read_json(path) if path.exists() else None
 
 
-def complete_lines(path: Path) -> list[str]:
-    """The lines of a JSON-lines file that is only appended to, less a last one cut short (no
-    newline, not JSON: a crash or a full disk in the middle of its write), which was never
-    written as far as its readers go."""
-    text = path.read_text()
+def complete_lines(text: str) -> list[str]:
+    """The lines of a JSON-lines file's ``text`` (one only appended to), less a last one cut
+    short (no newline, not JSON: a crash or a full disk in the middle of its write), which was
+    never written as far as its readers go."""
     lines = text.splitlines()
     if lines and not text.endswith("\n"):
         try:

@@ -23,9 +23,9 @@ def partial_folder(output: Path) -> Path:
 
 @contextlib.contextmanager
 def written_whole(output: Path) -> Iterator[Path]:
-    """Yields the folder to write ``output``'s files in, renamed to ``output`` when the block
-    ends without an error; on an error it is removed. ``output`` must be absent or empty (the
-    caller's refusal says so first)."""
+    """Yields the folder to write ``output``'s files in, put in ``output``'s place when the
+    block ends without an error (an ``output`` already there is replaced: the caller's refusal
+    says first what may be); on an error it is removed."""
     partial = partial_folder(output)
     if partial.exists():  # an interrupted earlier attempt's
         shutil.rmtree(partial)
@@ -36,22 +36,34 @@ def written_whole(output: Path) -> Iterator[Path]:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     if output.exists():
-        output.rmdir()  # empty: the caller checked
-    partial.rename(output)
+        old = output.with_name(f".{output.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        output.rename(old)
+        partial.rename(output)
+        shutil.rmtree(old)
+    else:
+        partial.rename(output)
+
+
+@contextlib.contextmanager
+def file_written_whole(path: Path) -> Iterator[Path]:
+    """Yields a hidden sibling of ``path`` to write, renamed over ``path`` when the block ends
+    without an error (removed on one): a Ctrl-C, SIGKILL or full disk leaves the old file (or
+    none), never one cut short that a later command would read as complete; and another
+    process reading meanwhile (one of a multi-process job) sees the old one or the new."""
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def write_whole(path: Path, content: str | bytes) -> None:
-    """``content`` (text as UTF-8) as ``path``'s, there whole or not at all: written to a
-    hidden sibling and renamed over ``path``, so a Ctrl-C, SIGKILL or full disk leaves the old
-    file (or none), never one cut short that a later command would read as complete; and
-    another process reading meanwhile (one of a multi-process job) sees the old one or the new."""
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
+    """``content`` (text as UTF-8) as ``path``'s, there whole or not at all
+    (``file_written_whole``)."""
+    with file_written_whole(path) as temporary:
         if isinstance(content, bytes):
             temporary.write_bytes(content)
         else:
             temporary.write_text(content, encoding="utf-8")
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise

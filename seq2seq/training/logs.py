@@ -128,7 +128,7 @@ class MetricsWriter:
         if not self.path.exists():
             return
         text = self.path.read_text()
-        lines = complete_lines(self.path)  # less a last line a crash cut short
+        lines = complete_lines(text)  # less a last line a crash cut short
         kept = "".join(
             line + "\n" for line in lines if line and json.loads(line).get("step", 0) <= step
         )
